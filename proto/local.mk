@@ -1,0 +1,18 @@
+# proto/: wire schema, framing, auth, config parser, logging and the
+# connection layer shared by every daemon and the client library.
+noinst_LTLIBRARIES += proto/libdmlproto.la
+proto_libdmlproto_la_SOURCES = \
+	proto/error.c proto/log.c proto/util.c proto/frame.c proto/auth.c \
+	proto/conf.c proto/conn.c
+nodist_proto_libdmlproto_la_SOURCES = proto/dml.pb-c.c proto/dml.pb-c.h
+proto_libdmlproto_la_LIBADD = $(LIBEVENT_LIBS) $(PROTOBUF_C_LIBS) $(CRYPTO_LIBS) -lm
+noinst_HEADERS += proto/log.h proto/util.h proto/frame.h \
+	proto/auth.h proto/conf.h proto/conn.h
+EXTRA_DIST += proto/dml.proto
+
+# protoc-c writes next to the .proto's relative path; run it from srcdir.
+proto/dml.pb-c.c proto/dml.pb-c.h: $(top_srcdir)/proto/dml.proto
+	$(AM_V_GEN)$(MKDIR_P) proto && \
+	$(PROTOC_C) --proto_path=$(top_srcdir)/proto --c_out=proto $(top_srcdir)/proto/dml.proto
+BUILT_SOURCES += proto/dml.pb-c.c proto/dml.pb-c.h
+CLEANFILES += proto/dml.pb-c.c proto/dml.pb-c.h

@@ -1,0 +1,14 @@
+# server/: dml-server. The storage and optimizer code is a library so unit
+# tests and benchmarks link it without the daemon.
+noinst_LTLIBRARIES += server/libdmlstore.la
+server_libdmlstore_la_SOURCES = server/table.c server/optim.c
+server_libdmlstore_la_LIBADD = -lm
+noinst_HEADERS += server/table.h server/optim.h server/server.h server/ssp.h \
+	server/server_conf.h
+
+bin_PROGRAMS += server/dml-server
+server_dml_server_SOURCES = server/main.c server/server.c server/ssp.c \
+	server/server_conf.c
+server_dml_server_LDADD = server/libdmlstore.la shard/libdmlshard.la \
+	proto/libdmlproto.la $(SYSTEMD_LIBS)
+server_dml_server_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)

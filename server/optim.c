@@ -1,0 +1,196 @@
+/*
+ * Optimizer kernels (see optim.h): the inner loops of every push a server
+ * applies, so they are written for the compiler's vectoriser. Each kernel
+ * takes restrict pointers (parameters, state and gradient never overlap) and
+ * runs twice: over the longest prefix whose length is a multiple of
+ * OPTIM_BLOCK, then over the short remainder. gcc -O2 uses the "very cheap"
+ * vectoriser cost model, which only takes loops whose trip count is a known
+ * multiple of the vector length; the prefix loop is such a loop for SSE, AVX
+ * and AVX-512 alike. (The square root in ADAGRAD and ADAM vectorises only
+ * where errno is not set by maths functions, i.e. with -fno-math-errno.)
+ *
+ * Nothing here allocates, logs or checks arguments beyond what
+ * dml_optim_validate() does for a conf: the table validated everything.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "dml_error.h"
+#include "optim.h"
+
+#define OPTIM_BLOCK ((size_t)16)
+
+/* Constants of one application, computed once per call, not per value. */
+struct optim_k {
+	float lr, wd, mu, eps;
+	float b1, b2;      /* adam: decay rates */
+	float step_size;   /* adam: lr / (1 - beta1^t) */
+	float inv_c2;      /* adam: 1 / (1 - beta2^t) */
+};
+
+static inline void kernel_add(float *restrict w, const float *restrict g, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		w[i] += g[i];
+}
+
+static inline void kernel_sgd(const struct optim_k *k, float *restrict w,
+			      const float *restrict g, size_t n)
+{
+	const float lr = k->lr, wd = k->wd;
+
+	for (size_t i = 0; i < n; i++)
+		w[i] -= lr * (g[i] + wd * w[i]);
+}
+
+static inline void kernel_momentum(const struct optim_k *k, float *restrict w,
+				   float *restrict v, const float *restrict g, size_t n)
+{
+	const float lr = k->lr, wd = k->wd, mu = k->mu;
+
+	for (size_t i = 0; i < n; i++) {
+		float vi = mu * v[i] + g[i] + wd * w[i];
+
+		v[i] = vi;
+		w[i] -= lr * vi;
+	}
+}
+
+static inline void kernel_adagrad(const struct optim_k *k, float *restrict w,
+				  float *restrict h, const float *restrict g, size_t n)
+{
+	const float lr = k->lr, wd = k->wd, eps = k->eps;
+
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] + wd * w[i];
+		float hi = h[i] + gi * gi;
+
+		h[i] = hi;
+		w[i] -= lr * gi / (sqrtf(hi) + eps);
+	}
+}
+
+static inline void kernel_adam(const struct optim_k *k, float *restrict w,
+			       float *restrict m, float *restrict v,
+			       const float *restrict g, size_t n)
+{
+	const float wd = k->wd, eps = k->eps, b1 = k->b1, b2 = k->b2;
+	const float a1 = 1.0f - b1, a2 = 1.0f - b2;
+	const float step_size = k->step_size, inv_c2 = k->inv_c2;
+
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] + wd * w[i];
+		float mi = b1 * m[i] + a1 * gi;
+		float vi = b2 * v[i] + a2 * gi * gi;
+
+		m[i] = mi;
+		v[i] = vi;
+		w[i] -= step_size * mi / (sqrtf(vi * inv_c2) + eps);
+	}
+}
+
+static int in_unit_interval(float x)
+{
+	return x >= 0.0f && x < 1.0f; /* false for NaN */
+}
+
+static int positive_finite(float x)
+{
+	return x > 0.0f && isfinite(x);
+}
+
+int dml_optim_validate(const struct dml_optim_conf *c)
+{
+	if (!c)
+		return DML_EINVAL;
+	switch (c->kind) {
+	case DML_OPT_ADD:
+		return 0;
+	case DML_OPT_SGD:
+	case DML_OPT_MOMENTUM:
+	case DML_OPT_ADAGRAD:
+	case DML_OPT_ADAM:
+		break;
+	default:
+		return DML_EINVAL;
+	}
+	if (!positive_finite(c->lr))
+		return DML_EINVAL;
+	if (!(c->weight_decay >= 0.0f && isfinite(c->weight_decay)))
+		return DML_EINVAL;
+	if (c->kind == DML_OPT_MOMENTUM && !in_unit_interval(c->momentum))
+		return DML_EINVAL;
+	if ((c->kind == DML_OPT_ADAGRAD || c->kind == DML_OPT_ADAM) &&
+	    !positive_finite(c->eps))
+		return DML_EINVAL;
+	if (c->kind == DML_OPT_ADAM &&
+	    !(in_unit_interval(c->beta1) && in_unit_interval(c->beta2)))
+		return DML_EINVAL;
+	return 0;
+}
+
+size_t dml_optim_state_floats(const struct dml_optim_conf *c)
+{
+	switch (c->kind) {
+	case DML_OPT_MOMENTUM:
+	case DML_OPT_ADAGRAD:
+		return 1;
+	case DML_OPT_ADAM:
+		return 2;
+	default:
+		return 0;
+	}
+}
+
+int dml_optim_uses_step(const struct dml_optim_conf *c)
+{
+	return c->kind == DML_OPT_ADAM;
+}
+
+/* Bias corrections in double: 1 - beta^t loses most of its digits in float
+ * for beta close to 1 and small t. */
+static void adam_constants(const struct dml_optim_conf *c, uint32_t t,
+			   struct optim_k *k)
+{
+	double c1 = 1.0 - pow((double)c->beta1, (double)t);
+	double c2 = 1.0 - pow((double)c->beta2, (double)t);
+
+	k->step_size = (float)((double)c->lr / c1);
+	k->inv_c2 = (float)(1.0 / c2);
+}
+
+void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
+		     uint32_t *step, const float *g, size_t n)
+{
+	struct optim_k k = {
+		.lr = c->lr, .wd = c->weight_decay, .mu = c->momentum, .eps = c->eps,
+		.b1 = c->beta1, .b2 = c->beta2,
+	};
+	size_t m = n & ~(OPTIM_BLOCK - 1); /* vectorised prefix; the rest is scalar */
+
+	switch (c->kind) {
+	case DML_OPT_ADD:
+		kernel_add(w, g, m);
+		kernel_add(w + m, g + m, n - m);
+		break;
+	case DML_OPT_SGD:
+		kernel_sgd(&k, w, g, m);
+		kernel_sgd(&k, w + m, g + m, n - m);
+		break;
+	case DML_OPT_MOMENTUM:
+		kernel_momentum(&k, w, state, g, m);
+		kernel_momentum(&k, w + m, state + m, g + m, n - m);
+		break;
+	case DML_OPT_ADAGRAD:
+		kernel_adagrad(&k, w, state, g, m);
+		kernel_adagrad(&k, w + m, state + m, g + m, n - m);
+		break;
+	case DML_OPT_ADAM:
+		if (*step < UINT32_MAX)
+			(*step)++;
+		adam_constants(c, *step, &k);
+		kernel_adam(&k, w, state, state + n, g, m);
+		kernel_adam(&k, w + m, state + m, state + n + m, g + m, n - m);
+		break;
+	}
+}

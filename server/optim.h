@@ -1,0 +1,52 @@
+/*
+ * Server-side optimizer kernels: turn a pushed gradient into an update of one
+ * row of parameters (or, where no per-row step counter is involved, of a
+ * contiguous run of rows at once). The formulas are those of enum
+ * dml_optim_kind in table.h; weight decay is added to the gradient
+ * (g' = g + wd * w) by every kind except DML_OPT_ADD, which is w += g.
+ *
+ * Pure arithmetic on buffers the caller owns: no allocation, no I/O, no
+ * logging. The kernels trust their arguments (the table checked them), so a
+ * conf must pass dml_optim_validate() before it is used here.
+ */
+#ifndef DML_OPTIM_H
+#define DML_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "table.h"
+
+/**
+ * Check an optimizer conf. Only the fields a kind uses are checked:
+ * lr > 0 and finite (every kind but ADD), 0 <= weight_decay < inf (every kind
+ * but ADD), momentum in [0, 1) (MOMENTUM), eps > 0 and finite (ADAGRAD, ADAM),
+ * beta1 and beta2 in [0, 1) (ADAM). 0 or DML_EINVAL (also for an unknown kind
+ * or a NULL conf).
+ */
+int dml_optim_validate(const struct dml_optim_conf *c);
+
+/**
+ * Floats of optimizer state kept per parameter value: 0 for SGD and ADD,
+ * 1 for MOMENTUM (velocity) and ADAGRAD (sum of squares), 2 for ADAM (m, v).
+ */
+size_t dml_optim_state_floats(const struct dml_optim_conf *c);
+
+/**
+ * Non-zero when the kind keeps a step counter per row (ADAM, for bias
+ * correction). Such a kind must be applied one row at a time, since each row
+ * has its own counter; the others may be applied to a run of rows at once.
+ */
+int dml_optim_uses_step(const struct dml_optim_conf *c);
+
+/**
+ * Apply gradient g to the n values w. state holds
+ * dml_optim_state_floats(c) consecutive blocks of n floats (for ADAM: m
+ * first, then v); it may be NULL when that count is 0. step is the row's step
+ * counter, incremented (saturating) by ADAM and ignored (may be NULL) by the
+ * other kinds. w, state and g must not overlap.
+ */
+void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
+		     uint32_t *step, const float *g, size_t n);
+
+#endif

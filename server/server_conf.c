@@ -1,0 +1,160 @@
+/*
+ * The option table of dml-server and its cross-field checks. Adding an
+ * option is adding one row here and one line in conf/server.conf.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dml_error.h"
+#include "server_conf.h"
+#include "table.h"
+#include "util.h"
+
+#define S(field) offsetof(struct dml_server_conf, field)
+#define T(field) offsetof(struct dml_server_table_conf, field)
+#define MAX_U32 4294967295.0
+
+static const char *const log_levels[] = { "error", "warn", "info", "debug", NULL };
+
+static const struct dml_conf_section sections[] = {
+	{ "server", 0, 0, 0, 0, "identity, address and secret of this server" },
+	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
+	{ "job", 0, 0, 0, 0, "consistency of the job this server serves" },
+	{ "table", 1, sizeof(struct dml_server_table_conf),
+	  offsetof(struct dml_server_conf, tables),
+	  offsetof(struct dml_server_conf, ntables), "one parameter table (repeat the section)" },
+};
+
+static const struct dml_conf_option options[] = {
+	{ "server", "listen", DML_CONF_HOSTPORT, S(listen), "127.0.0.1:7001", 0, 0, NULL, NULL,
+	  "address to listen on; port 0 picks a free port" },
+	{ "server", "port_file", DML_CONF_STRING, S(port_file), "", 0, 0, NULL, NULL,
+	  "write the bound port here once listening (empty: don't)" },
+	{ "server", "node_id", DML_CONF_U32, S(node_id), NULL, 1, 2147483647.0, NULL, NULL,
+	  "this server's id, unique among servers" },
+	{ "server", "cluster", DML_CONF_STRING, S(cluster), "dml", 0, 0, NULL, NULL,
+	  "cluster name; peers must use the same" },
+	{ "server", "secret_file", DML_CONF_STRING, S(secret_file), NULL, 0, 0, NULL, NULL,
+	  "file holding the cluster secret (mode 0600)" },
+	{ "server", "shard", DML_CONF_STRING, S(shard), "0/1", 0, 0, NULL, NULL,
+	  "this server's index / number of servers; each table is split evenly" },
+	{ "server", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0, log_levels, NULL,
+	  "lowest level logged to stderr" },
+
+	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 64, 16777216.0, NULL, NULL,
+	  "largest frame metadata accepted" },
+	{ "limits", "max_payload", DML_CONF_SIZE, S(max_payload), "256M", 1024, MAX_U32, NULL,
+	  NULL, "largest frame payload accepted" },
+	{ "limits", "max_keys", DML_CONF_U64, S(max_keys), "1048576", 1, MAX_U32, NULL, NULL,
+	  "most keys in one sparse request" },
+	{ "limits", "max_connections", DML_CONF_U32, S(max_connections), "1024", 1, 1000000,
+	  NULL, NULL, "connections beyond this are refused" },
+	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
+	  600000, NULL, NULL, "a peer must authenticate within this time" },
+
+	{ "job", "staleness", DML_CONF_I64, S(staleness), "-1", -1, 1000000, NULL, NULL,
+	  "staleness bound s: 0 = BSP, s > 0 = SSP, -1 = asynchronous" },
+	{ "job", "workers", DML_CONF_U32, S(workers), "0", 0, 1000000, NULL, NULL,
+	  "workers expected; bounded pulls wait until this many joined" },
+	{ "job", "dead_after_ms", DML_CONF_U32, S(dead_after_ms), "10000", 1, 86400000.0,
+	  NULL, NULL, "a disconnected worker leaves the clock set after this long" },
+
+	{ "table", "id", DML_CONF_U32, T(id), NULL, 0, MAX_U32, NULL, NULL, "table id" },
+	{ "table", "kind", DML_CONF_ENUM, T(kind), "dense", 0, 0, dml_table_kind_names, NULL,
+	  "dense (keys 0..keys-1) or sparse (any uint64 key)" },
+	{ "table", "width", DML_CONF_U32, T(width), "1", 1, 65536, NULL, NULL,
+	  "floats per key" },
+	{ "table", "keys", DML_CONF_U64, T(keys), "0", 0, 1e15, NULL, NULL,
+	  "dense: number of keys in the whole table (required for dense)" },
+	{ "table", "capacity", DML_CONF_U64, T(capacity), "0", 0, 1e12, NULL, NULL,
+	  "sparse: expected rows on this server (pre-sizes the hash)" },
+	{ "table", "init", DML_CONF_ENUM, T(init), "zeros", 0, 0, dml_init_kind_names, NULL,
+	  "initial values: zeros, uniform [-s, s] or normal(0, s)" },
+	{ "table", "init_scale", DML_CONF_DOUBLE, T(init_scale), "0.01", 0, 1e6, NULL, NULL,
+	  "s of the initializer" },
+	{ "table", "seed", DML_CONF_U64, T(seed), "1", 0, 0, NULL, NULL,
+	  "initializer seed; values depend only on (seed, key)" },
+	{ "table", "optimizer", DML_CONF_ENUM, T(optimizer), "sgd", 0, 0, dml_optim_kind_names,
+	  NULL, "server-side optimizer applied to pushed gradients" },
+	{ "table", "lr", DML_CONF_DOUBLE, T(lr), "0.01", 0, 1e6, NULL, NULL, "learning rate" },
+	{ "table", "weight_decay", DML_CONF_DOUBLE, T(weight_decay), "0", 0, 1e6, NULL, NULL,
+	  "L2 penalty added to the gradient" },
+	{ "table", "momentum", DML_CONF_DOUBLE, T(momentum), "0.9", 0, 0.999999, NULL, NULL,
+	  "momentum coefficient (momentum optimizer)" },
+	{ "table", "beta1", DML_CONF_DOUBLE, T(beta1), "0.9", 0, 0.999999, NULL, NULL,
+	  "adam first-moment decay" },
+	{ "table", "beta2", DML_CONF_DOUBLE, T(beta2), "0.999", 0, 0.999999, NULL, NULL,
+	  "adam second-moment decay" },
+	{ "table", "epsilon", DML_CONF_DOUBLE, T(epsilon), "1e-8", 1e-30, 1, NULL, NULL,
+	  "adagrad/adam denominator guard" },
+};
+
+int dml_server_parse_shard(const char *s, uint32_t *index, uint32_t *count)
+{
+	const char *slash = strchr(s, '/');
+	char buf[16];
+	uint64_t i, n;
+	size_t len;
+
+	if (!slash)
+		return DML_EINVAL;
+	len = (size_t)(slash - s);
+	if (len == 0 || len >= sizeof(buf))
+		return DML_EINVAL;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (dml_parse_u64(buf, 0, 4095, &i) || dml_parse_u64(slash + 1, 1, 4096, &n) || i >= n)
+		return DML_EINVAL;
+	*index = (uint32_t)i;
+	*count = (uint32_t)n;
+	return 0;
+}
+
+static int check(void *root, char *err, size_t errlen)
+{
+	struct dml_server_conf *c = root;
+
+	if (dml_server_parse_shard(c->shard, &c->shard_index, &c->shard_count)) {
+		snprintf(err, errlen, "shard: '%s' is not INDEX/COUNT with INDEX < COUNT", c->shard);
+		return DML_ECONF;
+	}
+	if (c->ntables == 0) {
+		snprintf(err, errlen, "no [table] section: a server needs at least one table");
+		return DML_ECONF;
+	}
+	for (size_t i = 0; i < c->ntables; i++) {
+		const struct dml_server_table_conf *t = &c->tables[i];
+
+		for (size_t j = 0; j < i; j++) {
+			if (c->tables[j].id == t->id) {
+				snprintf(err, errlen, "table id %u is defined twice", t->id);
+				return DML_ECONF;
+			}
+		}
+		if (t->kind == DML_TABLE_DENSE && t->keys < c->shard_count) {
+			snprintf(err, errlen, "table %u: dense tables need keys >= number of "
+				 "servers (%u), got %llu", t->id, c->shard_count,
+				 (unsigned long long)t->keys);
+			return DML_ECONF;
+		}
+		if (t->kind == DML_TABLE_SPARSE && t->keys != 0) {
+			snprintf(err, errlen, "table %u: keys applies to dense tables only", t->id);
+			return DML_ECONF;
+		}
+		if (t->optimizer != DML_OPT_ADD && t->lr <= 0) {
+			snprintf(err, errlen, "table %u: lr must be > 0", t->id);
+			return DML_ECONF;
+		}
+	}
+	return 0;
+}
+
+const struct dml_conf_schema dml_server_conf_schema = {
+	.program = "dml-server",
+	.sections = sections,
+	.nsections = DML_ARRAY_LEN(sections),
+	.options = options,
+	.noptions = DML_ARRAY_LEN(options),
+	.check = check,
+};

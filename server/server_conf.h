@@ -1,0 +1,55 @@
+/*
+ * dml-server's configuration: the structs the option table fills, and the
+ * schema itself (one row per option, see conf.h). Every key and default is
+ * documented in conf/server.conf and the README.
+ */
+#ifndef DML_SERVER_CONF_H
+#define DML_SERVER_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conf.h"
+
+struct dml_server_table_conf {
+	uint32_t id;
+	int kind;                 /* enum dml_table_kind */
+	uint32_t width;
+	uint64_t keys;            /* dense: whole key space across servers */
+	uint64_t capacity;        /* sparse: expected rows here */
+	int init;                 /* enum dml_init_kind */
+	double init_scale;
+	uint64_t seed;
+	int optimizer;            /* enum dml_optim_kind */
+	double lr, weight_decay, momentum, beta1, beta2, epsilon;
+};
+
+struct dml_server_conf {
+	/* [server] */
+	char *listen;
+	char *port_file;
+	uint32_t node_id;
+	char *cluster;
+	char *secret_file;
+	char *shard;              /* "i/n", parsed into the two fields below */
+	uint32_t shard_index, shard_count;
+	int log_level;
+	/* [limits] */
+	uint64_t max_meta, max_payload, max_keys;
+	uint32_t max_connections;
+	uint32_t handshake_timeout_ms;
+	/* [job] */
+	int64_t staleness;
+	uint32_t workers;
+	uint32_t dead_after_ms;
+	/* [table], repeated */
+	struct dml_server_table_conf *tables;
+	size_t ntables;
+};
+
+extern const struct dml_conf_schema dml_server_conf_schema;
+
+/** Parse "i/n" with 0 <= i < n <= 4096. 0 or DML_EINVAL. */
+int dml_server_parse_shard(const char *s, uint32_t *index, uint32_t *count);
+
+#endif

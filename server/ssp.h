@@ -1,0 +1,59 @@
+/*
+ * Bounded-staleness clock tracking for one job on one server: each worker's
+ * clock, who is in the clock set, and whether a pull at a given clock may be
+ * answered now. Also the per-worker push sequence used for exactly-once.
+ *
+ * Pure bookkeeping (no I/O, no libevent) so the rules are unit-testable. The
+ * rule: with bound s >= 0, a pull from a worker at clock c is answered only
+ * when at least `expected` workers have joined and every live worker's clock
+ * is >= c - s. s < 0 means asynchronous: never wait.
+ */
+#ifndef DML_SSP_H
+#define DML_SSP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dml_ssp_worker {
+	uint32_t id;
+	uint64_t incarnation;      /* process start of the worker; new = restarted */
+	uint64_t clock;
+	uint64_t last_seq;         /* highest push seq applied, for dedupe */
+	int live;                  /* counts in the clock set */
+	unsigned connections;      /* open connections from this worker */
+	uint64_t gone_since_ns;    /* when the last connection closed */
+};
+
+struct dml_ssp {
+	int64_t staleness;
+	uint32_t expected;
+	struct dml_ssp_worker *workers;
+	size_t nworkers;
+};
+
+void dml_ssp_init(struct dml_ssp *s, int64_t staleness, uint32_t expected);
+void dml_ssp_destroy(struct dml_ssp *s);
+
+/**
+ * A worker connected. A new incarnation (the process restarted) resets its
+ * push sequence; one that had been dropped from the clock set rejoins at the
+ * current minimum clock so it does not hold the others back. The pointer is
+ * valid until the next dml_ssp_join.
+ */
+struct dml_ssp_worker *dml_ssp_join(struct dml_ssp *s, uint32_t id, uint64_t incarnation);
+/** Find a worker by id, or NULL. */
+struct dml_ssp_worker *dml_ssp_find(struct dml_ssp *s, uint32_t id);
+/** One of the worker's connections closed. */
+void dml_ssp_disconnect(struct dml_ssp *s, struct dml_ssp_worker *w, uint64_t now_ns);
+/** Drop from the clock set the workers gone longer than dead_after_ns. */
+int dml_ssp_reap(struct dml_ssp *s, uint64_t now_ns, uint64_t dead_after_ns);
+/** The worker left cleanly (BYE). */
+void dml_ssp_leave(struct dml_ssp *s, struct dml_ssp_worker *w);
+/** The worker reports clock; clocks only move forward. */
+void dml_ssp_set_clock(struct dml_ssp *s, struct dml_ssp_worker *w, uint64_t clock);
+/** Slowest live worker's clock (0 when no worker is live). */
+uint64_t dml_ssp_min_clock(const struct dml_ssp *s);
+/** May a pull at clock be answered now? */
+int dml_ssp_ready(const struct dml_ssp *s, uint64_t clock);
+
+#endif

@@ -1,0 +1,554 @@
+/*
+ * Parameter tables (see table.h). Both kinds keep rows in the same row-major
+ * storage: values (width floats per row), optimizer state (width * k floats
+ * per row, see optim.h) and, for ADAM, a step counter per row. A dense table
+ * holds exactly the rows of its key range, row = key - key_begin, so a range
+ * is one contiguous slice. A sparse table appends rows in creation order and
+ * finds them through an open-addressing hash (linear probing, power-of-two
+ * capacity, load at most 0.7) whose slots hold the key and row + 1, 0 meaning
+ * empty, so every uint64 key is usable.
+ *
+ * Key batches are the hot path. They run in chunks: hash every key of the
+ * chunk and prefetch its slot, probe (creating missing rows) and prefetch the
+ * row, then apply. Before a batch the sparse table grows to hold every key of
+ * it as a new row, so nothing is rehashed or moved mid-batch and a failed
+ * allocation leaves the table untouched.
+ *
+ * This file must never do I/O, log, or abort on a request: the big buffers
+ * come from plain allocation and failure is DML_ENOMEM.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dml_error.h"
+#include "optim.h"
+#include "table.h"
+
+#define TABLE_MAX_WIDTH 65536u
+#define TABLE_ALIGN 64u
+#ifndef TABLE_AHEAD
+#define TABLE_AHEAD 8u             /* keys between pipeline stages */
+#endif
+#define TABLE_RING 64u             /* > 2 * TABLE_AHEAD, a power of two */
+#define TABLE_PREFETCH_LINES 8u    /* per row; wider rows stream anyway */
+#define TABLE_MIN_ROWS 16u
+#define TABLE_MIN_SLOTS 32u
+#define TABLE_MAX_SLOTS ((uint64_t)1 << 58)
+#define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull
+
+const char *const dml_table_kind_names[] = { "dense", "sparse", NULL };
+const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL };
+const char *const dml_optim_kind_names[] = { "sgd", "momentum", "adagrad", "adam",
+					     "add", NULL };
+
+struct table_slot {
+	uint64_t key;
+	uint64_t row1;  /* row index + 1; 0 marks an empty slot */
+};
+
+struct dml_table {
+	struct dml_table_conf conf;
+	size_t width;            /* floats per row */
+	size_t state_width;      /* optimizer state floats per row */
+	int uses_step;
+
+	uint64_t nrows;
+	uint64_t row_cap;        /* rows the arrays below can hold */
+	float *values;           /* row_cap * width */
+	float *state;            /* row_cap * state_width, NULL if none */
+	uint32_t *steps;         /* row_cap, ADAM only */
+
+	/* Sparse only. */
+	uint64_t *keys;          /* key of each row, in creation order */
+	struct table_slot *slots;
+	uint64_t slot_mask;      /* slot count - 1 */
+	uint64_t grow_at;        /* more rows than this and the hash doubles */
+};
+
+/* splitmix64's finalizer: a bijection whose every output bit depends on
+ * every input bit, so low bits index the hash well whatever the keys. */
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* count * size bytes, or NULL if that overflows or cannot be had. */
+static void *aligned_array(uint64_t count, size_t size)
+{
+	void *p;
+
+	if (count == 0 || count > SIZE_MAX / size)
+		return NULL;
+	if (posix_memalign(&p, TABLE_ALIGN, (size_t)count * size) != 0)
+		return NULL;
+	return p;
+}
+
+/* Grow *p from old to count elements of size bytes, keeping the alignment;
+ * on failure *p is unchanged. */
+static int grow_array(void **p, uint64_t old, uint64_t count, size_t size)
+{
+	void *q = aligned_array(count, size);
+
+	if (!q)
+		return DML_ENOMEM;
+	if (*p)
+		memcpy(q, *p, (size_t)old * size);
+	free(*p);
+	*p = q;
+	return 0;
+}
+
+static inline float *row_values(const struct dml_table *t, uint64_t row)
+{
+	return t->values + row * t->width;
+}
+
+static inline float *row_state(const struct dml_table *t, uint64_t row)
+{
+	return t->state ? t->state + row * t->state_width : NULL;
+}
+
+static inline uint32_t *row_step(const struct dml_table *t, uint64_t row)
+{
+	return t->steps ? t->steps + row : NULL;
+}
+
+/*
+ * Initial values of a row: a splitmix64 stream seeded from (seed, key), one
+ * output per index, so a value depends on (seed, key, index) only.
+ */
+static void init_row(const struct dml_table *t, uint64_t key, float *v)
+{
+	const float s = t->conf.init_scale;
+	uint64_t base = mix64(mix64(key) ^ t->conf.seed);
+
+	if (t->conf.init == DML_INIT_ZEROS || s == 0.0f) {
+		memset(v, 0, t->width * sizeof(*v));
+		return;
+	}
+	for (size_t j = 0; j < t->width; j++) {
+		uint64_t r = mix64(base + (j + 1) * GOLDEN_GAMMA);
+
+		if (t->conf.init == DML_INIT_UNIFORM) {
+			/* 24 random bits: 2u - 1 is exact in float, in [-1, 1) */
+			float u = (float)(r >> 40) * 0x1p-24f;
+
+			v[j] = s * (2.0f * u - 1.0f);
+		} else {
+			/* Box-Muller on the two halves; u1 in (0, 1] keeps log finite */
+			double u1 = ((double)(r >> 32) + 1.0) * 0x1p-32;
+			double u2 = (double)(r & 0xffffffffu) * 0x1p-32;
+			double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+
+			v[j] = (float)(s * z);
+		}
+	}
+}
+
+/* A fresh row: initial values, zero optimizer state, step 0. */
+static void row_reset(const struct dml_table *t, uint64_t row, uint64_t key)
+{
+	float *st = row_state(t, row);
+	uint32_t *step = row_step(t, row);
+
+	init_row(t, key, row_values(t, row));
+	if (st)
+		memset(st, 0, t->state_width * sizeof(*st));
+	if (step)
+		*step = 0;
+}
+
+static int conf_validate(const struct dml_table_conf *c)
+{
+	if (c->width < 1 || c->width > TABLE_MAX_WIDTH)
+		return DML_EINVAL;
+	if (c->kind != DML_TABLE_DENSE && c->kind != DML_TABLE_SPARSE)
+		return DML_EINVAL;
+	if (c->kind == DML_TABLE_DENSE && c->key_end <= c->key_begin)
+		return DML_EINVAL;
+	if (c->init != DML_INIT_ZEROS && c->init != DML_INIT_UNIFORM &&
+	    c->init != DML_INIT_NORMAL)
+		return DML_EINVAL;
+	if (!(c->init_scale >= 0.0f && isfinite(c->init_scale)))
+		return DML_EINVAL;
+	return dml_optim_validate(&c->optim);
+}
+
+static int dense_alloc(struct dml_table *t)
+{
+	uint64_t n = t->conf.key_end - t->conf.key_begin;
+
+	/* Sizes are checked as products of uint64 before any allocation. */
+	if (n > SIZE_MAX / t->width / sizeof(float))
+		return DML_ENOMEM;
+	t->nrows = t->row_cap = n;
+	t->values = aligned_array(n * t->width, sizeof(float));
+	if (!t->values)
+		return DML_ENOMEM;
+	if (t->state_width) {
+		if (n > SIZE_MAX / t->state_width / sizeof(float))
+			return DML_ENOMEM;
+		t->state = aligned_array(n * t->state_width, sizeof(float));
+		if (!t->state)
+			return DML_ENOMEM;
+		memset(t->state, 0, n * t->state_width * sizeof(float));
+	}
+	if (t->uses_step) {
+		t->steps = aligned_array(n, sizeof(uint32_t));
+		if (!t->steps)
+			return DML_ENOMEM;
+		memset(t->steps, 0, n * sizeof(uint32_t));
+	}
+	if (t->conf.init == DML_INIT_ZEROS)
+		memset(t->values, 0, n * t->width * sizeof(float));
+	else
+		for (uint64_t r = 0; r < n; r++)
+			init_row(t, t->conf.key_begin + r, row_values(t, r));
+	return 0;
+}
+
+/* Make room for cap rows. Arrays already grown stay grown on failure. */
+static int sparse_grow_rows(struct dml_table *t, uint64_t cap)
+{
+	uint64_t old = t->row_cap;
+
+	if (cap > SIZE_MAX / t->width ||
+	    grow_array((void **)&t->values, old * t->width, cap * t->width,
+		       sizeof(float)) ||
+	    grow_array((void **)&t->keys, old, cap, sizeof(uint64_t)))
+		return DML_ENOMEM;
+	if (t->state_width &&
+	    (cap > SIZE_MAX / t->state_width ||
+	     grow_array((void **)&t->state, old * t->state_width,
+			cap * t->state_width, sizeof(float))))
+		return DML_ENOMEM;
+	if (t->uses_step && grow_array((void **)&t->steps, old, cap, sizeof(uint32_t)))
+		return DML_ENOMEM;
+	t->row_cap = cap;
+	return 0;
+}
+
+static uint64_t load_limit(uint64_t slots)
+{
+	return slots / 10 * 7 + slots % 10 * 7 / 10;
+}
+
+/* Replace the hash by one of nslots slots and re-insert every row. */
+static int sparse_rehash(struct dml_table *t, uint64_t nslots)
+{
+	struct table_slot *slots;
+	uint64_t mask = nslots - 1;
+
+	if (nslots > SIZE_MAX / sizeof(*slots))
+		return DML_ENOMEM;
+	/* calloc: large zeroed blocks come from the kernel without a memset */
+	slots = calloc((size_t)nslots, sizeof(*slots));
+	if (!slots)
+		return DML_ENOMEM;
+	for (uint64_t r = 0; r < t->nrows; r++) {
+		uint64_t i = mix64(t->keys[r]) & mask;
+
+		while (slots[i].row1)
+			i = (i + 1) & mask;
+		slots[i].key = t->keys[r];
+		slots[i].row1 = r + 1;
+	}
+	free(t->slots);
+	t->slots = slots;
+	t->slot_mask = mask;
+	t->grow_at = load_limit(nslots);
+	return 0;
+}
+
+/* Room for n more rows in storage and hash, so a batch never grows. */
+static int sparse_reserve(struct dml_table *t, uint64_t n)
+{
+	uint64_t need, nslots;
+	int rc;
+
+	if (n > UINT64_MAX - t->nrows)
+		return DML_ENOMEM;
+	need = t->nrows + n;
+	if (need > t->row_cap) {
+		/* doubling keeps appends amortised O(1) */
+		uint64_t cap = t->row_cap <= UINT64_MAX / 2 ? t->row_cap * 2 : need;
+
+		rc = sparse_grow_rows(t, cap > need ? cap : need);
+		if (rc)
+			return rc;
+	}
+	if (need <= t->grow_at && t->slots)
+		return 0;
+	nslots = t->slots ? t->slot_mask + 1 : TABLE_MIN_SLOTS;
+	while (load_limit(nslots) < need) {
+		if (nslots >= TABLE_MAX_SLOTS)
+			return DML_ENOMEM;
+		nslots *= 2;
+	}
+	return sparse_rehash(t, nslots);
+}
+
+static int sparse_alloc(struct dml_table *t)
+{
+	uint64_t hint = t->conf.capacity_hint;
+
+	if (hint < TABLE_MIN_ROWS)
+		hint = TABLE_MIN_ROWS;
+	if (sparse_grow_rows(t, hint))
+		return DML_ENOMEM;
+	return sparse_reserve(t, hint);
+}
+
+int dml_table_new(const struct dml_table_conf *conf, struct dml_table **out)
+{
+	struct dml_table *t;
+	int rc;
+
+	if (!conf || !out)
+		return DML_EINVAL;
+	rc = conf_validate(conf);
+	if (rc)
+		return rc;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return DML_ENOMEM;
+	t->conf = *conf;
+	t->width = conf->width;
+	t->state_width = conf->width * dml_optim_state_floats(&conf->optim);
+	t->uses_step = dml_optim_uses_step(&conf->optim);
+	rc = conf->kind == DML_TABLE_DENSE ? dense_alloc(t) : sparse_alloc(t);
+	if (rc) {
+		dml_table_free(t);
+		return rc;
+	}
+	*out = t;
+	return 0;
+}
+
+void dml_table_free(struct dml_table *t)
+{
+	if (!t)
+		return;
+	free(t->values);
+	free(t->state);
+	free(t->steps);
+	free(t->keys);
+	free(t->slots);
+	free(t);
+}
+
+const struct dml_table_conf *dml_table_conf(const struct dml_table *t)
+{
+	return &t->conf;
+}
+
+uint64_t dml_table_rows(const struct dml_table *t)
+{
+	return t->nrows;
+}
+
+uint64_t dml_table_bytes(const struct dml_table *t)
+{
+	uint64_t per_row = (t->width + t->state_width) * sizeof(float);
+
+	if (t->steps)
+		per_row += sizeof(uint32_t);
+	if (t->keys)
+		per_row += sizeof(uint64_t);
+	return t->row_cap * per_row +
+	       (t->slots ? (t->slot_mask + 1) * sizeof(struct table_slot) : 0);
+}
+
+/* DML_EINVAL for a sparse table or begin > end, DML_ERANGE outside. */
+static int range_check(const struct dml_table *t, uint64_t begin, uint64_t end,
+		       const void *buf)
+{
+	if (!t || t->conf.kind != DML_TABLE_DENSE || begin > end ||
+	    (begin < end && !buf))
+		return DML_EINVAL;
+	if (begin < t->conf.key_begin || end > t->conf.key_end)
+		return DML_ERANGE;
+	return 0;
+}
+
+int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
+			 const float *grad)
+{
+	const struct dml_optim_conf *oc;
+	uint64_t first;
+	int rc = range_check(t, begin, end, grad);
+
+	if (rc || begin == end)
+		return rc;
+	oc = &t->conf.optim;
+	first = begin - t->conf.key_begin;
+	if (!t->uses_step) {
+		/* One pass over the whole slice: state rows line up with values. */
+		dml_optim_apply(oc, row_values(t, first), row_state(t, first), NULL, grad,
+				(end - begin) * t->width);
+		return 0;
+	}
+	for (uint64_t r = first; r < first + (end - begin); r++, grad += t->width)
+		dml_optim_apply(oc, row_values(t, r), row_state(t, r), row_step(t, r),
+				grad, t->width);
+	return 0;
+}
+
+int dml_table_pull_range(struct dml_table *t, uint64_t begin, uint64_t end, float *out)
+{
+	int rc = range_check(t, begin, end, out);
+
+	if (rc || begin == end)
+		return rc;
+	memcpy(out, row_values(t, begin - t->conf.key_begin),
+	       (end - begin) * t->width * sizeof(float));
+	return 0;
+}
+
+/* Prefetch for writing the cache lines of [p, p + bytes), up to a limit;
+ * rows need not start on a line, so lines count from p rounded down. */
+static inline void prefetch_lines(const void *p, size_t bytes)
+{
+	uintptr_t a = (uintptr_t)p & ~(uintptr_t)63;
+	uintptr_t end = (uintptr_t)p + bytes;
+
+	for (unsigned l = 0; a < end && l < TABLE_PREFETCH_LINES; l++, a += 64)
+		__builtin_prefetch((const void *)a, 1, 3);
+}
+
+static inline void prefetch_row(const struct dml_table *t, uint64_t row)
+{
+	prefetch_lines(row_values(t, row), t->width * sizeof(float));
+	if (t->state)
+		prefetch_lines(row_state(t, row), t->state_width * sizeof(float));
+	if (t->steps)
+		__builtin_prefetch(row_step(t, row), 1, 3);
+}
+
+/* Row of key, creating it if it is missing; room was reserved. */
+static inline uint64_t sparse_row(struct dml_table *t, uint64_t key, uint64_t hash)
+{
+	struct table_slot *slots = t->slots;
+	uint64_t mask = t->slot_mask;
+	uint64_t row;
+
+	for (uint64_t i = hash & mask;; i = (i + 1) & mask) {
+		if (slots[i].row1 == 0) {
+			row = t->nrows++;
+			t->keys[row] = key;
+			row_reset(t, row, key);
+			slots[i].key = key;
+			slots[i].row1 = row + 1;
+			return row;
+		}
+		if (slots[i].key == key)
+			return slots[i].row1 - 1;
+	}
+}
+
+/* Apply grad row i to row r, or copy row r out to out row i. */
+static inline void row_use(struct dml_table *t, uint64_t r, size_t i, const float *grad,
+			   float *out)
+{
+	const size_t w = t->width;
+
+	if (grad)
+		dml_optim_apply(&t->conf.optim, row_values(t, r), row_state(t, r),
+				row_step(t, r), grad + i * w, w);
+	else
+		memcpy(out + i * w, row_values(t, r), w * sizeof(float));
+}
+
+/*
+ * Shared by push and pull of keys: check (dense) or reserve (sparse) for the
+ * whole batch first, so an error leaves the table as it was. Then a software
+ * pipeline: key i is hashed and its slot prefetched, key i - AHEAD is probed
+ * (its row created if missing) and its row prefetched, and key i - 2 * AHEAD
+ * is applied, so each memory access has had time to arrive when it is used.
+ */
+static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
+		      const float *grad, float *out)
+{
+	uint64_t hashes[TABLE_RING], rows[TABLE_RING];
+	const int dense = t->conf.kind == DML_TABLE_DENSE;
+	int rc;
+
+	if (dense) {
+		for (size_t i = 0; i < n; i++)
+			if (keys[i] < t->conf.key_begin || keys[i] >= t->conf.key_end)
+				return DML_ERANGE;
+	} else {
+		rc = sparse_reserve(t, n);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; i < n + 2 * TABLE_AHEAD; i++) {
+		if (i < n && !dense) {
+			uint64_t h = mix64(keys[i]);
+
+			hashes[i % TABLE_RING] = h;
+			__builtin_prefetch(&t->slots[h & t->slot_mask], 1, 3);
+		}
+		if (i >= TABLE_AHEAD && i - TABLE_AHEAD < n) {
+			size_t j = i - TABLE_AHEAD;
+			uint64_t r = dense ? keys[j] - t->conf.key_begin :
+				     sparse_row(t, keys[j], hashes[j % TABLE_RING]);
+
+			rows[j % TABLE_RING] = r;
+			prefetch_row(t, r);
+		}
+		if (i >= 2 * TABLE_AHEAD && i - 2 * TABLE_AHEAD < n) {
+			size_t k = i - 2 * TABLE_AHEAD;
+
+			row_use(t, rows[k % TABLE_RING], k, grad, out);
+		}
+	}
+	return 0;
+}
+
+static int keys_check(const struct dml_table *t, const uint64_t *keys, size_t n,
+		      const void *buf)
+{
+	if (!t || (n > 0 && (!keys || !buf)) || n > SIZE_MAX / t->width)
+		return DML_EINVAL;
+	return 0;
+}
+
+int dml_table_push_keys(struct dml_table *t, const uint64_t *keys, size_t n,
+			const float *grad)
+{
+	int rc = keys_check(t, keys, n, grad);
+
+	if (rc || n == 0)
+		return rc;
+	return keys_batch(t, keys, n, grad, NULL);
+}
+
+int dml_table_pull_keys(struct dml_table *t, const uint64_t *keys, size_t n, float *out)
+{
+	int rc = keys_check(t, keys, n, out);
+
+	if (rc || n == 0)
+		return rc;
+	return keys_batch(t, keys, n, NULL, out);
+}
+
+int dml_table_foreach(const struct dml_table *t,
+		      int (*fn)(uint64_t key, const float *values, void *arg), void *arg)
+{
+	if (!t || !fn)
+		return DML_EINVAL;
+	for (uint64_t r = 0; r < t->nrows; r++) {
+		uint64_t key = t->keys ? t->keys[r] : t->conf.key_begin + r;
+		int rc = fn(key, row_values(t, r), arg);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

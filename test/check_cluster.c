@@ -1,0 +1,1030 @@
+/*
+ * check_cluster.c - integration tests against real dml-server processes.
+ *
+ * Every test starts its own servers on loopback ports the kernel picks (see
+ * harness.h) and talks to them through libdml, through forked worker
+ * processes, through the dml-example-lsq program or through raw sockets.
+ * Covered: the staleness bound (SSP, BSP, asynchronous) as seen by pulls,
+ * exact sums under pipelining and broken connections, end-to-end training,
+ * malformed and unauthenticated input, authentication and config refusals,
+ * and clean shutdown on SIGTERM.
+ *
+ * Tests must not depend on timing for correctness, only for non-vacuity
+ * (a slow worker has to make the others wait), with wide margins.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "frame.h"
+#include "harness.h"
+#include "util.h"
+
+#define TEST_TIMEOUT_S 45
+#define WAIT_MS 5000
+
+/* ---- shared helpers ---------------------------------------------------- */
+
+static void sleep_us(long us)
+{
+	struct timespec ts = { us / 1000000, (us % 1000000) * 1000 };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static uint64_t elapsed_ms(uint64_t since_ns)
+{
+	return (dml_now_ns() - since_ns) / 1000000u;
+}
+
+/* A new environment with n servers (shards 0/n .. n-1/n) of one config. */
+static struct dml_test_env *cluster_start(size_t n, const struct dml_test_server_conf *base,
+					  struct dml_test_server **servers)
+{
+	struct dml_test_server_conf conf = *base;
+	struct dml_test_env *env;
+	size_t i;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	for (i = 0; i < n; i++) {
+		conf.shard_index = (uint32_t)i;
+		conf.shard_count = (uint32_t)n;
+		conf.node_id = (uint32_t)(i + 1);
+		ck_assert_msg(dml_test_server_start(env, &conf, &servers[i]) == 0,
+			      "server %zu did not start", i);
+	}
+	return env;
+}
+
+static void wait_ok(dml_t *d, int rc, const char *what)
+{
+	ck_assert_msg(rc == 0, "%s: %s (%s)", what, dml_strerror(rc), dml_error_detail(d));
+}
+
+/* Push vals to the dense range [0, n) and wait for the acknowledgement. */
+static int push_dense(dml_t *d, uint32_t table, uint64_t n, const float *vals)
+{
+	dml_handle_t h;
+	int rc = dml_push_range(d, table, 0, n, vals, &h);
+
+	return rc ? rc : dml_wait(d, h);
+}
+
+static int pull_dense(dml_t *d, uint32_t table, uint64_t n, float *out)
+{
+	dml_handle_t h;
+	int rc = dml_pull_range(d, table, 0, n, out, &h);
+
+	return rc ? rc : dml_wait(d, h);
+}
+
+/* Worker children report through stderr (kept in the test output) and exit. */
+static void __attribute__((noreturn)) child_fail(const char *what, int rc)
+{
+	fprintf(stderr, "worker %d: %s: %s\n", (int)getpid(), what, dml_strerror(rc));
+	_exit(1);
+}
+
+/* ---- consistency: SSP, BSP and asynchronous pulls ---------------------- */
+
+/*
+ * Each worker w (1..3) pushes, per iteration, 1 to key w-1 and w to the last
+ * key, with the `add` optimizer: a pull shows exactly how many pushes of
+ * each worker were applied, and the last key must always equal
+ * sum(w * count_w) (a push is applied whole).
+ */
+#define CLOCK_WORKERS 3
+#define CLOCK_KEYS (CLOCK_WORKERS + 1)
+#define CLOCK_ITERS 40
+#define CLOCK_TABLE                                                          \
+	"[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 4\noptimizer = add\n"
+
+enum { REC_PULL = 0, REC_DONE = 1 };
+
+struct clock_record {
+	uint32_t kind;
+	uint32_t worker;
+	uint64_t clock;
+	uint64_t min_clock;
+	uint64_t elapsed_ms;   /* REC_DONE: since the test forked the workers */
+	float vals[CLOCK_KEYS];
+};
+
+static void write_record(int fd, const struct clock_record *r)
+{
+	/* Under PIPE_BUF bytes: one write is atomic, records never interleave. */
+	if (write(fd, r, sizeof(*r)) != (ssize_t)sizeof(*r))
+		child_fail("write record", DML_EIO);
+}
+
+static void __attribute__((noreturn))
+clock_worker(struct dml_test_env *env, struct dml_test_server *srv, uint32_t id,
+	     long sleep_per_iter_us, int fd, uint64_t t0)
+{
+	struct clock_record rec;
+	float grad[CLOCK_KEYS] = { 0 };
+	dml_t *d;
+	int i, rc;
+
+	rc = dml_test_client_new(env, &srv, 1, id, &d);
+	if (rc)
+		child_fail("connect", rc);
+	grad[id - 1] = 1.0f;
+	grad[CLOCK_KEYS - 1] = (float)id;
+	for (i = 0; i < CLOCK_ITERS; i++) {
+		if (sleep_per_iter_us)
+			sleep_us(sleep_per_iter_us);
+		memset(&rec, 0, sizeof(rec));
+		rc = pull_dense(d, 0, CLOCK_KEYS, rec.vals);
+		if (rc)
+			child_fail("pull", rc);
+		rec.kind = REC_PULL;
+		rec.worker = id;
+		rec.clock = dml_current_clock(d);
+		rec.min_clock = dml_last_pull_min_clock(d);
+		write_record(fd, &rec);
+		rc = push_dense(d, 0, CLOCK_KEYS, grad);
+		if (rc)
+			child_fail("push", rc);
+		rc = dml_clock(d);
+		if (rc)
+			child_fail("clock", rc);
+	}
+	memset(&rec, 0, sizeof(rec));
+	rec.kind = REC_DONE;
+	rec.worker = id;
+	rec.clock = dml_current_clock(d);
+	rec.elapsed_ms = elapsed_ms(t0);
+	write_record(fd, &rec);
+	dml_close(d);
+	_exit(0);
+}
+
+struct clock_run {
+	struct clock_record recs[CLOCK_WORKERS * (CLOCK_ITERS + 1)];
+	size_t nrecs;
+	uint64_t done_ms[CLOCK_WORKERS + 1];   /* by worker id */
+	uint64_t max_lag[CLOCK_WORKERS + 1];   /* largest clock - min_clock */
+	float final[CLOCK_KEYS];
+};
+
+/* Read fixed-size records until every writer closed, or fail at deadline. */
+static void read_records(int fd, struct clock_run *run, int timeout_ms)
+{
+	uint64_t start = dml_now_ns();
+	uint8_t *dst = (uint8_t *)run->recs;
+	size_t cap = sizeof(run->recs), got = 0;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	ssize_t n;
+
+	for (;;) {
+		ck_assert_msg(elapsed_ms(start) < (uint64_t)timeout_ms,
+			      "workers did not finish in %d ms (%zu records)", timeout_ms,
+			      got / sizeof(run->recs[0]));
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		ck_assert_msg(got < cap, "more records than expected");
+		n = read(fd, dst + got, cap - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		ck_assert_msg(n >= 0, "read records: %s", strerror(errno));
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	ck_assert_msg(got % sizeof(run->recs[0]) == 0, "torn record");
+	run->nrecs = got / sizeof(run->recs[0]);
+}
+
+/*
+ * Run CLOCK_WORKERS forked workers against one server with staleness s;
+ * worker 3 sleeps slow_us per iteration. Then check what every bound
+ * promises, and read the final table with a control client.
+ */
+static void clock_run(int64_t s, long slow_us, struct clock_run *run)
+{
+	struct dml_test_server_conf conf = { .staleness = s, .workers = CLOCK_WORKERS,
+					     .tables = CLOCK_TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env = cluster_start(1, &conf, &srv);
+	pid_t pids[CLOCK_WORKERS];
+	uint64_t t0 = dml_now_ns();
+	int fds[2], st, i;
+	dml_t *ctl;
+
+	memset(run, 0, sizeof(*run));
+	ck_assert_int_eq(pipe(fds), 0);
+	for (i = 0; i < CLOCK_WORKERS; i++) {
+		ck_assert_int_eq(dml_test_fork(env, &pids[i]), 0);
+		if (pids[i] == 0) {
+			close(fds[0]);
+			clock_worker(env, srv, (uint32_t)(i + 1),
+				     i + 1 == CLOCK_WORKERS ? slow_us : 0, fds[1], t0);
+		}
+	}
+	close(fds[1]);
+	read_records(fds[0], run, 30000);
+	close(fds[0]);
+	for (i = 0; i < CLOCK_WORKERS; i++) {
+		ck_assert_int_eq(dml_test_proc_wait(env, pids[i], WAIT_MS, &st), 0);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "worker %d failed (status 0x%x)", i + 1, st);
+	}
+	ck_assert_uint_eq(run->nrecs, CLOCK_WORKERS * (CLOCK_ITERS + 1));
+
+	/* Everything pushed is there, exactly once. */
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 0, &ctl), 0);
+	wait_ok(ctl, pull_dense(ctl, 0, CLOCK_KEYS, run->final), "final pull");
+	dml_close(ctl);
+	for (i = 0; i < CLOCK_WORKERS; i++)
+		ck_assert_float_eq(run->final[i], (float)CLOCK_ITERS);
+	ck_assert_float_eq(run->final[CLOCK_KEYS - 1],
+			   (float)(CLOCK_ITERS * CLOCK_WORKERS * (CLOCK_WORKERS + 1) / 2));
+
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+
+/* Check every pull against the bound s; fills done_ms and max_lag. */
+static void clock_check(int64_t s, struct clock_run *run)
+{
+	size_t i;
+	uint32_t v;
+
+	for (i = 0; i < run->nrecs; i++) {
+		const struct clock_record *r = &run->recs[i];
+		uint64_t c = r->clock, m = r->min_clock;
+		double weighted = 0;
+
+		ck_assert(r->worker >= 1 && r->worker <= CLOCK_WORKERS);
+		if (r->kind == REC_DONE) {
+			ck_assert_uint_eq(c, CLOCK_ITERS);
+			run->done_ms[r->worker] = r->elapsed_ms;
+			continue;
+		}
+		if (c > m && c - m > run->max_lag[r->worker])
+			run->max_lag[r->worker] = c - m;
+		/* Read-my-writes: own pushes were acknowledged before each clock. */
+		ck_assert_msg(r->vals[r->worker - 1] == (float)c,
+			      "worker %u at clock %llu sees %g of its own pushes", r->worker,
+			      (unsigned long long)c, r->vals[r->worker - 1]);
+		for (v = 1; v <= CLOCK_WORKERS; v++)
+			weighted += v * (double)r->vals[v - 1];
+		ck_assert_msg(r->vals[CLOCK_KEYS - 1] == (float)weighted,
+			      "a push was applied in part: sum key %g, counts say %g",
+			      r->vals[CLOCK_KEYS - 1], weighted);
+		if (s < 0)
+			continue;
+		ck_assert_msg(m + (uint64_t)s >= c,
+			      "worker %u answered at clock %llu with min_clock %llu (s=%lld)",
+			      r->worker, (unsigned long long)c, (unsigned long long)m,
+			      (long long)s);
+		if (c <= (uint64_t)s)
+			continue; /* answered before everybody had to join */
+		for (v = 1; v <= CLOCK_WORKERS; v++) {
+			double seen = r->vals[v - 1];
+
+			/* Each clock follows its acknowledged push: all of the
+			 * pushes before min_clock are visible. */
+			ck_assert_msg(seen >= (double)m,
+				      "worker %u at clock %llu (min %llu) sees only %g pushes "
+				      "of worker %u", r->worker, (unsigned long long)c,
+				      (unsigned long long)m, seen, v);
+			/* Nobody can be more than s clocks ahead of a live worker,
+			 * plus the push of its current iteration. */
+			ck_assert_msg(seen <= (double)(c + (uint64_t)s + 1),
+				      "worker %u at clock %llu sees %g pushes of worker %u "
+				      "(s=%lld)", r->worker, (unsigned long long)c, seen, v,
+				      (long long)s);
+		}
+	}
+}
+
+START_TEST(test_ssp_bound_holds_pulls)
+{
+	static struct clock_run run;
+	const long slow_us = 5000;
+
+	clock_run(1, slow_us, &run);
+	clock_check(1, &run);
+	/* Not vacuous: fast workers ran exactly s ahead, and had to wait. */
+	ck_assert_uint_eq(run.max_lag[1] > run.max_lag[2] ? run.max_lag[1] : run.max_lag[2],
+			  1);
+	ck_assert_uint_ge(run.done_ms[1], CLOCK_ITERS * slow_us / 2000);
+	ck_assert_uint_ge(run.done_ms[2], CLOCK_ITERS * slow_us / 2000);
+}
+END_TEST
+
+START_TEST(test_bsp_pulls_see_every_earlier_push)
+{
+	static struct clock_run run;
+	const long slow_us = 5000;
+	size_t i;
+	uint32_t v;
+
+	clock_run(0, slow_us, &run);
+	clock_check(0, &run);
+	/* BSP: at clock c each worker's count is c, or c + 1 once it pushed in
+	 * the same iteration before this pull was answered. */
+	for (i = 0; i < run.nrecs; i++) {
+		const struct clock_record *r = &run.recs[i];
+
+		if (r->kind != REC_PULL || r->clock == 0)
+			continue;
+		ck_assert_uint_eq(r->min_clock, r->clock);
+		for (v = 1; v <= CLOCK_WORKERS; v++)
+			ck_assert_msg(r->vals[v - 1] == (float)r->clock ||
+				      r->vals[v - 1] == (float)(r->clock + 1),
+				      "BSP pull at clock %llu sees %g pushes of worker %u",
+				      (unsigned long long)r->clock, r->vals[v - 1], v);
+	}
+	ck_assert_uint_ge(run.done_ms[1], CLOCK_ITERS * slow_us / 2000);
+	ck_assert_uint_ge(run.done_ms[2], CLOCK_ITERS * slow_us / 2000);
+}
+END_TEST
+
+START_TEST(test_async_pulls_never_wait)
+{
+	static struct clock_run run;
+	const long slow_us = 10000;
+	uint64_t slow_ms;
+
+	clock_run(-1, slow_us, &run);
+	clock_check(-1, &run);
+	slow_ms = run.done_ms[CLOCK_WORKERS];
+	ck_assert_uint_ge(slow_ms, CLOCK_ITERS * slow_us / 1000);
+	ck_assert_msg(run.done_ms[1] < slow_ms / 2 && run.done_ms[2] < slow_ms / 2,
+		      "fast workers took %llu and %llu ms, the slow one %llu",
+		      (unsigned long long)run.done_ms[1],
+		      (unsigned long long)run.done_ms[2], (unsigned long long)slow_ms);
+	ck_assert_uint_ge(run.max_lag[1], 2);
+	ck_assert_uint_ge(run.max_lag[2], 2);
+}
+END_TEST
+
+/* ---- training: dml-example-lsq on two shards ---------------------------- */
+
+#define LSQ_WORKERS 3
+#define LSQ_DIM 50
+/* The noise alone gives 0.5 * 0.1^2 = 0.005; starting from w = 0 the loss
+ * is about 0.5 * D = 25. */
+#define LSQ_LOSS_BOUND 0.05
+
+/* The number after `key` on the first line of text that has it, or -1. */
+static double number_after(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+
+	return p ? strtod(p + strlen(key), NULL) : -1.0;
+}
+
+START_TEST(test_lsq_trains_on_two_shards)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = 2, .workers = LSQ_WORKERS,
+		.tables = "[table]\nid = 3\nkind = dense\nwidth = 1\nkeys = 50\n"
+			  "optimizer = sgd\nlr = 0.05\n",
+	};
+	struct dml_test_server *srv[2];
+	struct dml_test_env *env = cluster_start(2, &conf, srv);
+	char servers[64], id[16], log_name[256], *bin, *text;
+	char *argv[] = { NULL, "--servers", servers, "--secret", NULL, "--worker-id", id,
+			 "--workers", "3", "--table", "3", "--dim", "50", "--iters", "300",
+			 "--batch", "32", "--seed", "11", "--report", "100",
+			 "--staleness-report", NULL };
+	pid_t pids[LSQ_WORKERS];
+	double first, final;
+	int i, st;
+
+	snprintf(servers, sizeof(servers), "127.0.0.1:%u,127.0.0.1:%u",
+		 dml_test_server_port(srv[0]), dml_test_server_port(srv[1]));
+	dml_test_bin("worker/dml-example-lsq", &bin);
+	argv[0] = bin;
+	argv[4] = (char *)dml_test_env_secret(env);
+	for (i = 0; i < LSQ_WORKERS; i++) {
+		snprintf(id, sizeof(id), "%d", i + 1);
+		snprintf(log_name, sizeof(log_name), "lsq-%d.log", i + 1);
+		ck_assert_int_eq(dml_test_proc_spawn(env, argv, log_name, &pids[i]), 0);
+	}
+	free(bin);
+	for (i = 0; i < LSQ_WORKERS; i++) {
+		ck_assert_int_eq(dml_test_proc_wait(env, pids[i], 30000, &st), 0);
+		snprintf(log_name, sizeof(log_name), "%s/lsq-%d.log", dml_test_env_dir(env),
+			 i + 1);
+		ck_assert_int_eq(dml_test_file_read(log_name, &text), 0);
+		fprintf(stderr, "---- dml-example-lsq worker %d ----\n%s", i + 1, text);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			      "worker %d: status 0x%x", i + 1, st);
+		first = number_after(text, " loss ");
+		final = number_after(text, "\nfinal loss: ");
+		free(text);
+		ck_assert_msg(first > 1.0, "worker %d: initial loss %g", i + 1, first);
+		ck_assert_msg(final >= 0 && final < LSQ_LOSS_BOUND && final < first / 100,
+			      "worker %d: final loss %g (initial %g)", i + 1, final, first);
+	}
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(dml_test_server_stop(srv[i], DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- exactly once: pipelined pushes, broken connections ----------------- */
+
+#define EO_CLIENTS 3
+#define EO_DENSE_KEYS 1000
+#define EO_WIDTH 2
+#define EO_SPARSE_KEYS 64
+#define EO_PUSHES 16   /* per client, table and round, all in flight at once */
+#define EO_ROUNDS 4
+#define EO_TABLES                                                               \
+	"[table]\nid = 0\nkind = dense\nwidth = 2\nkeys = 1000\noptimizer = add\n" \
+	"\n[table]\nid = 1\nkind = sparse\nwidth = 1\noptimizer = add\n"
+
+struct eo_client {
+	dml_t *d;
+	float dense[EO_DENSE_KEYS * EO_WIDTH];
+	float sparse[EO_SPARSE_KEYS];
+	dml_handle_t h[2 * EO_PUSHES];
+};
+
+/* Small integers: every sum stays exact in a float. */
+static float eo_dense_val(int client, size_t i)
+{
+	return (float)(client + 1 + (int)(i % 7));
+}
+
+static void eo_keys(uint64_t *keys)
+{
+	uint64_t state = 42;
+	size_t i;
+
+	for (i = 0; i < EO_SPARSE_KEYS; i++) {
+		state = state * 6364136223846793005ull + 1442695040888963407ull;
+		keys[i] = state ^ (state >> 29);
+	}
+}
+
+/*
+ * EO_ROUNDS rounds of EO_PUSHES dense and sparse pushes per client, all in
+ * flight together; break_port != 0 breaks the connections to that server
+ * while they are. A control client then reads exact sums.
+ */
+static void exactly_once_run(int break_servers)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = EO_TABLES };
+	struct dml_test_server *srv[2];
+	struct dml_test_env *env = cluster_start(2, &conf, srv);
+	static struct eo_client cl[EO_CLIENTS];
+	static float dense_out[EO_DENSE_KEYS * EO_WIDTH];
+	uint64_t keys[EO_SPARSE_KEYS];
+	float sparse_out[EO_SPARSE_KEYS];
+	int c, r, p, broken, total_broken = 0;
+	size_t i;
+	dml_t *ctl;
+
+	eo_keys(keys);
+	for (c = 0; c < EO_CLIENTS; c++) {
+		ck_assert_int_eq(dml_test_client_new(env, srv, 2, (uint32_t)c + 1, &cl[c].d), 0);
+		for (i = 0; i < EO_DENSE_KEYS * EO_WIDTH; i++)
+			cl[c].dense[i] = eo_dense_val(c, i);
+		for (i = 0; i < EO_SPARSE_KEYS; i++)
+			cl[c].sparse[i] = (float)(c + 1);
+	}
+	for (r = 0; r < EO_ROUNDS; r++) {
+		for (c = 0; c < EO_CLIENTS; c++) {
+			for (p = 0; p < EO_PUSHES; p++) {
+				wait_ok(cl[c].d, dml_push_range(cl[c].d, 0, 0, EO_DENSE_KEYS,
+								cl[c].dense, &cl[c].h[2 * p]),
+					"dense push");
+				wait_ok(cl[c].d, dml_push(cl[c].d, 1, keys, EO_SPARSE_KEYS,
+							  cl[c].sparse, &cl[c].h[2 * p + 1]),
+					"sparse push");
+			}
+			dml_progress(cl[c].d, 1);
+		}
+		if (break_servers) {
+			/* Alternate servers; some pushes are acknowledged, some
+			 * applied but not acknowledged, some not even sent. */
+			ck_assert_int_eq(dml_test_break_connections(
+						 dml_test_server_port(srv[r % 2]), &broken), 0);
+			total_broken += broken;
+		}
+		for (c = 0; c < EO_CLIENTS; c++)
+			for (p = 0; p < 2 * EO_PUSHES; p++)
+				wait_ok(cl[c].d, dml_wait(cl[c].d, cl[c].h[p]), "push");
+	}
+	if (break_servers)
+		ck_assert_int_ge(total_broken, EO_CLIENTS * EO_ROUNDS);
+
+	ck_assert_int_eq(dml_test_client_new(env, srv, 2, 0, &ctl), 0);
+	wait_ok(ctl, pull_dense(ctl, 0, EO_DENSE_KEYS, dense_out), "dense pull");
+	for (i = 0; i < EO_DENSE_KEYS * EO_WIDTH; i++) {
+		float want = 0;
+
+		for (c = 0; c < EO_CLIENTS; c++)
+			want += EO_ROUNDS * EO_PUSHES * eo_dense_val(c, i);
+		ck_assert_msg(dense_out[i] == want, "dense value %zu: %g, want %g", i,
+			      dense_out[i], want);
+	}
+	{
+		dml_handle_t h;
+
+		wait_ok(ctl, dml_pull(ctl, 1, keys, EO_SPARSE_KEYS, sparse_out, &h),
+			"sparse pull");
+		wait_ok(ctl, dml_wait(ctl, h), "sparse pull");
+	}
+	for (i = 0; i < EO_SPARSE_KEYS; i++)
+		ck_assert_msg(sparse_out[i] == (float)(EO_ROUNDS * EO_PUSHES * 6),
+			      "sparse key %zu: %g, want %d", i, sparse_out[i],
+			      EO_ROUNDS * EO_PUSHES * 6);
+	dml_close(ctl);
+	for (c = 0; c < EO_CLIENTS; c++)
+		dml_close(cl[c].d);
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(dml_test_server_stop(srv[i], DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+
+START_TEST(test_pipelined_pushes_sum_exactly)
+{
+	exactly_once_run(0);
+}
+END_TEST
+
+START_TEST(test_broken_connections_resend_once)
+{
+	exactly_once_run(1);
+}
+END_TEST
+
+/* ---- protocol abuse on raw sockets --------------------------------------- */
+
+#define ABUSE_KEYS 4
+#define ABUSE_TABLE "[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 4\noptimizer = add\n"
+
+struct abuse_case {
+	const char *name;
+	uint8_t bytes[256];
+	size_t len;
+	int hang_up;            /* close our end right after sending */
+	const char *needles[5]; /* one must show up in the server's log */
+};
+
+static size_t encode_frame(Dml__Meta *m, const void *payload, uint32_t payload_len,
+			   uint8_t *out, size_t cap)
+{
+	size_t n = dml_frame_encode_head(m, payload_len, out, cap);
+
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_le(n + payload_len, cap);
+	memcpy(out + n, payload, payload_len);
+	return n + payload_len;
+}
+
+/* A valid dense PUSH of 1000 to every key: must never be applied. */
+static size_t encode_push(uint8_t *out, size_t cap)
+{
+	Dml__Meta m = DML__META__INIT;
+	float vals[ABUSE_KEYS] = { 1000, 1000, 1000, 1000 };
+
+	m.type = DML__MSG_TYPE__PUSH;
+	m.request_id = 1;
+	m.sender = 1;
+	m.seq = 1;
+	m.dtype = DML__DTYPE__F32;
+	m.value_width = 1;
+	m.dense = 1;
+	m.key_begin = 0;
+	m.key_end = ABUSE_KEYS;
+	return encode_frame(&m, vals, sizeof(vals), out, cap);
+}
+
+static size_t encode_bad_hello(uint8_t *out, size_t cap)
+{
+	Dml__Meta m = DML__META__INIT;
+	Dml__Handshake hs = DML__HANDSHAKE__INIT;
+	uint8_t nonce[DML_NONCE_LEN] = { 1 }, proof[DML_PROOF_LEN] = { 0 };
+
+	hs.role = DML__ROLE__WORKER;
+	hs.node_id = 9;
+	hs.protocol_version = DML_PROTOCOL_VERSION;
+	hs.cluster = (char *)"dml";
+	hs.nonce.data = nonce;
+	hs.nonce.len = sizeof(nonce);
+	hs.proof.data = proof;
+	hs.proof.len = sizeof(proof);
+	m.type = DML__MSG_TYPE__HELLO;
+	m.request_id = 1;
+	m.sender = 9;
+	m.handshake = &hs;
+	return encode_frame(&m, NULL, 0, out, cap);
+}
+
+static size_t encode_bad_type(uint8_t *out, size_t cap)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = (Dml__MsgType)99;
+	m.request_id = 7;
+	return encode_frame(&m, NULL, 0, out, cap);
+}
+
+/* Metadata says 8 payload bytes, the header says none. */
+static size_t encode_length_mismatch(uint8_t *out, size_t cap)
+{
+	Dml__Meta m = DML__META__INIT;
+	size_t n;
+
+	m.type = DML__MSG_TYPE__HEARTBEAT;
+	m.request_id = 3;
+	m.payload_bytes = 8;
+	n = dml__meta__get_packed_size(&m);
+	ck_assert_uint_le(DML_FRAME_HEADER_LEN + n, cap);
+	dml_frame_header_encode(out, (uint32_t)n, 0);
+	dml__meta__pack(&m, out + DML_FRAME_HEADER_LEN);
+	return DML_FRAME_HEADER_LEN + n;
+}
+
+static void header(struct abuse_case *k, uint32_t meta_len, uint32_t payload_len)
+{
+	dml_frame_header_encode(k->bytes, meta_len, payload_len);
+	k->len = DML_FRAME_HEADER_LEN;
+}
+
+static void needles(struct abuse_case *k, int code, const char *alt)
+{
+	k->needles[0] = dml_strerror(code);
+	k->needles[1] = alt;
+}
+
+static size_t abuse_cases(struct abuse_case *k)
+{
+	size_t n = 0;
+
+	memset(k, 0, 16 * sizeof(*k));
+	k[n].name = "bad magic";
+	k[n].len = (size_t)snprintf((char *)k[n].bytes, sizeof(k[n].bytes),
+				    "GET / HTTP/1.1\r\nHost: dml\r\n\r\n");
+	needles(&k[n++], DML_EFRAME_MAGIC, NULL);
+
+	k[n].name = "unknown version";
+	header(&k[n], 8, 0);
+	dml_store_le16(k[n].bytes + 4, 99);
+	memset(k[n].bytes + k[n].len, 0x08, 8);
+	k[n].len += 8;
+	needles(&k[n++], DML_EFRAME_VERSION, NULL);
+
+	k[n].name = "reserved flags";
+	header(&k[n], 8, 0);
+	dml_store_le16(k[n].bytes + 6, 1);
+	needles(&k[n++], DML_EFRAME_FLAGS, NULL);
+
+	k[n].name = "oversized metadata length";
+	header(&k[n], 1u << 30, 0);
+	needles(&k[n++], DML_EFRAME_META, NULL);
+
+	k[n].name = "zero metadata length";
+	header(&k[n], 0, 0);
+	needles(&k[n++], DML_EFRAME_META, NULL);
+
+	k[n].name = "oversized payload length";
+	header(&k[n], 8, UINT32_MAX);
+	needles(&k[n++], DML_EFRAME_PAYLOAD, NULL);
+
+	k[n].name = "garbage metadata";
+	header(&k[n], 24, 0);
+	memset(k[n].bytes + k[n].len, 0xff, 24);
+	k[n].len += 24;
+	needles(&k[n++], DML_EFRAME_DECODE, NULL);
+
+	k[n].name = "unknown message type";
+	k[n].len = encode_bad_type(k[n].bytes, sizeof(k[n].bytes));
+	needles(&k[n++], DML_EFRAME_TYPE, NULL);
+
+	k[n].name = "lengths disagree";
+	k[n].len = encode_length_mismatch(k[n].bytes, sizeof(k[n].bytes));
+	needles(&k[n++], DML_EFRAME_LENGTH, NULL);
+
+	k[n].name = "push before hello";
+	k[n].len = encode_push(k[n].bytes, sizeof(k[n].bytes));
+	k[n].needles[0] = dml_strerror(DML_ESTATE);
+	k[n].needles[1] = dml_strerror(DML_EAUTH);
+	k[n].needles[2] = dml_strerror(DML_EROLE);
+	k[n++].needles[3] = "push";
+
+	k[n].name = "hello with a wrong proof";
+	k[n].len = encode_bad_hello(k[n].bytes, sizeof(k[n].bytes));
+	needles(&k[n++], DML_EAUTH, NULL);
+
+	k[n].name = "hang-up inside a frame";
+	header(&k[n], 40, 0);
+	memset(k[n].bytes + k[n].len, 0x08, 5);
+	k[n].len += 5;
+	k[n].hang_up = 1;
+	needles(&k[n++], DML_EFRAME_TRUNC, NULL);
+
+	k[n].name = "silent peer";
+	k[n].len = 0;
+	needles(&k[n++], DML_ETIMEDOUT, "handshake");
+	return n;
+}
+
+/* One more round for a client that stayed connected through the abuse. */
+static void abuse_round(dml_t *d, float round)
+{
+	float ones[ABUSE_KEYS] = { 1, 1, 1, 1 }, out[ABUSE_KEYS];
+	int i;
+
+	wait_ok(d, push_dense(d, 0, ABUSE_KEYS, ones), "push after abuse");
+	wait_ok(d, pull_dense(d, 0, ABUSE_KEYS, out), "pull after abuse");
+	for (i = 0; i < ABUSE_KEYS; i++)
+		ck_assert_msg(out[i] == round, "key %d: %g after round %g", i, out[i], round);
+}
+
+START_TEST(test_protocol_abuse_costs_one_connection)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = -1, .tables = ABUSE_TABLE,
+		.extra = "[limits]\nhandshake_timeout_ms = 1000\n",
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env = cluster_start(1, &conf, &srv);
+	static struct abuse_case cases[16];
+	size_t n = abuse_cases(cases), i, from;
+	dml_t *d, *fresh;
+	int fd;
+
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 1, &d), 0);
+	abuse_round(d, 1);
+	for (i = 0; i < n; i++) {
+		const struct abuse_case *k = &cases[i];
+
+		fprintf(stderr, "abuse: %s\n", k->name);
+		from = dml_test_server_log_size(srv);
+		ck_assert_int_eq(dml_test_raw_connect(dml_test_server_port(srv), &fd), 0);
+		ck_assert_int_eq(dml_test_raw_send(fd, k->bytes, k->len), 0);
+		if (!k->hang_up)
+			ck_assert_msg(dml_test_raw_wait_closed(fd, WAIT_MS) == 0,
+				      "%s: server kept the connection open", k->name);
+		close(fd);
+		ck_assert_msg(dml_test_server_log_wait(srv, from, k->needles, WAIT_MS) >= 0,
+			      "%s: the log does not say why", k->name);
+		ck_assert_msg(dml_test_server_alive(srv), "%s: server died", k->name);
+		abuse_round(d, (float)(i + 2));
+	}
+	/* A newcomer is served as well. */
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 2, &fresh), 0);
+	dml_close(fresh);
+	dml_close(d);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- authentication and refusals to start ------------------------------- */
+
+static int connect_with(struct dml_test_env *env, struct dml_test_server *srv,
+			const char *key, const char *value)
+{
+	dml_opts_t *o;
+	dml_t *d = NULL;
+	int rc;
+
+	ck_assert_int_eq(dml_test_client_opts(env, &srv, 1, 5, &o), 0);
+	ck_assert_int_eq(dml_opts_set(o, key, value), 0);
+	ck_assert_int_eq(dml_opts_set(o, "connect_timeout_ms", "3000"), 0);
+	rc = dml_connect(o, &d);
+	dml_opts_free(o);
+	if (rc == 0)
+		dml_close(d);
+	return rc;
+}
+
+START_TEST(test_auth_refuses_wrong_secret_and_cluster)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = ABUSE_TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env = cluster_start(1, &conf, &srv);
+	const char *const auth_needles[] = { dml_strerror(DML_EAUTH), NULL };
+	char *wrong, *loose;
+	size_t from;
+	dml_t *d;
+	int rc;
+
+	ck_assert_int_eq(dml_test_env_write(env, "wrong-secret", "not the secret\n", 0600,
+					    &wrong), 0);
+	ck_assert_int_eq(dml_test_env_write(env, "loose-secret", "not the secret\n", 0644,
+					    &loose), 0);
+	from = dml_test_server_log_size(srv);
+	rc = connect_with(env, srv, "secret_file", wrong);
+	ck_assert_msg(rc == DML_EAUTH, "wrong secret: %s", dml_strerror(rc));
+	ck_assert_int_ge(dml_test_server_log_wait(srv, from, auth_needles, WAIT_MS), 0);
+
+	rc = connect_with(env, srv, "cluster", "another");
+	ck_assert_msg(rc == DML_ECLUSTER || rc == DML_EAUTH, "other cluster: %s",
+		      dml_strerror(rc));
+
+	rc = connect_with(env, srv, "secret_file", loose);
+	ck_assert_msg(rc == DML_ESECRET, "secret of mode 0644: %s", dml_strerror(rc));
+
+	/* The refused ones cost nothing to the others. */
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 1, &d), 0);
+	dml_close(d);
+	free(wrong);
+	free(loose);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* Run dml-server on config text; give its exit status and its output. */
+static void server_run_to_exit(struct dml_test_env *env, const char *name,
+			       const char *text, int *status, char **output, char **conf)
+{
+	char *bin, *log_name, *log_path;
+	char *argv[4];
+	pid_t pid;
+
+	ck_assert_int_eq(dml_test_env_write(env, name, text, 0600, conf), 0);
+	dml_test_bin("server/dml-server", &bin);
+	argv[0] = bin;
+	argv[1] = (char *)"-c";
+	argv[2] = *conf;
+	argv[3] = NULL;
+	if (asprintf(&log_name, "%s.log", name) < 0)
+		abort();
+	ck_assert_int_eq(dml_test_proc_spawn(env, argv, log_name, &pid), 0);
+	free(bin);
+	ck_assert_int_eq(dml_test_proc_wait(env, pid, 10000, status), 0);
+	if (asprintf(&log_path, "%s/%s", dml_test_env_dir(env), log_name) < 0)
+		abort();
+	ck_assert_int_eq(dml_test_file_read(log_path, output), 0);
+	fprintf(stderr, "---- %s: status 0x%x ----\n%s", name, *status, *output);
+	free(log_name);
+	free(log_path);
+}
+
+START_TEST(test_server_refuses_loose_secret_file)
+{
+	struct dml_test_env *env;
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = ABUSE_TABLE };
+	char *loose, *text, *out, *path;
+	int st;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_test_env_write(env, "loose-secret", "0123456789abcdef\n",
+					    0644, &loose), 0);
+	conf.secret_file = loose;
+	dml_test_server_conf_text(env, &conf, &text, NULL);
+	server_run_to_exit(env, "loose.conf", text, &st, &out, &path);
+	ck_assert_msg(!(WIFEXITED(st) && WEXITSTATUS(st) == 0), "started anyway");
+	ck_assert_msg(WIFEXITED(st), "crashed instead of refusing");
+	ck_assert_msg(strstr(out, loose) || strstr(out, dml_strerror(DML_ESECRET)),
+		      "the log does not say the secret file is the problem");
+	free(text);
+	free(out);
+	free(path);
+	free(loose);
+	dml_test_env_free(env);
+}
+END_TEST
+
+START_TEST(test_server_refuses_unknown_key_with_file_line)
+{
+	struct dml_test_env *env;
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = ABUSE_TABLE,
+					     .extra = "[limits]\nno_such_key = 1\n" };
+	char *text, *out, *path, where[512];
+	const char *p;
+	int st, line = 1;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	dml_test_server_conf_text(env, &conf, &text, NULL);
+	for (p = text; p < strstr(text, "no_such_key"); p++)
+		line += *p == '\n';
+	server_run_to_exit(env, "unknown.conf", text, &st, &out, &path);
+	snprintf(where, sizeof(where), "%s:%d:", path, line);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status 0x%x, want exit 2", st);
+	ck_assert_msg(strstr(out, where), "output does not name %s", where);
+	ck_assert_msg(strstr(out, "no_such_key"), "output does not name the key");
+	free(text);
+	free(out);
+	free(path);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- SIGTERM ------------------------------------------------------------- */
+
+START_TEST(test_sigterm_with_client_connected)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = ABUSE_TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env = cluster_start(1, &conf, &srv);
+	dml_t *d;
+
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 1, &d), 0);
+	abuse_round(d, 1);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_close(d);
+	dml_test_env_free(env);
+}
+END_TEST
+
+START_TEST(test_sigterm_with_pull_held)
+{
+	/* BSP and a second worker that never comes: a pull at clock 1 waits. */
+	struct dml_test_server_conf conf = { .staleness = 0, .workers = 2,
+					     .tables = ABUSE_TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env = cluster_start(1, &conf, &srv);
+	float ones[ABUSE_KEYS] = { 1, 1, 1, 1 }, out[ABUSE_KEYS];
+	dml_opts_t *o;
+	dml_handle_t h;
+	uint64_t t0;
+	int done = 1, rc;
+	dml_t *d;
+
+	ck_assert_int_eq(dml_test_client_opts(env, &srv, 1, 1, &o), 0);
+	ck_assert_int_eq(dml_opts_set(o, "reconnect_timeout_ms", "1000"), 0);
+	ck_assert_int_eq(dml_connect(o, &d), 0);
+	dml_opts_free(o);
+	wait_ok(d, push_dense(d, 0, ABUSE_KEYS, ones), "push");
+	wait_ok(d, dml_clock(d), "clock");
+	wait_ok(d, dml_pull_range(d, 0, 0, ABUSE_KEYS, out, &h), "pull");
+	dml_progress(d, 300);
+	ck_assert_int_eq(dml_test(d, h, &done), 0);
+	ck_assert_msg(!done, "a BSP pull was answered with a worker missing");
+
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	t0 = dml_now_ns();
+	rc = dml_wait(d, h);
+	ck_assert_msg(rc != 0, "held pull succeeded on a stopped server");
+	ck_assert_uint_lt(elapsed_ms(t0), 15000);
+	dml_close(d);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- runner ------------------------------------------------------------- */
+
+static Suite *cluster_suite(void)
+{
+	Suite *s = suite_create("cluster");
+	TCase *tc;
+
+	tc = tcase_create("consistency");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, test_ssp_bound_holds_pulls);
+	tcase_add_test(tc, test_bsp_pulls_see_every_earlier_push);
+	tcase_add_test(tc, test_async_pulls_never_wait);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("training");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, test_lsq_trains_on_two_shards);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("delivery");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, test_pipelined_pushes_sum_exactly);
+	tcase_add_test(tc, test_broken_connections_resend_once);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("abuse");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, test_protocol_abuse_costs_one_connection);
+	tcase_add_test(tc, test_auth_refuses_wrong_secret_and_cluster);
+	tcase_add_test(tc, test_server_refuses_loose_secret_file);
+	tcase_add_test(tc, test_server_refuses_unknown_key_with_file_line);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("shutdown");
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, test_sigterm_with_client_connected);
+	tcase_add_test(tc, test_sigterm_with_pull_held);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(cluster_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

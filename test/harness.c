@@ -1,0 +1,855 @@
+/*
+ * harness.c - loopback cluster harness for integration tests (see harness.h).
+ *
+ * Starts real daemons as child processes in a private temporary directory
+ * and cleans up after them. It must never leave a process or a directory
+ * behind, whatever way the test ends: children carry PR_SET_PDEATHSIG, and
+ * the atexit handler kills and removes what a failed test left. It never
+ * asserts: it reports through return codes and prints logs on failure.
+ */
+#define _GNU_SOURCE
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* How much of a log is printed when something fails. */
+#define LOG_TAIL_BYTES 8192
+#define POLL_STEP_MS 5
+
+struct dml_test_server {
+	struct dml_test_env *env;
+	pid_t pid;
+	int running;
+	uint16_t port;
+	uint32_t node_id;
+	char *conf_path;
+	char *log_path;
+	char *port_path;
+	struct dml_test_server *next;
+};
+
+struct dml_test_env {
+	char *dir;
+	char *secret;
+	pid_t owner;             /* only this process cleans up */
+	unsigned seq;            /* makes file names unique */
+	pid_t *procs;            /* children not yet reaped */
+	size_t nprocs, capprocs;
+	struct dml_test_server *servers;
+	struct dml_test_env *next;
+};
+
+/* Environments not yet freed, for the atexit handler. */
+static struct dml_test_env *live_envs;
+static int atexit_registered;
+
+static char *str_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *str_printf(const char *fmt, ...)
+{
+	va_list ap;
+	char *s;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		abort();
+	s = dml_xmalloc((size_t)n + 1);
+	va_start(ap, fmt);
+	vsnprintf(s, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static int64_t ms_left(uint64_t deadline_ns)
+{
+	uint64_t now = dml_now_ns();
+
+	return now >= deadline_ns ? 0 : (int64_t)((deadline_ns - now) / 1000000u);
+}
+
+static uint64_t deadline_after(int timeout_ms)
+{
+	return dml_now_ns() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000u;
+}
+
+static void procs_add(struct dml_test_env *env, pid_t pid)
+{
+	if (env->nprocs == env->capprocs) {
+		env->capprocs = env->capprocs ? env->capprocs * 2 : 8;
+		env->procs = dml_xrealloc(env->procs, env->capprocs * sizeof(*env->procs));
+	}
+	env->procs[env->nprocs++] = pid;
+}
+
+static void procs_forget(struct dml_test_env *env, pid_t pid)
+{
+	size_t i;
+
+	for (i = 0; i < env->nprocs; i++) {
+		if (env->procs[i] == pid) {
+			env->procs[i] = env->procs[--env->nprocs];
+			return;
+		}
+	}
+}
+
+/*
+ * Wait for pid up to timeout_ms. 1 and *status when it exited, 0 if it is
+ * still running.
+ */
+static int reap_within(pid_t pid, int timeout_ms, int *status)
+{
+	uint64_t deadline = deadline_after(timeout_ms);
+	pid_t r;
+
+	for (;;) {
+		r = waitpid(pid, status, WNOHANG);
+		if (r == pid)
+			return 1;
+		if (r < 0 && errno != EINTR) {
+			*status = 0; /* not our child any more: nothing to wait for */
+			return 1;
+		}
+		if (ms_left(deadline) == 0)
+			return 0;
+		sleep_ms(POLL_STEP_MS);
+	}
+}
+
+static void kill_and_reap(pid_t pid)
+{
+	int st;
+
+	kill(pid, SIGKILL);
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+}
+
+static void describe_status(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(buf, len, "wait status 0x%x", status);
+}
+
+int dml_test_file_read(const char *path, char **text)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	size_t len = 0, cap = 0, n;
+
+	*text = NULL;
+	if (!f)
+		return DML_EIO;
+	do {
+		if (cap - len < 4096) {
+			cap = cap ? cap * 2 : 8192;
+			buf = dml_xrealloc(buf, cap + 1);
+		}
+		n = fread(buf + len, 1, cap - len, f);
+		len += n;
+	} while (n > 0);
+	fclose(f);
+	buf[len] = '\0';
+	*text = buf;
+	return 0;
+}
+
+static void print_file_tail(const char *title, const char *path)
+{
+	char *text;
+	size_t len;
+	const char *start;
+
+	if (dml_test_file_read(path, &text) != 0) {
+		fprintf(stderr, "---- %s: cannot read %s ----\n", title, path);
+		return;
+	}
+	len = strlen(text);
+	start = len > LOG_TAIL_BYTES ? text + len - LOG_TAIL_BYTES : text;
+	fprintf(stderr, "---- %s (%s)%s ----\n%s%s---- end of %s ----\n", title, path,
+		start != text ? ", last part" : "", start,
+		len && text[len - 1] != '\n' ? "\n" : "", title);
+	free(text);
+}
+
+/* rm -rf, without following links. */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	if (remove(path) != 0)
+		fprintf(stderr, "harness: remove %s: %s\n", path, strerror(errno));
+	return 0;
+}
+
+static void env_cleanup(struct dml_test_env *env)
+{
+	struct dml_test_server *s, *next;
+	size_t i;
+
+	for (i = 0; i < env->nprocs; i++)
+		kill_and_reap(env->procs[i]);
+	env->nprocs = 0;
+	for (s = env->servers; s; s = next) {
+		next = s->next;
+		free(s->conf_path);
+		free(s->log_path);
+		free(s->port_path);
+		free(s);
+	}
+	env->servers = NULL;
+	if (env->dir)
+		nftw(env->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void env_unregister(struct dml_test_env *env)
+{
+	struct dml_test_env **p;
+
+	for (p = &live_envs; *p; p = &(*p)->next) {
+		if (*p == env) {
+			*p = env->next;
+			return;
+		}
+	}
+}
+
+/* A test that exits with an environment still live has failed: show why. */
+static void cleanup_at_exit(void)
+{
+	struct dml_test_env *env, *next;
+	struct dml_test_server *s;
+	char title[64];
+
+	for (env = live_envs; env; env = next) {
+		next = env->next;
+		if (env->owner != getpid())
+			continue;
+		fprintf(stderr, "harness: test ended without dml_test_env_free; "
+				"server logs follow\n");
+		for (s = env->servers; s; s = s->next) {
+			snprintf(title, sizeof(title), "log of server node %u", s->node_id);
+			print_file_tail(title, s->log_path);
+		}
+		env_cleanup(env);
+	}
+}
+
+static int write_file(const char *path, const char *text, unsigned mode)
+{
+	size_t len = strlen(text), off = 0;
+	ssize_t n;
+	int fd, rc = 0;
+
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fprintf(stderr, "harness: open %s: %s\n", path, strerror(errno));
+		return DML_EIO;
+	}
+	/* The umask must not decide: tests depend on the exact mode. */
+	if (fchmod(fd, (mode_t)mode) != 0)
+		rc = DML_EIO;
+	while (rc == 0 && off < len) {
+		n = write(fd, text + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			rc = DML_EIO;
+		else
+			off += (size_t)n;
+	}
+	if (close(fd) != 0)
+		rc = DML_EIO;
+	if (rc)
+		fprintf(stderr, "harness: write %s: %s\n", path, strerror(errno));
+	return rc;
+}
+
+int dml_test_env_new(struct dml_test_env **out)
+{
+	struct dml_test_env *env;
+	const char *tmp = getenv("TMPDIR");
+	uint8_t raw[32];
+	char hex[2 * sizeof(raw) + 2];
+	size_t i;
+	int rc;
+
+	*out = NULL;
+	if (!tmp || !*tmp)
+		tmp = "/tmp";
+	env = dml_xcalloc(1, sizeof(*env));
+	env->owner = getpid();
+	env->dir = str_printf("%s/dml-test-XXXXXX", tmp);
+	if (!mkdtemp(env->dir)) {
+		fprintf(stderr, "harness: mkdtemp %s: %s\n", env->dir, strerror(errno));
+		free(env->dir);
+		free(env);
+		return DML_EIO;
+	}
+	env->next = live_envs;
+	live_envs = env;
+	if (!atexit_registered) {
+		atexit(cleanup_at_exit);
+		atexit_registered = 1;
+	}
+	rc = dml_random_bytes(raw, sizeof(raw));
+	for (i = 0; rc == 0 && i < sizeof(raw); i++)
+		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+	if (rc == 0) {
+		strcat(hex, "\n");
+		env->secret = str_printf("%s/secret", env->dir);
+		rc = write_file(env->secret, hex, 0600);
+	}
+	if (rc) {
+		dml_test_env_free(env);
+		return rc;
+	}
+	*out = env;
+	return 0;
+}
+
+void dml_test_env_free(struct dml_test_env *env)
+{
+	if (!env)
+		return;
+	env_unregister(env);
+	if (env->owner == getpid())
+		env_cleanup(env);
+	free(env->procs);
+	free(env->secret);
+	free(env->dir);
+	free(env);
+}
+
+const char *dml_test_env_dir(const struct dml_test_env *env)
+{
+	return env->dir;
+}
+
+const char *dml_test_env_secret(const struct dml_test_env *env)
+{
+	return env->secret;
+}
+
+int dml_test_env_write(struct dml_test_env *env, const char *name, const char *text,
+		       unsigned mode, char **path)
+{
+	char *full = str_printf("%s/%s", env->dir, name);
+	int rc = write_file(full, text, mode);
+
+	if (path && rc == 0)
+		*path = full;
+	else
+		free(full);
+	return rc;
+}
+
+void dml_test_bin(const char *rel, char **path)
+{
+	const char *dir = getenv("DML_BUILDDIR");
+
+	*path = str_printf("%s/%s", dir && *dir ? dir : ".", rel);
+}
+
+/* In a new child: die with the parent, even when it is SIGKILLed. */
+static int child_bind_to_parent(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	return getppid() == parent ? 0 : -1;
+}
+
+int dml_test_fork(struct dml_test_env *env, pid_t *pid)
+{
+	pid_t parent = getpid(), child;
+
+	fflush(NULL);
+	child = fork();
+	if (child < 0) {
+		fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+		return DML_EIO;
+	}
+	if (child == 0 && child_bind_to_parent(parent) != 0)
+		_exit(127);
+	if (child > 0)
+		procs_add(env, child);
+	*pid = child;
+	return 0;
+}
+
+int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
+			const char *log_name, pid_t *pid)
+{
+	char *log_path = str_printf("%s/%s", env->dir, log_name);
+	pid_t parent = getpid(), child;
+	sigset_t all;
+	int fd;
+
+	fflush(NULL);
+	child = fork();
+	if (child < 0) {
+		fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+		free(log_path);
+		return DML_EIO;
+	}
+	if (child == 0) {
+		if (child_bind_to_parent(parent) != 0)
+			_exit(127);
+		fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd < 0)
+			_exit(127);
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		fd = open("/dev/null", O_RDONLY);
+		if (fd >= 0)
+			dup2(fd, STDIN_FILENO);
+		/* Sockets of the test must not live on in its children. */
+		close_range(3, ~0u, 0);
+		sigemptyset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		execv(argv[0], argv);
+		dprintf(STDERR_FILENO, "harness: exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	free(log_path);
+	procs_add(env, child);
+	*pid = child;
+	return 0;
+}
+
+int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms,
+		       int *status)
+{
+	int st = 0;
+
+	if (!reap_within(pid, timeout_ms, &st)) {
+		fprintf(stderr, "harness: process %d still running after %d ms: killed\n",
+			(int)pid, timeout_ms);
+		kill_and_reap(pid);
+		procs_forget(env, pid);
+		return DML_ETIMEDOUT;
+	}
+	procs_forget(env, pid);
+	if (status)
+		*status = st;
+	return 0;
+}
+
+void dml_test_server_conf_text(struct dml_test_env *env,
+			       const struct dml_test_server_conf *conf, char **text,
+			       char **port_file)
+{
+	unsigned k = env->seq++;
+	char *port_path = str_printf("%s/server-%u.port", env->dir, k);
+	uint32_t count = conf->shard_count ? conf->shard_count : 1;
+
+	*text = str_printf("# written by the test harness\n"
+			   "[server]\n"
+			   "listen = 127.0.0.1:0\n"
+			   "port_file = %s\n"
+			   "node_id = %u\n"
+			   "cluster = %s\n"
+			   "secret_file = %s\n"
+			   "shard = %u/%u\n"
+			   "log_level = %s\n"
+			   "\n[job]\n"
+			   "staleness = %lld\n"
+			   "workers = %u\n"
+			   "\n%s\n%s",
+			   port_path,
+			   conf->node_id ? conf->node_id : 1 + conf->shard_index,
+			   conf->cluster ? conf->cluster : "dml",
+			   conf->secret_file ? conf->secret_file : env->secret,
+			   conf->shard_index, count,
+			   conf->log_level ? conf->log_level : "info",
+			   (long long)conf->staleness, conf->workers,
+			   conf->tables ? conf->tables : "",
+			   conf->extra ? conf->extra : "");
+	if (port_file)
+		*port_file = port_path;
+	else
+		free(port_path);
+}
+
+/* The port, once the server wrote its port file completely. */
+static int read_port(const char *path, uint16_t *port)
+{
+	char *text, *nl;
+	uint64_t v;
+	int rc;
+
+	if (dml_test_file_read(path, &text) != 0)
+		return DML_EIO;
+	nl = strchr(text, '\n');
+	rc = DML_EINVAL;
+	if (nl) {
+		*nl = '\0';
+		rc = dml_parse_u64(text, 1, 65535, &v);
+		if (rc == 0)
+			*port = (uint16_t)v;
+	}
+	free(text);
+	return rc;
+}
+
+static int server_wait_ready(struct dml_test_server *s, int timeout_ms)
+{
+	uint64_t deadline = deadline_after(timeout_ms);
+	char why[64];
+	int st;
+
+	for (;;) {
+		if (read_port(s->port_path, &s->port) == 0)
+			return 0;
+		if (reap_within(s->pid, 0, &st)) {
+			s->running = 0;
+			procs_forget(s->env, s->pid);
+			describe_status(st, why, sizeof(why));
+			fprintf(stderr, "harness: server node %u ended before listening (%s)\n",
+				s->node_id, why);
+			dml_test_server_print_log(s);
+			return DML_EIO;
+		}
+		if (ms_left(deadline) == 0) {
+			fprintf(stderr, "harness: server node %u wrote no port file in %d ms\n",
+				s->node_id, timeout_ms);
+			dml_test_server_print_log(s);
+			dml_test_server_kill(s);
+			return DML_ETIMEDOUT;
+		}
+		sleep_ms(POLL_STEP_MS);
+	}
+}
+
+int dml_test_server_start(struct dml_test_env *env,
+			  const struct dml_test_server_conf *conf,
+			  struct dml_test_server **out)
+{
+	struct dml_test_server *s;
+	char *text, *bin, *log_name;
+	char *argv[4];
+	unsigned k;
+	int rc;
+
+	*out = NULL;
+	s = dml_xcalloc(1, sizeof(*s));
+	s->env = env;
+	s->node_id = conf->node_id ? conf->node_id : 1 + conf->shard_index;
+	k = env->seq; /* conf_text numbers the port file with it */
+	dml_test_server_conf_text(env, conf, &text, &s->port_path);
+	s->conf_path = str_printf("%s/server-%u.conf", env->dir, k);
+	log_name = str_printf("server-%u.log", k);
+	s->log_path = str_printf("%s/%s", env->dir, log_name);
+	/* Owned by the environment from here on, whatever happens next. */
+	s->next = env->servers;
+	env->servers = s;
+
+	rc = write_file(s->conf_path, text, 0600);
+	free(text);
+	dml_test_bin("server/dml-server", &bin);
+	argv[0] = bin;
+	argv[1] = (char *)"-c";
+	argv[2] = s->conf_path;
+	argv[3] = NULL;
+	if (rc == 0)
+		rc = dml_test_proc_spawn(env, argv, log_name, &s->pid);
+	free(bin);
+	free(log_name);
+	if (rc)
+		return rc;
+	s->running = 1;
+	rc = server_wait_ready(s, DML_TEST_START_TIMEOUT_MS);
+	if (rc)
+		return rc;
+	*out = s;
+	return 0;
+}
+
+uint16_t dml_test_server_port(const struct dml_test_server *s)
+{
+	return s->port;
+}
+
+const char *dml_test_server_log(const struct dml_test_server *s)
+{
+	return s->log_path;
+}
+
+int dml_test_server_alive(struct dml_test_server *s)
+{
+	int st;
+
+	if (s->running && reap_within(s->pid, 0, &st)) {
+		s->running = 0;
+		procs_forget(s->env, s->pid);
+	}
+	return s->running;
+}
+
+void dml_test_server_print_log(const struct dml_test_server *s)
+{
+	char title[64];
+
+	snprintf(title, sizeof(title), "log of server node %u", s->node_id);
+	print_file_tail(title, s->log_path);
+}
+
+int dml_test_server_stop(struct dml_test_server *s, int timeout_ms)
+{
+	char why[64];
+	int st = 0;
+
+	if (!s->running) {
+		fprintf(stderr, "harness: server node %u was not running\n", s->node_id);
+		return DML_EIO;
+	}
+	kill(s->pid, SIGTERM);
+	if (!reap_within(s->pid, timeout_ms, &st)) {
+		fprintf(stderr, "harness: server node %u ignored SIGTERM for %d ms\n",
+			s->node_id, timeout_ms);
+		dml_test_server_print_log(s);
+		dml_test_server_kill(s);
+		return DML_ETIMEDOUT;
+	}
+	s->running = 0;
+	procs_forget(s->env, s->pid);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
+		return 0;
+	describe_status(st, why, sizeof(why));
+	fprintf(stderr, "harness: server node %u stopped with %s\n", s->node_id, why);
+	dml_test_server_print_log(s);
+	return DML_EIO;
+}
+
+void dml_test_server_kill(struct dml_test_server *s)
+{
+	if (!s->running)
+		return;
+	kill_and_reap(s->pid);
+	s->running = 0;
+	procs_forget(s->env, s->pid);
+}
+
+size_t dml_test_server_log_size(const struct dml_test_server *s)
+{
+	struct stat st;
+
+	return stat(s->log_path, &st) == 0 ? (size_t)st.st_size : 0;
+}
+
+int dml_test_server_log_wait(const struct dml_test_server *s, size_t from,
+			     const char *const *needles, int timeout_ms)
+{
+	uint64_t deadline = deadline_after(timeout_ms);
+	char *text;
+	size_t i;
+
+	for (;;) {
+		if (dml_test_file_read(s->log_path, &text) == 0) {
+			const char *part = strlen(text) >= from ? text + from : "";
+
+			for (i = 0; needles[i]; i++) {
+				if (strstr(part, needles[i])) {
+					free(text);
+					return (int)i;
+				}
+			}
+			free(text);
+		}
+		if (ms_left(deadline) == 0)
+			break;
+		sleep_ms(20);
+	}
+	fprintf(stderr, "harness: server node %u logged none of:", s->node_id);
+	for (i = 0; needles[i]; i++)
+		fprintf(stderr, " \"%s\"", needles[i]);
+	fprintf(stderr, "\n");
+	dml_test_server_print_log(s);
+	return -1;
+}
+
+int dml_test_raw_connect(uint16_t port, int *fd)
+{
+	struct sockaddr_in sa;
+	int s;
+
+	*fd = -1;
+	s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return DML_ECONN;
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons(port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		fprintf(stderr, "harness: connect 127.0.0.1:%u: %s\n", port, strerror(errno));
+		close(s);
+		return DML_ECONN;
+	}
+	*fd = s;
+	return 0;
+}
+
+int dml_test_raw_send(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	ssize_t n;
+
+	while (len > 0) {
+		n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EPIPE || errno == ECONNRESET))
+			return 0;
+		if (n <= 0) {
+			fprintf(stderr, "harness: send: %s\n", strerror(errno));
+			return DML_EIO;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int dml_test_raw_wait_closed(int fd, int timeout_ms)
+{
+	uint64_t deadline = deadline_after(timeout_ms);
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	char scratch[4096];
+	ssize_t n;
+	int64_t left;
+
+	for (;;) {
+		left = ms_left(deadline);
+		if (left == 0)
+			return DML_ETIMEDOUT;
+		if (poll(&pfd, 1, (int)left) <= 0)
+			continue;
+		n = recv(fd, scratch, sizeof(scratch), 0);
+		if (n == 0 || (n < 0 && errno == ECONNRESET))
+			return 0;
+		if (n < 0 && errno != EINTR && errno != EAGAIN)
+			return 0;
+	}
+}
+
+int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const *servers,
+			 size_t n, uint32_t worker_id, dml_opts_t **out)
+{
+	dml_opts_t *o;
+	char *list = dml_xstrdup(""), *next;
+	char id[16];
+	size_t i;
+	int rc;
+
+	*out = NULL;
+	for (i = 0; i < n; i++) {
+		next = str_printf("%s%s127.0.0.1:%u", list, i ? "," : "",
+				  (unsigned)servers[i]->port);
+		free(list);
+		list = next;
+	}
+	rc = dml_opts_new(&o);
+	if (rc) {
+		free(list);
+		return rc;
+	}
+	snprintf(id, sizeof(id), "%u", worker_id);
+	rc = dml_opts_set(o, "servers", list);
+	if (rc == 0)
+		rc = dml_opts_set(o, "secret_file", env->secret);
+	if (rc == 0)
+		rc = dml_opts_set(o, "cluster", "dml");
+	if (rc == 0 && worker_id)
+		rc = dml_opts_set(o, "worker_id", id);
+	if (rc == 0)
+		rc = dml_opts_set(o, "role", worker_id ? "worker" : "control");
+	free(list);
+	if (rc) {
+		fprintf(stderr, "harness: client options: %s\n", dml_strerror(rc));
+		dml_opts_free(o);
+		return rc;
+	}
+	*out = o;
+	return 0;
+}
+
+int dml_test_client_new(struct dml_test_env *env, struct dml_test_server *const *servers,
+			size_t n, uint32_t worker_id, dml_t **out)
+{
+	dml_opts_t *o;
+	int rc;
+
+	*out = NULL;
+	rc = dml_test_client_opts(env, servers, n, worker_id, &o);
+	if (rc)
+		return rc;
+	rc = dml_connect(o, out);
+	dml_opts_free(o);
+	return rc;
+}
+
+int dml_test_break_connections(uint16_t port, int *count)
+{
+	struct sockaddr_in sa;
+	socklen_t salen;
+	struct dirent *de;
+	struct stat st;
+	DIR *dir;
+	uint64_t fd;
+	int broken = 0;
+
+	dir = opendir("/proc/self/fd");
+	if (!dir)
+		return DML_EIO;
+	while ((de = readdir(dir))) {
+		if (dml_parse_u64(de->d_name, 0, INT32_MAX, &fd) != 0)
+			continue;
+		if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+			continue;
+		salen = sizeof(sa);
+		if (getpeername((int)fd, (struct sockaddr *)&sa, &salen) != 0 ||
+		    sa.sin_family != AF_INET || ntohs(sa.sin_port) != port ||
+		    sa.sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+			continue;
+		if (shutdown((int)fd, SHUT_RDWR) == 0)
+			broken++;
+	}
+	closedir(dir);
+	if (count)
+		*count = broken;
+	return 0;
+}

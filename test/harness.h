@@ -1,0 +1,187 @@
+/*
+ * harness.h - loopback cluster harness for integration tests.
+ *
+ * A test makes one environment (a private temporary directory holding a
+ * 0600 cluster secret, configs, port files and one log per process), starts
+ * real dml-server processes on 127.0.0.1 with kernel-chosen ports, drives
+ * them through libdml or raw sockets, and stops them, checking how they
+ * exit. Everything a test starts dies with it: children get SIGKILL when the
+ * test process dies (also when Check kills it on a timeout), and an atexit
+ * handler kills what is left, prints the server logs (a test that exits
+ * before dml_test_env_free() has failed) and removes the directory.
+ *
+ * Only the process that made an environment cleans it up, so forked worker
+ * children may use it freely; they must leave with _exit().
+ *
+ * The harness never decides that a test failed: functions return 0 or a
+ * negative DML_E... code (after printing what went wrong) and the test
+ * asserts on that.
+ */
+#ifndef DML_TEST_HARNESS_H
+#define DML_TEST_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dml.h"
+
+/** Default time a server gets to write its port file or to exit. */
+#define DML_TEST_START_TIMEOUT_MS 15000
+#define DML_TEST_STOP_TIMEOUT_MS 10000
+
+struct dml_test_env;
+struct dml_test_server;
+
+/** What goes into a generated dml-server config. Zeroed fields get defaults. */
+struct dml_test_server_conf {
+	uint32_t node_id;      /* 0: 1 + shard_index */
+	uint32_t shard_index;
+	uint32_t shard_count;  /* 0: 1 */
+	int64_t staleness;     /* the [job] bound: 0 BSP, -1 async */
+	uint32_t workers;      /* [job] workers */
+	const char *cluster;   /* NULL: "dml" */
+	const char *log_level; /* NULL: "info" */
+	const char *secret_file; /* NULL: the environment's secret */
+	const char *tables;    /* one or more [table] sections, as config text */
+	const char *extra;     /* appended verbatim (e.g. a [limits] section) */
+};
+
+/**
+ * Make an environment: a fresh mkdtemp directory under $TMPDIR (or /tmp)
+ * with a random secret file of mode 0600. Registers the atexit cleanup.
+ * Returns 0, DML_EIO or DML_ENOMEM.
+ */
+int dml_test_env_new(struct dml_test_env **out);
+
+/**
+ * Kill every process still running (SIGKILL), free all servers and remove
+ * the directory. NULL is fine. Call it at the end of a test that passed.
+ */
+void dml_test_env_free(struct dml_test_env *env);
+
+/** The environment's directory and secret file; live until env_free. */
+const char *dml_test_env_dir(const struct dml_test_env *env);
+const char *dml_test_env_secret(const struct dml_test_env *env);
+
+/**
+ * Write text to the file `name` inside the directory with the given mode.
+ * *path (optional) gets a malloc'ed copy of the full path. 0 or DML_EIO.
+ */
+int dml_test_env_write(struct dml_test_env *env, const char *name, const char *text,
+		       unsigned mode, char **path);
+
+/**
+ * The path of a built program, relative to $DML_BUILDDIR (or "." when it is
+ * unset), e.g. "server/dml-server". *path is malloc'ed.
+ */
+void dml_test_bin(const char *rel, char **path);
+
+/**
+ * Render a server config for conf (listen on port 0, port_file, the
+ * environment's secret). *text is malloc'ed; *port_file (optional) gets the
+ * malloc'ed port file path the config names.
+ */
+void dml_test_server_conf_text(struct dml_test_env *env,
+			       const struct dml_test_server_conf *conf, char **text,
+			       char **port_file);
+
+/**
+ * Write a config for conf, start dml-server on it with stderr to its own log
+ * file, and wait for the port file (DML_TEST_START_TIMEOUT_MS). On failure
+ * the log tail is printed and the process killed. The server is owned by the
+ * environment. Returns 0, DML_EIO (could not start, or exited early) or
+ * DML_ETIMEDOUT.
+ */
+int dml_test_server_start(struct dml_test_env *env,
+			  const struct dml_test_server_conf *conf,
+			  struct dml_test_server **out);
+
+/** Port the server listens on. */
+uint16_t dml_test_server_port(const struct dml_test_server *s);
+/** Path of the server's log file. */
+const char *dml_test_server_log(const struct dml_test_server *s);
+/** 1 while the process is running, 0 once it exited (it is reaped). */
+int dml_test_server_alive(struct dml_test_server *s);
+/** Print the last part of the server's log to stderr. */
+void dml_test_server_print_log(const struct dml_test_server *s);
+
+/**
+ * SIGTERM the server and wait up to timeout_ms for it to exit. Returns 0 if
+ * it exited with status 0; otherwise prints its log and returns DML_EIO (bad
+ * status) or DML_ETIMEDOUT (after SIGKILL).
+ */
+int dml_test_server_stop(struct dml_test_server *s, int timeout_ms);
+
+/** SIGKILL the server and reap it. */
+void dml_test_server_kill(struct dml_test_server *s);
+
+/** Current size of the server's log, as a starting point for log_wait. */
+size_t dml_test_server_log_size(const struct dml_test_server *s);
+
+/**
+ * Wait up to timeout_ms for the server's log, from byte `from` on, to
+ * contain one of the NULL-terminated needles. Returns the index of the
+ * first needle found, or -1 (and prints the log) on timeout.
+ */
+int dml_test_server_log_wait(const struct dml_test_server *s, size_t from,
+			     const char *const *needles, int timeout_ms);
+
+/**
+ * Start a program (argv[0] is its path) with stdout and stderr appended to
+ * the file `log_name` in the directory. The process dies with the test.
+ * Returns 0 or DML_EIO.
+ */
+int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
+			const char *log_name, pid_t *pid);
+
+/**
+ * Wait up to timeout_ms for a process from dml_test_proc_spawn() and give
+ * its waitpid status. On timeout it is killed and DML_ETIMEDOUT returned.
+ */
+int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms,
+		       int *status);
+
+/**
+ * fork() a worker child that dies with the test and is killed by the
+ * cleanup. Returns 0 in both processes (*pid is 0 in the child, which must
+ * leave with _exit()) or DML_EIO.
+ */
+int dml_test_fork(struct dml_test_env *env, pid_t *pid);
+
+/** Read a whole file into a malloc'ed NUL-terminated string. 0 or DML_EIO. */
+int dml_test_file_read(const char *path, char **text);
+
+/** Connect a plain TCP socket to 127.0.0.1:port. 0 or DML_ECONN. */
+int dml_test_raw_connect(uint16_t port, int *fd);
+
+/** Send all of buf (a peer that already closed is not an error). 0 or DML_EIO. */
+int dml_test_raw_send(int fd, const void *buf, size_t len);
+
+/**
+ * Read and discard until the peer closes (or resets) the connection.
+ * Returns 0 once it did, DML_ETIMEDOUT if it stays open for timeout_ms.
+ */
+int dml_test_raw_wait_closed(int fd, int timeout_ms);
+
+/**
+ * Client options for the given servers (in shard order), this environment's
+ * secret and cluster "dml". worker_id 0 makes a control client (role
+ * "control"), otherwise a worker. The caller may set more options and frees
+ * them with dml_opts_free(). Returns 0 or the dml_opts_set() error.
+ */
+int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const *servers,
+			 size_t n, uint32_t worker_id, dml_opts_t **out);
+
+/** dml_test_client_opts() then dml_connect(); returns dml_connect's code. */
+int dml_test_client_new(struct dml_test_env *env, struct dml_test_server *const *servers,
+			size_t n, uint32_t worker_id, dml_t **out);
+
+/**
+ * Break every TCP connection this process holds to 127.0.0.1:port
+ * (shutdown(2) on the socket, as a network failure would), to exercise the
+ * client's reconnect and resend. *count (optional) gets how many.
+ */
+int dml_test_break_connections(uint16_t port, int *count);
+
+#endif

@@ -1,0 +1,37 @@
+# test/: Check unit tests per module, and integration tests that start real
+# daemons on 127.0.0.1 with free ports (see test/harness.h).
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+TEST_LIBS = $(CHECK_LIBS)
+
+check_PROGRAMS += test/check_frame test/check_auth test/check_conf \
+	test/check_table test/check_shardmap test/check_cluster
+TESTS += test/check_frame test/check_auth test/check_conf \
+	test/check_table test/check_shardmap test/check_cluster
+
+test_check_frame_SOURCES = test/check_frame.c
+test_check_frame_CFLAGS = $(TEST_CFLAGS)
+test_check_frame_LDADD = proto/libdmlproto.la $(TEST_LIBS)
+
+test_check_auth_SOURCES = test/check_auth.c
+test_check_auth_CFLAGS = $(TEST_CFLAGS)
+test_check_auth_LDADD = proto/libdmlproto.la $(TEST_LIBS)
+
+test_check_conf_SOURCES = test/check_conf.c
+test_check_conf_CFLAGS = $(TEST_CFLAGS)
+test_check_conf_LDADD = proto/libdmlproto.la $(TEST_LIBS)
+
+test_check_table_SOURCES = test/check_table.c
+test_check_table_CFLAGS = $(TEST_CFLAGS)
+test_check_table_LDADD = server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
+
+test_check_shardmap_SOURCES = test/check_shardmap.c
+test_check_shardmap_CFLAGS = $(TEST_CFLAGS)
+test_check_shardmap_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS)
+
+# Integration: real dml-server processes, real sockets.
+test_check_cluster_SOURCES = test/check_cluster.c test/harness.c test/harness.h
+test_check_cluster_CFLAGS = $(TEST_CFLAGS)
+test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+AM_TESTS_ENVIRONMENT = DML_BUILDDIR='$(abs_top_builddir)'; DML_SRCDIR='$(abs_top_srcdir)'; \
+	export DML_BUILDDIR DML_SRCDIR;

@@ -1,0 +1,1530 @@
+/*
+ * dml-bench: benchmarks that print figures. `dml-bench pushpull` starts one
+ * real dml-server in a private temporary directory, drives it through libdml
+ * with dense and sparse pushes and pulls from 1..N connections (one thread
+ * and one dml_t each) at several windows of requests in flight, measures the
+ * same traffic over raw loopback TCP (bench_raw.c) in the same run, prints
+ * one row per configuration and checks the targets of the issue.
+ *
+ * It must never leave a server or its temporary directory behind, on any
+ * path: errors, SIGINT and SIGTERM stop the server and remove the directory,
+ * and the server dies with this process if it is killed. Its exit status says
+ * whether it ran, not whether a target was met.
+ *
+ * This file also holds the statistics and the windowed driver that
+ * bench_raw.c shares (see bench.h), so both paths are timed by one code.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dml.h"
+#include "log.h"
+#include "util.h"
+
+#define BENCH_EXIT_ERROR 1
+#define BENCH_EXIT_USAGE 2
+#define BENCH_EXIT_INTERRUPTED 130
+
+#define BENCH_MAX_LIST 16
+#define BENCH_MAX_CONNS 64
+#define BENCH_MAX_WINDOW 4096
+#define BENCH_MAX_SIZE (256ull << 20)
+#define BENCH_SPARSE_KEYS 1000
+/* Pre-generated key sets per connection and sparse table, used round robin. */
+#define BENCH_KEY_BATCHES 256
+#define BENCH_ACK_BYTES 8
+#define BENCH_PORT_WAIT_MS 10000
+#define BENCH_STOP_WAIT_MS 10000
+#define BENCH_LOG_TAIL 4096
+#define BENCH_DENSE_TABLE0 1 /* dense table of the i-th --sizes entry: 1 + i */
+
+/* The sparse tables: width, key universe (log2) and table id. */
+static const struct bench_sparse {
+	uint32_t width;
+	unsigned universe_log2;
+	uint32_t table;
+} bench_sparse[] = {
+	{ 1, 20, 1001 },
+	{ 64, 16, 1002 },
+};
+#define BENCH_NSPARSE DML_ARRAY_LEN(bench_sparse)
+
+/* ---- interruption ---------------------------------------------------- */
+
+static atomic_int bench_stop;
+/* The server to stop at once if a second signal arrives. */
+static volatile sig_atomic_t bench_child_pid;
+
+static void bench_on_signal(int sig)
+{
+	pid_t pid = bench_child_pid;
+
+	/* First signal: finish the requests in flight and clean up. A second
+	 * one also stops the server so that nothing can keep us waiting. */
+	if (atomic_exchange(&bench_stop, 1) && pid > 0)
+		kill(pid, SIGTERM);
+}
+
+int bench_interrupted(void)
+{
+	return atomic_load(&bench_stop);
+}
+
+static void bench_signals_install(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = bench_on_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- statistics ------------------------------------------------------ */
+
+void bench_lat_init(struct bench_lat *l)
+{
+	memset(l, 0, sizeof(*l));
+}
+
+void bench_lat_destroy(struct bench_lat *l)
+{
+	free(l->ns);
+	bench_lat_init(l);
+}
+
+void bench_lat_add(struct bench_lat *l, uint64_t ns)
+{
+	if (l->n == l->cap) {
+		l->cap = l->cap ? l->cap * 2 : 4096;
+		l->ns = dml_xrealloc(l->ns, l->cap * sizeof(*l->ns));
+	}
+	l->ns[l->n++] = ns;
+}
+
+void bench_lat_append(struct bench_lat *dst, const struct bench_lat *src)
+{
+	for (size_t i = 0; i < src->n; i++)
+		bench_lat_add(dst, src->ns[i]);
+}
+
+static int bench_u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+double bench_lat_quantile_us(struct bench_lat *l, double q)
+{
+	size_t rank;
+
+	if (l->n == 0)
+		return 0;
+	qsort(l->ns, l->n, sizeof(*l->ns), bench_u64_cmp);
+	if (q < 0)
+		q = 0;
+	if (q > 1)
+		q = 1;
+	/* Nearest rank: the smallest sample with at least q of them at or below. */
+	rank = (size_t)(q * (double)l->n + 0.999999);
+	if (rank == 0)
+		rank = 1;
+	if (rank > l->n)
+		rank = l->n;
+	return (double)l->ns[rank - 1] / 1e3;
+}
+
+/* ---- the windowed driver --------------------------------------------- */
+
+struct bench_thread {
+	const struct bench_driver *drv;
+	unsigned window;
+	uint64_t begin_ns, end_ns; /* the counted window */
+	uint64_t done;
+	struct bench_lat lat;
+	int rc;
+	int started;
+	pthread_t tid;
+};
+
+static int bench_thread_loop(struct bench_thread *t)
+{
+	const struct bench_driver *d = t->drv;
+	uint64_t *sent = dml_xcalloc(t->window, sizeof(*sent));
+	unsigned head = 0, inflight = 0;
+	int rc = 0;
+
+	for (;;) {
+		uint64_t now = dml_now_ns();
+
+		if (inflight < t->window && now < t->end_ns && !bench_interrupted()) {
+			unsigned slot = (head + inflight) % t->window;
+
+			sent[slot] = now;
+			rc = d->submit(d->ctx, slot);
+			if (rc)
+				break;
+			inflight++;
+			continue;
+		}
+		if (inflight == 0)
+			break;
+		rc = d->complete(d->ctx, head);
+		if (rc)
+			break;
+		now = dml_now_ns();
+		if (now >= t->begin_ns && now < t->end_ns) {
+			t->done++;
+			bench_lat_add(&t->lat, now - sent[head]);
+		}
+		head = (head + 1) % t->window;
+		inflight--;
+	}
+	free(sent);
+	return rc;
+}
+
+static void *bench_thread_main(void *arg)
+{
+	struct bench_thread *t = arg;
+
+	t->rc = bench_thread_loop(t);
+	return NULL;
+}
+
+static uint64_t bench_seconds_ns(double s)
+{
+	return (uint64_t)(s * 1e9);
+}
+
+int bench_run_drivers(const struct bench_driver *drivers, unsigned conns, unsigned window,
+		      const struct bench_plan *plan, uint64_t value_bytes,
+		      struct bench_result *res)
+{
+	struct bench_thread *th;
+	struct bench_lat all;
+	uint64_t begin, end, stop, done = 0;
+	int rc = 0;
+
+	if (!drivers || !plan || !res || conns == 0 || window == 0)
+		return DML_EINVAL;
+	th = dml_xcalloc(conns, sizeof(*th));
+	/* One counted window for all threads; starting them is part of warm-up. */
+	begin = dml_now_ns() + bench_seconds_ns(plan->warmup_s);
+	end = begin + bench_seconds_ns(plan->seconds);
+	for (unsigned i = 0; i < conns; i++) {
+		th[i].drv = &drivers[i];
+		th[i].window = window;
+		th[i].begin_ns = begin;
+		th[i].end_ns = end;
+		bench_lat_init(&th[i].lat);
+		th[i].started = pthread_create(&th[i].tid, NULL, bench_thread_main, &th[i]) == 0;
+		if (!th[i].started)
+			th[i].rc = DML_EIO;
+	}
+	bench_lat_init(&all);
+	for (unsigned i = 0; i < conns; i++) {
+		if (th[i].started)
+			pthread_join(th[i].tid, NULL);
+		if (th[i].rc && !rc)
+			rc = th[i].rc;
+		done += th[i].done;
+		bench_lat_append(&all, &th[i].lat);
+		bench_lat_destroy(&th[i].lat);
+	}
+	stop = dml_now_ns();
+	if (stop > end)
+		stop = end;
+	memset(res, 0, sizeof(*res));
+	res->requests = done;
+	res->seconds = stop > begin ? (double)(stop - begin) / 1e9 : 0;
+	if (res->seconds > 0) {
+		res->rps = (double)done / res->seconds;
+		res->gbps = res->rps * (double)value_bytes / 1e9;
+	}
+	res->p50_us = bench_lat_quantile_us(&all, 0.50);
+	res->p99_us = bench_lat_quantile_us(&all, 0.99);
+	bench_lat_destroy(&all);
+	free(th);
+	if (rc == 0 && bench_interrupted())
+		rc = DML_ECLOSED;
+	return rc;
+}
+
+/* ---- options --------------------------------------------------------- */
+
+enum bench_op { BENCH_PUSH = 0, BENCH_PULL = 1 };
+enum bench_kind { BENCH_DENSE = 0, BENCH_SPARSE = 1 };
+
+static const char *const bench_op_names[] = { "push", "pull" };
+static const char *const bench_kind_names[] = { "dense", "sparse" };
+
+struct bench_list {
+	uint64_t v[BENCH_MAX_LIST];
+	size_t n;
+};
+
+struct bench_opts {
+	const char *server;
+	double seconds, warmup;
+	struct bench_list sizes, conns, windows;
+	unsigned ops; /* bit (1 << enum bench_op) */
+	int dense, sparse;
+	int csv, baseline_only, quick, verbose;
+};
+
+enum {
+	BENCH_SET_SECONDS = 1 << 0,
+	BENCH_SET_WARMUP = 1 << 1,
+	BENCH_SET_SIZES = 1 << 2,
+	BENCH_SET_CONNS = 1 << 3,
+	BENCH_SET_WINDOWS = 1 << 4,
+};
+
+/* Defaults; --quick swaps in the second set for whatever was not given. */
+static const struct bench_defaults {
+	double seconds, warmup;
+	const char *sizes, *conns, *windows;
+} bench_full = { 1.0, 0.2, "4K,64K,1M,16M", "1,2,4", "1,8,32" },
+  bench_quick = { 0.3, 0.1, "4K,1M", "1", "1,8" };
+
+static void bench_pushpull_usage(FILE *out)
+{
+	fprintf(out,
+		"dml-bench pushpull [options]: push/pull throughput and latency\n"
+		"against one dml-server it starts itself, next to a raw-TCP baseline\n"
+		"measured in the same run (same bytes, connections and window).\n"
+		"\n"
+		"  --server PATH     dml-server to run (default: $DML_SERVER, else\n"
+		"                    ../server/dml-server or ./dml-server next to this program)\n"
+		"  --seconds X       counted time per measurement (default %.1f)\n"
+		"  --warmup X        uncounted warm-up before it (default %.1f)\n"
+		"  --sizes LIST      dense request sizes, K/M suffixes (default %s)\n"
+		"  --conns LIST      client connections, one thread each (default %s)\n"
+		"  --windows LIST    requests in flight per connection (default %s)\n"
+		"  --ops LIST        push,pull (default both)\n"
+		"  --dense yes|no    dense requests (default yes)\n"
+		"  --sparse yes|no   sparse requests of %d keys x 1 and x 64 floats (default yes)\n"
+		"  --quick           short subset for smoke tests (%s; %s conns; windows %s;\n"
+		"                    %.1f s); explicit options still win\n"
+		"  --baseline-only   measure raw TCP only, start no server\n"
+		"  --csv             machine-readable output\n"
+		"  -v, --verbose     log libdml's informational messages\n"
+		"  -h, --help        this text\n"
+		"\n"
+		"GB/s counts value bytes only (1 GB = 1e9 bytes); latency is submit to\n"
+		"completion of each request; ratio = dml / raw-TCP requests per second.\n"
+		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
+		"2 on bad usage, 130 when interrupted.\n",
+		bench_full.seconds, bench_full.warmup, bench_full.sizes, bench_full.conns,
+		bench_full.windows, BENCH_SPARSE_KEYS, bench_quick.sizes, bench_quick.conns,
+		bench_quick.windows, bench_quick.seconds);
+}
+
+/* Call item() on each comma-separated element of s; empty elements are bad. */
+static int bench_split(const char *s, int (*item)(const char *tok, void *arg), void *arg)
+{
+	char *copy = dml_xstrdup(s), *save = NULL, *tok;
+	int rc = 0, n = 0;
+
+	for (tok = strtok_r(copy, ",", &save); tok && rc == 0;
+	     tok = strtok_r(NULL, ",", &save), n++)
+		rc = item(tok, arg);
+	/* strtok_r skips empty fields: count commas to catch "1,,2" and "1,". */
+	if (rc == 0) {
+		int commas = 0;
+
+		for (const char *p = s; *p; p++)
+			commas += *p == ',';
+		if (n == 0 || commas != n - 1)
+			rc = DML_EINVAL;
+	}
+	free(copy);
+	return rc;
+}
+
+struct bench_list_parse {
+	struct bench_list *list;
+	int sizes; /* K/M/G suffixes allowed, and a multiple of 4 */
+	uint64_t min, max;
+};
+
+static int bench_list_item(const char *tok, void *arg)
+{
+	struct bench_list_parse *p = arg;
+	uint64_t v;
+	int rc;
+
+	if (p->list->n == BENCH_MAX_LIST)
+		return DML_ERANGE;
+	rc = p->sizes ? dml_parse_size(tok, p->min, p->max, &v)
+		      : dml_parse_u64(tok, p->min, p->max, &v);
+	if (rc == 0 && p->sizes && v % sizeof(float) != 0)
+		rc = DML_EINVAL;
+	if (rc == 0)
+		p->list->v[p->list->n++] = v;
+	return rc;
+}
+
+static int bench_list_parse(const char *s, int sizes, uint64_t min, uint64_t max,
+			    struct bench_list *out)
+{
+	struct bench_list_parse p = { out, sizes, min, max };
+
+	out->n = 0;
+	return bench_split(s, bench_list_item, &p);
+}
+
+static int bench_op_item(const char *tok, void *arg)
+{
+	unsigned *ops = arg;
+
+	for (size_t i = 0; i < DML_ARRAY_LEN(bench_op_names); i++) {
+		if (strcmp(tok, bench_op_names[i]) == 0) {
+			*ops |= 1u << i;
+			return 0;
+		}
+	}
+	return DML_EINVAL;
+}
+
+static int bench_yes_no(const char *s, int *out)
+{
+	if (strcmp(s, "yes") == 0 || strcmp(s, "no") == 0) {
+		*out = s[0] == 'y';
+		return 0;
+	}
+	return DML_EINVAL;
+}
+
+static int bench_usage_error(const char *opt, const char *value, const char *want)
+{
+	dml_err("pushpull: bad %s '%s': %s (see dml-bench pushpull --help)", opt, value,
+		want);
+	return BENCH_EXIT_USAGE;
+}
+
+/* Fill in what the command line left unset. Returns 0 or an exit status. */
+static int bench_opts_finish(struct bench_opts *o, unsigned set)
+{
+	const struct bench_defaults *d = o->quick ? &bench_quick : &bench_full;
+
+	if (!(set & BENCH_SET_SECONDS))
+		o->seconds = d->seconds;
+	if (!(set & BENCH_SET_WARMUP))
+		o->warmup = d->warmup;
+	/* The defaults are well-formed; parsing them keeps one source of truth. */
+	if (!(set & BENCH_SET_SIZES))
+		bench_list_parse(d->sizes, 1, 4, BENCH_MAX_SIZE, &o->sizes);
+	if (!(set & BENCH_SET_CONNS))
+		bench_list_parse(d->conns, 0, 1, BENCH_MAX_CONNS, &o->conns);
+	if (!(set & BENCH_SET_WINDOWS))
+		bench_list_parse(d->windows, 0, 1, BENCH_MAX_WINDOW, &o->windows);
+	if (o->ops == 0)
+		o->ops = 1u << BENCH_PUSH | 1u << BENCH_PULL;
+	if (!o->dense && !o->sparse) {
+		dml_err("pushpull: --dense no and --sparse no leave nothing to measure");
+		return BENCH_EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* Returns 0, or the exit status to end with (0 after --help). */
+static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *help)
+{
+	enum { O_SERVER = 256, O_SECONDS, O_WARMUP, O_SIZES, O_CONNS, O_WINDOWS, O_OPS,
+	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE };
+	static const struct option longopts[] = {
+		{ "server", required_argument, NULL, O_SERVER },
+		{ "seconds", required_argument, NULL, O_SECONDS },
+		{ "warmup", required_argument, NULL, O_WARMUP },
+		{ "sizes", required_argument, NULL, O_SIZES },
+		{ "conns", required_argument, NULL, O_CONNS },
+		{ "windows", required_argument, NULL, O_WINDOWS },
+		{ "ops", required_argument, NULL, O_OPS },
+		{ "dense", required_argument, NULL, O_DENSE },
+		{ "sparse", required_argument, NULL, O_SPARSE },
+		{ "quick", no_argument, NULL, O_QUICK },
+		{ "csv", no_argument, NULL, O_CSV },
+		{ "baseline-only", no_argument, NULL, O_BASELINE },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	unsigned set = 0;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->dense = o->sparse = 1;
+	*help = 0;
+	optind = 1;
+	opterr = 1;
+	while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+		const char *a = optarg;
+
+		switch (c) {
+		case O_SERVER:
+			o->server = a;
+			break;
+		case O_SECONDS:
+			if (dml_parse_double(a, 0.01, 3600, &o->seconds))
+				return bench_usage_error("--seconds", a, "0.01 to 3600");
+			set |= BENCH_SET_SECONDS;
+			break;
+		case O_WARMUP:
+			if (dml_parse_double(a, 0, 600, &o->warmup))
+				return bench_usage_error("--warmup", a, "0 to 600");
+			set |= BENCH_SET_WARMUP;
+			break;
+		case O_SIZES:
+			if (bench_list_parse(a, 1, 4, BENCH_MAX_SIZE, &o->sizes))
+				return bench_usage_error("--sizes", a,
+					"multiples of 4 bytes up to 256M, e.g. 4K,1M");
+			set |= BENCH_SET_SIZES;
+			break;
+		case O_CONNS:
+			if (bench_list_parse(a, 0, 1, BENCH_MAX_CONNS, &o->conns))
+				return bench_usage_error("--conns", a, "numbers 1 to 64");
+			set |= BENCH_SET_CONNS;
+			break;
+		case O_WINDOWS:
+			if (bench_list_parse(a, 0, 1, BENCH_MAX_WINDOW, &o->windows))
+				return bench_usage_error("--windows", a, "numbers 1 to 4096");
+			set |= BENCH_SET_WINDOWS;
+			break;
+		case O_OPS:
+			o->ops = 0;
+			if (bench_split(a, bench_op_item, &o->ops))
+				return bench_usage_error("--ops", a, "push, pull or push,pull");
+			break;
+		case O_DENSE:
+			if (bench_yes_no(a, &o->dense))
+				return bench_usage_error("--dense", a, "yes or no");
+			break;
+		case O_SPARSE:
+			if (bench_yes_no(a, &o->sparse))
+				return bench_usage_error("--sparse", a, "yes or no");
+			break;
+		case O_QUICK:
+			o->quick = 1;
+			break;
+		case O_CSV:
+			o->csv = 1;
+			break;
+		case O_BASELINE:
+			o->baseline_only = 1;
+			break;
+		case 'v':
+			o->verbose = 1;
+			break;
+		case 'h':
+			*help = 1;
+			return 0;
+		default:
+			return BENCH_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		dml_err("pushpull: unexpected argument '%s'", argv[optind]);
+		return BENCH_EXIT_USAGE;
+	}
+	return bench_opts_finish(o, set);
+}
+
+/* ---- configurations -------------------------------------------------- */
+
+struct bench_case {
+	enum bench_op op;
+	enum bench_kind kind;
+	uint32_t table, width;
+	uint64_t nkeys;    /* dense: the whole table; sparse: keys per request */
+	unsigned pool;     /* sparse: index into bench_sparse and the key pools */
+	unsigned conns, window;
+	struct bench_result dml, tcp;
+	int have_dml, have_tcp;
+};
+
+static uint64_t bench_case_value_bytes(const struct bench_case *bc)
+{
+	return bc->nkeys * bc->width * sizeof(float);
+}
+
+/* The raw-TCP traffic with the same bytes on the wire as this request. */
+static void bench_case_raw_shape(const struct bench_case *bc, struct bench_raw_shape *s)
+{
+	uint64_t keys = bc->kind == BENCH_SPARSE ? bc->nkeys * sizeof(uint64_t) : 0;
+	uint64_t vals = bench_case_value_bytes(bc);
+
+	s->req_bytes = (uint32_t)(bc->op == BENCH_PUSH ? keys + vals : keys);
+	s->reply_bytes = (uint32_t)(bc->op == BENCH_PUSH ? BENCH_ACK_BYTES : vals);
+}
+
+static void bench_size_label(uint64_t bytes, char *buf, size_t len)
+{
+	if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+		snprintf(buf, len, "%" PRIu64 "M", bytes >> 20);
+	else if (bytes >= 1024 && bytes % 1024 == 0)
+		snprintf(buf, len, "%" PRIu64 "K", bytes >> 10);
+	else
+		snprintf(buf, len, "%" PRIu64, bytes);
+}
+
+static void bench_case_label(const struct bench_case *bc, char *buf, size_t len)
+{
+	if (bc->kind == BENCH_DENSE)
+		bench_size_label(bench_case_value_bytes(bc), buf, len);
+	else
+		snprintf(buf, len, "%" PRIu64 "x%" PRIu32, bc->nkeys, bc->width);
+}
+
+/* Append one request shape at every connection count and window. */
+static void bench_cases_add(const struct bench_opts *o, const struct bench_case *shape,
+			    struct bench_case *cases, size_t *n)
+{
+	for (size_t c = 0; c < o->conns.n; c++) {
+		for (size_t w = 0; w < o->windows.n; w++) {
+			struct bench_case *bc = &cases[(*n)++];
+
+			*bc = *shape;
+			bc->conns = (unsigned)o->conns.v[c];
+			bc->window = (unsigned)o->windows.v[w];
+		}
+	}
+}
+
+static size_t bench_cases_build(const struct bench_opts *o, struct bench_case **out)
+{
+	size_t per_op = (o->dense ? o->sizes.n : 0) + (o->sparse ? BENCH_NSPARSE : 0);
+	size_t max = 2 * per_op * o->conns.n * o->windows.n, n = 0;
+	struct bench_case *cases = dml_xcalloc(max, sizeof(*cases));
+
+	for (unsigned op = BENCH_PUSH; op <= BENCH_PULL; op++) {
+		struct bench_case shape = { .op = (enum bench_op)op, .width = 1 };
+
+		if (!(o->ops & (1u << op)))
+			continue;
+		shape.kind = BENCH_DENSE;
+		for (size_t i = 0; o->dense && i < o->sizes.n; i++) {
+			shape.table = BENCH_DENSE_TABLE0 + (uint32_t)i;
+			shape.nkeys = o->sizes.v[i] / sizeof(float);
+			bench_cases_add(o, &shape, cases, &n);
+		}
+		shape.kind = BENCH_SPARSE;
+		shape.nkeys = BENCH_SPARSE_KEYS;
+		for (unsigned i = 0; o->sparse && i < BENCH_NSPARSE; i++) {
+			shape.table = bench_sparse[i].table;
+			shape.width = bench_sparse[i].width;
+			shape.pool = i;
+			bench_cases_add(o, &shape, cases, &n);
+		}
+	}
+	*out = cases;
+	return n;
+}
+
+static uint64_t bench_list_max(const struct bench_list *l)
+{
+	uint64_t m = 0;
+
+	for (size_t i = 0; i < l->n; i++)
+		m = l->v[i] > m ? l->v[i] : m;
+	return m;
+}
+
+/* The largest frame payload any request of this run carries, with slack. */
+static uint64_t bench_max_payload(const struct bench_opts *o)
+{
+	uint64_t m = bench_list_max(&o->sizes);
+	uint64_t sparse = BENCH_SPARSE_KEYS * (sizeof(uint64_t) + 64 * sizeof(float));
+
+	return (m > sparse ? m : sparse) + (64u << 10);
+}
+
+/* ---- the server process ---------------------------------------------- */
+
+struct bench_server {
+	char dir[PATH_MAX];
+	int have_dir;
+	pid_t pid;
+	uint16_t port;
+};
+
+static int bench_server_file(const struct bench_server *s, const char *name, char *buf,
+			     size_t len)
+{
+	int n = snprintf(buf, len, "%s/%s", s->dir, name);
+
+	return n > 0 && (size_t)n < len ? 0 : DML_EINVAL;
+}
+
+/* The dml-server to run: --server, $DML_SERVER, or one next to this program. */
+static int bench_server_find(const char *opt, char *out, size_t len)
+{
+	static const char *const rel[] = { "../server/dml-server", "dml-server" };
+	const char *env = getenv("DML_SERVER");
+	char exe[PATH_MAX], *slash;
+	ssize_t n;
+
+	if (opt || (env && *env)) {
+		snprintf(out, len, "%s", opt ? opt : env);
+		return 0;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return DML_ENOTFOUND;
+	exe[n] = '\0';
+	slash = strrchr(exe, '/');
+	if (!slash)
+		return DML_ENOTFOUND;
+	*slash = '\0';
+	/* In a build tree libtool runs the real program from tools/.libs. */
+	slash = strrchr(exe, '/');
+	if (slash && strcmp(slash, "/.libs") == 0)
+		*slash = '\0';
+	for (size_t i = 0; i < DML_ARRAY_LEN(rel); i++) {
+		int m = snprintf(out, len, "%s/%s", exe, rel[i]);
+
+		if (m > 0 && (size_t)m < len && access(out, X_OK) == 0)
+			return 0;
+	}
+	return DML_ENOTFOUND;
+}
+
+static int bench_write_file(const char *path, const char *text)
+{
+	size_t len = strlen(text);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	int rc = 0;
+
+	if (fd < 0) {
+		dml_err("%s: %s", path, strerror(errno));
+		return DML_EIO;
+	}
+	if (fchmod(fd, 0600) || write(fd, text, len) != (ssize_t)len) {
+		dml_err("%s: %s", path, strerror(errno));
+		rc = DML_EIO;
+	}
+	if (close(fd) && rc == 0)
+		rc = DML_EIO;
+	return rc;
+}
+
+static int bench_server_write_secret(const struct bench_server *s)
+{
+	uint8_t raw[32];
+	char hex[2 * sizeof(raw) + 2], path[PATH_MAX];
+	int rc;
+
+	if (dml_random_bytes(raw, sizeof(raw)))
+		return DML_EIO;
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+	strcat(hex, "\n");
+	rc = bench_server_file(s, "secret", path, sizeof(path));
+	return rc ? rc : bench_write_file(path, hex);
+}
+
+static void bench_conf_table(FILE *f, uint32_t id, const char *kind, uint32_t width,
+			     const char *size_key, uint64_t size)
+{
+	fprintf(f, "\n[table]\nid = %" PRIu32 "\nkind = %s\nwidth = %" PRIu32 "\n"
+		"%s = %" PRIu64 "\ninit = zeros\noptimizer = add\n",
+		id, kind, width, size_key, size);
+}
+
+static int bench_server_write_conf(const struct bench_server *s, const struct bench_opts *o)
+{
+	char path[PATH_MAX], secret[PATH_MAX], port[PATH_MAX];
+	FILE *f;
+	int rc;
+
+	if (bench_server_file(s, "server.conf", path, sizeof(path)) ||
+	    bench_server_file(s, "secret", secret, sizeof(secret)) ||
+	    bench_server_file(s, "port", port, sizeof(port)))
+		return DML_EINVAL;
+	f = fopen(path, "wx");
+	if (!f) {
+		dml_err("%s: %s", path, strerror(errno));
+		return DML_EIO;
+	}
+	fprintf(f, "[server]\nlisten = 127.0.0.1:0\nport_file = %s\nnode_id = 1\n"
+		"cluster = dml\nsecret_file = %s\nshard = 0/1\nlog_level = info\n"
+		"\n[limits]\nmax_payload = %" PRIu64 "\n"
+		"\n[job]\nstaleness = -1\nworkers = 0\n",
+		port, secret, bench_max_payload(o));
+	for (size_t i = 0; o->dense && i < o->sizes.n; i++)
+		bench_conf_table(f, BENCH_DENSE_TABLE0 + (uint32_t)i, "dense", 1, "keys",
+				 o->sizes.v[i] / sizeof(float));
+	for (size_t i = 0; o->sparse && i < BENCH_NSPARSE; i++)
+		bench_conf_table(f, bench_sparse[i].table, "sparse", bench_sparse[i].width,
+				 "capacity", 1ull << bench_sparse[i].universe_log2);
+	rc = ferror(f) ? DML_EIO : 0;
+	if (fclose(f) || rc) {
+		dml_err("%s: write failed", path);
+		return DML_EIO;
+	}
+	return 0;
+}
+
+static void bench_server_log_tail(const struct bench_server *s)
+{
+	char path[PATH_MAX], buf[BENCH_LOG_TAIL + 1], *line, *save = NULL;
+	FILE *f;
+	size_t n;
+
+	if (bench_server_file(s, "server.log", path, sizeof(path)))
+		return;
+	f = fopen(path, "r");
+	if (!f)
+		return;
+	if (fseek(f, -(long)BENCH_LOG_TAIL, SEEK_END))
+		rewind(f);
+	n = fread(buf, 1, BENCH_LOG_TAIL, f);
+	fclose(f);
+	buf[n] = '\0';
+	dml_err("last lines of the dml-server log:");
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		dml_err("  | %s", line);
+}
+
+/* In the child: become the server. Only returns by _exit. */
+static void bench_server_exec(const char *exe, const char *conf, int logfd, int nullfd,
+			      pid_t parent)
+{
+	sigset_t none;
+
+	/* Own process group: a terminal's ^C reaches dml-bench, which stops the
+	 * server in order. If dml-bench dies, the kernel stops the server. */
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		_exit(127);
+	signal(SIGPIPE, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	if (dup2(nullfd, STDIN_FILENO) < 0 || dup2(logfd, STDOUT_FILENO) < 0 ||
+	    dup2(logfd, STDERR_FILENO) < 0)
+		_exit(127);
+	execl(exe, exe, "-c", conf, (char *)NULL);
+	dprintf(STDERR_FILENO, "dml-bench: cannot run %s: %s\n", exe, strerror(errno));
+	_exit(127);
+}
+
+static int bench_server_spawn(struct bench_server *s, const char *exe)
+{
+	char conf[PATH_MAX], logp[PATH_MAX];
+	pid_t parent = getpid(), pid;
+	int logfd, nullfd;
+
+	if (bench_server_file(s, "server.conf", conf, sizeof(conf)) ||
+	    bench_server_file(s, "server.log", logp, sizeof(logp)))
+		return DML_EINVAL;
+	logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	if (logfd < 0 || nullfd < 0) {
+		dml_err("cannot open the server log or /dev/null: %s", strerror(errno));
+		if (logfd >= 0)
+			close(logfd);
+		if (nullfd >= 0)
+			close(nullfd);
+		return DML_EIO;
+	}
+	pid = fork();
+	if (pid == 0)
+		bench_server_exec(exe, conf, logfd, nullfd, parent);
+	close(logfd);
+	close(nullfd);
+	if (pid < 0) {
+		dml_err("fork: %s", strerror(errno));
+		return DML_EIO;
+	}
+	s->pid = pid;
+	bench_child_pid = pid;
+	return 0;
+}
+
+static void bench_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static void bench_server_exit_reason(int status, char *buf, size_t len)
+{
+	if (WIFEXITED(status))
+		snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
+	else if (WIFSIGNALED(status))
+		snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
+	else
+		snprintf(buf, len, "status %#x", status);
+}
+
+/* 0 and s->port once the port file is there; the server may not have died. */
+static int bench_server_wait_port(struct bench_server *s)
+{
+	char path[PATH_MAX], line[32], why[64];
+	uint64_t deadline = dml_now_ns() + BENCH_PORT_WAIT_MS * 1000000ull, port;
+	int status;
+
+	if (bench_server_file(s, "port", path, sizeof(path)))
+		return DML_EINVAL;
+	while (dml_now_ns() < deadline) {
+		FILE *f;
+
+		if (bench_interrupted())
+			return DML_ECLOSED;
+		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
+			s->pid = 0;
+			bench_child_pid = 0;
+			bench_server_exit_reason(status, why, sizeof(why));
+			dml_err("dml-server stopped before it was ready (%s)", why);
+			bench_server_log_tail(s);
+			return DML_ECONN;
+		}
+		f = fopen(path, "r");
+		if (f) {
+			int ok = fgets(line, sizeof(line), f) != NULL;
+
+			fclose(f);
+			line[strcspn(line, "\r\n")] = '\0';
+			if (!ok || dml_parse_u64(line, 1, 65535, &port)) {
+				dml_err("%s: not a port number", path);
+				return DML_ECONF;
+			}
+			s->port = (uint16_t)port;
+			return 0;
+		}
+		bench_sleep_ms(10);
+	}
+	dml_err("dml-server wrote no port file within %d s", BENCH_PORT_WAIT_MS / 1000);
+	bench_server_log_tail(s);
+	return DML_ETIMEDOUT;
+}
+
+/* SIGTERM and reap the server (SIGKILL if it hangs); complain if it failed. */
+static void bench_server_stop(struct bench_server *s)
+{
+	uint64_t deadline = dml_now_ns() + BENCH_STOP_WAIT_MS * 1000000ull;
+	char why[64];
+	int status = 0;
+	pid_t got = 0;
+
+	if (s->pid <= 0)
+		return;
+	bench_child_pid = 0;
+	kill(s->pid, SIGTERM);
+	while (dml_now_ns() < deadline) {
+		got = waitpid(s->pid, &status, WNOHANG);
+		if (got != 0)
+			break;
+		bench_sleep_ms(10);
+	}
+	if (got == 0) {
+		dml_err("dml-server did not stop on SIGTERM within %d s; killing it",
+			BENCH_STOP_WAIT_MS / 1000);
+		kill(s->pid, SIGKILL);
+		got = waitpid(s->pid, &status, 0);
+	}
+	if (got == s->pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+		bench_server_exit_reason(status, why, sizeof(why));
+		dml_warn("dml-server ended with %s", why);
+		bench_server_log_tail(s);
+	}
+	s->pid = 0;
+}
+
+static void bench_server_remove_dir(struct bench_server *s)
+{
+	DIR *d;
+	struct dirent *e;
+
+	if (!s->have_dir)
+		return;
+	d = opendir(s->dir);
+	if (d) {
+		while ((e = readdir(d)) != NULL) {
+			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+				unlinkat(dirfd(d), e->d_name, 0);
+		}
+		closedir(d);
+	}
+	if (rmdir(s->dir))
+		dml_warn("cannot remove %s: %s", s->dir, strerror(errno));
+	s->have_dir = 0;
+}
+
+static int bench_server_start(struct bench_server *s, const char *exe,
+			      const struct bench_opts *o)
+{
+	const char *tmp = getenv("TMPDIR");
+	int rc;
+
+	if (!tmp || !*tmp)
+		tmp = P_tmpdir;
+	if (snprintf(s->dir, sizeof(s->dir), "%s/dml-bench.XXXXXX", tmp) >=
+	    (int)sizeof(s->dir))
+		return DML_EINVAL;
+	if (!mkdtemp(s->dir)) {
+		dml_err("mkdtemp in %s: %s", tmp, strerror(errno));
+		return DML_EIO;
+	}
+	s->have_dir = 1;
+	rc = bench_server_write_secret(s);
+	if (rc == 0)
+		rc = bench_server_write_conf(s, o);
+	if (rc == 0)
+		rc = bench_server_spawn(s, exe);
+	if (rc == 0)
+		rc = bench_server_wait_port(s);
+	return rc;
+}
+
+/* ---- libdml connections ---------------------------------------------- */
+
+struct bench_conn {
+	dml_opts_t *opts;
+	dml_t *d;
+	float *vals;       /* push source and pull destination, nvals floats */
+	size_t nvals;
+	uint64_t *pool[BENCH_NSPARSE]; /* BENCH_KEY_BATCHES sets of keys each */
+	size_t batch;
+	dml_handle_t *handles;        /* one per window slot */
+	const struct bench_case *cur; /* what submit() sends now */
+};
+
+/* splitmix64: a fixed, fast sequence; the keys need not be unpredictable. */
+static uint64_t bench_rand(uint64_t *state)
+{
+	uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/*
+ * BENCH_KEY_BATCHES sets of BENCH_SPARSE_KEYS distinct keys, each set drawn
+ * uniformly from [0, universe) by a partial Fisher-Yates shuffle.
+ */
+static int bench_keys_generate(uint32_t universe, uint64_t seed, uint64_t **out)
+{
+	uint32_t *perm = malloc(universe * sizeof(*perm));
+	uint64_t *keys = malloc(BENCH_KEY_BATCHES * BENCH_SPARSE_KEYS * sizeof(*keys));
+
+	if (!perm || !keys || universe < BENCH_SPARSE_KEYS) {
+		free(perm);
+		free(keys);
+		return DML_ENOMEM;
+	}
+	for (uint32_t i = 0; i < universe; i++)
+		perm[i] = i;
+	for (size_t b = 0; b < BENCH_KEY_BATCHES; b++) {
+		for (uint32_t j = 0; j < BENCH_SPARSE_KEYS; j++) {
+			uint64_t r = bench_rand(&seed);
+			uint32_t k = j + (uint32_t)(((unsigned __int128)r * (universe - j)) >> 64);
+			uint32_t t = perm[j];
+
+			perm[j] = perm[k];
+			perm[k] = t;
+			keys[b * BENCH_SPARSE_KEYS + j] = perm[j];
+		}
+	}
+	free(perm);
+	*out = keys;
+	return 0;
+}
+
+static int bench_conn_set(dml_opts_t *o, const char *key, const char *value)
+{
+	int rc = dml_opts_set(o, key, value);
+
+	if (rc)
+		dml_err("libdml option %s=%s: %s", key, value, dml_strerror(rc));
+	return rc;
+}
+
+static int bench_conn_open(struct bench_conn *c, unsigned index,
+			   const struct bench_server *s, const struct bench_opts *o)
+{
+	char servers[32], secret[PATH_MAX], id[16], payload[32];
+	uint64_t dense_max = bench_list_max(&o->sizes) / sizeof(float);
+	uint64_t sparse_max = BENCH_SPARSE_KEYS * 64;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	snprintf(servers, sizeof(servers), "127.0.0.1:%u", (unsigned)s->port);
+	snprintf(id, sizeof(id), "%u", index + 1);
+	snprintf(payload, sizeof(payload), "%" PRIu64, bench_max_payload(o));
+	if (bench_server_file(s, "secret", secret, sizeof(secret)))
+		return DML_EINVAL;
+	c->nvals = dense_max > sparse_max ? dense_max : sparse_max;
+	c->vals = malloc(c->nvals * sizeof(*c->vals));
+	if (!c->vals)
+		return DML_ENOMEM;
+	c->handles = dml_xcalloc(bench_list_max(&o->windows), sizeof(*c->handles));
+	for (size_t i = 0; o->sparse && i < BENCH_NSPARSE; i++) {
+		rc = bench_keys_generate(1u << bench_sparse[i].universe_log2,
+					 index * BENCH_NSPARSE + i + 1, &c->pool[i]);
+		if (rc)
+			return rc;
+	}
+	rc = dml_opts_new(&c->opts);
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "servers", servers);
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "secret_file", secret);
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "worker_id", id);
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "role", "worker");
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "max_payload", payload);
+	/* A request that takes this long means the server is stuck: fail it. */
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "request_timeout_ms", "60000");
+	if (rc == 0)
+		rc = bench_conn_set(c->opts, "reconnect_timeout_ms", "5000");
+	if (rc == 0) {
+		rc = dml_connect(c->opts, &c->d);
+		if (rc)
+			dml_err("connection %u to %s: %s", index + 1, servers, dml_strerror(rc));
+	}
+	return rc;
+}
+
+static void bench_conn_close(struct bench_conn *c)
+{
+	if (c->d)
+		dml_close(c->d);
+	dml_opts_free(c->opts);
+	for (size_t i = 0; i < BENCH_NSPARSE; i++)
+		free(c->pool[i]);
+	free(c->handles);
+	free(c->vals);
+	memset(c, 0, sizeof(*c));
+}
+
+/* Does the server hold the tables this run needs, as configured? */
+static int bench_conn_check_tables(struct bench_conn *c, const struct bench_opts *o)
+{
+	for (size_t i = 0; o->dense && i < o->sizes.n; i++) {
+		uint32_t id = BENCH_DENSE_TABLE0 + (uint32_t)i, w = 0;
+		uint64_t keys = 0;
+
+		if (dml_table_width(c->d, id, &w) || dml_table_size(c->d, id, &keys) ||
+		    w != 1 || keys != o->sizes.v[i] / sizeof(float)) {
+			dml_err("server table %" PRIu32 ": width %" PRIu32 ", %" PRIu64
+				" keys; expected width 1, %" PRIu64 " keys", id, w, keys,
+				o->sizes.v[i] / sizeof(float));
+			return DML_ECONF;
+		}
+	}
+	for (size_t i = 0; o->sparse && i < BENCH_NSPARSE; i++) {
+		uint32_t w = 0;
+
+		if (dml_table_width(c->d, bench_sparse[i].table, &w) ||
+		    w != bench_sparse[i].width) {
+			dml_err("server table %" PRIu32 ": width %" PRIu32 ", expected %" PRIu32,
+				bench_sparse[i].table, w, bench_sparse[i].width);
+			return DML_ECONF;
+		}
+	}
+	return 0;
+}
+
+static int bench_dml_fail(struct bench_conn *c, const char *what, int rc)
+{
+	const char *detail = dml_error_detail(c->d);
+
+	dml_err("%s %s table %" PRIu32 ": %s%s%s", what, bench_op_names[c->cur->op],
+		c->cur->table, dml_strerror(rc), *detail ? ": " : "", detail);
+	return rc;
+}
+
+static int bench_dml_submit(void *ctx, unsigned slot)
+{
+	struct bench_conn *c = ctx;
+	const struct bench_case *bc = c->cur;
+	dml_handle_t *h = &c->handles[slot];
+	int push = bc->op == BENCH_PUSH, rc;
+
+	if (bc->kind == BENCH_DENSE) {
+		rc = push ? dml_push_range(c->d, bc->table, 0, bc->nkeys, c->vals, h)
+			  : dml_pull_range(c->d, bc->table, 0, bc->nkeys, c->vals, h);
+	} else {
+		const uint64_t *keys = c->pool[bc->pool] + c->batch * BENCH_SPARSE_KEYS;
+
+		c->batch = (c->batch + 1) % BENCH_KEY_BATCHES;
+		rc = push ? dml_push(c->d, bc->table, keys, bc->nkeys, c->vals, h)
+			  : dml_pull(c->d, bc->table, keys, bc->nkeys, c->vals, h);
+	}
+	return rc ? bench_dml_fail(c, "submit", rc) : 0;
+}
+
+static int bench_dml_complete(void *ctx, unsigned slot)
+{
+	struct bench_conn *c = ctx;
+	int rc = dml_wait(c->d, c->handles[slot]);
+
+	c->handles[slot] = 0;
+	return rc ? bench_dml_fail(c, "wait for", rc) : 0;
+}
+
+/*
+ * One measurement through libdml. All requests of a connection share one
+ * value buffer, as the raw baseline's client does: pulls overwrite it, which
+ * is harmless since nobody reads it, and it keeps 16 MiB x 32 in flight
+ * from needing half a gigabyte per connection.
+ */
+static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
+			      size_t nconns, const struct bench_plan *plan)
+{
+	struct bench_driver *drv = dml_xcalloc(bc->conns, sizeof(*drv));
+	int rc;
+
+	for (unsigned i = 0; i < bc->conns; i++) {
+		struct bench_conn *c = &conns[i];
+
+		c->cur = bc;
+		c->batch = 0;
+		if (bc->op == BENCH_PUSH) {
+			for (size_t j = 0; j < c->nvals; j++)
+				c->vals[j] = 1.0f / 1024;
+		}
+		drv[i] = (struct bench_driver){ c, bench_dml_submit, bench_dml_complete };
+	}
+	rc = bench_run_drivers(drv, bc->conns, bc->window, plan,
+			       bench_case_value_bytes(bc), &bc->dml);
+	bc->have_dml = rc == 0;
+	free(drv);
+	/* Let the idle connections answer whatever the server sent meanwhile. */
+	for (size_t i = 0; i < nconns; i++)
+		dml_progress(conns[i].d, 0);
+	return rc;
+}
+
+static int bench_case_run_raw(struct bench_case *bc, const struct bench_plan *plan)
+{
+	struct bench_raw_shape shape;
+	int rc;
+
+	bench_case_raw_shape(bc, &shape);
+	rc = bench_raw_run(&shape, bc->conns, bc->window, plan, bench_case_value_bytes(bc),
+			   &bc->tcp);
+	bc->have_tcp = rc == 0;
+	return rc;
+}
+
+/* ---- report ---------------------------------------------------------- */
+
+static void bench_print_header(const struct bench_opts *o)
+{
+	if (o->csv) {
+		printf("op,kind,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,ratio,"
+		       "tcp_gbps,tcp_rps,tcp_p50_us,tcp_p99_us\n");
+	} else if (o->baseline_only) {
+		printf("%-4s %-6s %-8s %5s %6s %9s %11s %9s %9s\n", "op", "kind", "size",
+		       "conns", "window", "tcp_GB/s", "tcp_req/s", "tcp_p50", "tcp_p99");
+	} else {
+		printf("%-4s %-6s %-8s %5s %6s %8s %11s %9s %9s %6s %9s %9s\n", "op", "kind",
+		       "size", "conns", "window", "GB/s", "req/s", "p50_us", "p99_us",
+		       "ratio", "tcp_GB/s", "tcp_p50");
+	}
+	fflush(stdout);
+}
+
+static void bench_print_row(const struct bench_case *bc, const struct bench_opts *o)
+{
+	const struct bench_result *d = &bc->dml, *t = &bc->tcp;
+	double ratio = bc->have_dml && bc->have_tcp && t->rps > 0 ? d->rps / t->rps : 0;
+	char label[32];
+
+	bench_case_label(bc, label, sizeof(label));
+	if (o->csv) {
+		printf("%s,%s,%s,%" PRIu64 ",%u,%u,", bench_op_names[bc->op],
+		       bench_kind_names[bc->kind], label, bench_case_value_bytes(bc),
+		       bc->conns, bc->window);
+		if (bc->have_dml)
+			printf("%.4f,%.1f,%.1f,%.1f,", d->gbps, d->rps, d->p50_us, d->p99_us);
+		else
+			printf(",,,,");
+		if (ratio > 0)
+			printf("%.3f", ratio);
+		if (bc->have_tcp)
+			printf(",%.4f,%.1f,%.1f,%.1f\n", t->gbps, t->rps, t->p50_us, t->p99_us);
+		else
+			printf(",,,,\n");
+	} else if (o->baseline_only) {
+		printf("%-4s %-6s %-8s %5u %6u %9.3f %11.0f %9.1f %9.1f\n",
+		       bench_op_names[bc->op], bench_kind_names[bc->kind], label, bc->conns,
+		       bc->window, t->gbps, t->rps, t->p50_us, t->p99_us);
+	} else {
+		printf("%-4s %-6s %-8s %5u %6u %8.3f %11.0f %9.1f %9.1f %6.2f %9.3f %9.1f\n",
+		       bench_op_names[bc->op], bench_kind_names[bc->kind], label, bc->conns,
+		       bc->window, d->gbps, d->rps, d->p50_us, d->p99_us, ratio, t->gbps,
+		       t->p50_us);
+	}
+	fflush(stdout);
+}
+
+enum bench_metric { BENCH_RATIO, BENCH_P50, BENCH_RPS };
+
+/* The issue's targets; each applies to every measured case it matches. */
+static const struct bench_target {
+	const char *name;
+	enum bench_kind kind;
+	int op;                 /* an enum bench_op, or -1 for both */
+	uint64_t min_bytes, max_bytes; /* value bytes per request */
+	uint32_t width;
+	unsigned window;        /* always one connection */
+	enum bench_metric metric;
+	double limit;
+	int at_least;
+} bench_targets[] = {
+	{ "dense >= 1 MiB vs raw TCP", BENCH_DENSE, -1, 1u << 20, UINT64_MAX, 1, 8,
+	  BENCH_RATIO, 0.9, 1 },
+	{ "dense 4 KiB latency", BENCH_DENSE, -1, 4096, 4096, 1, 1, BENCH_P50, 40, 0 },
+	{ "sparse 1000x1 push rate", BENCH_SPARSE, BENCH_PUSH, 0, UINT64_MAX, 1, 8,
+	  BENCH_RPS, 45000, 1 },
+};
+
+static int bench_target_matches(const struct bench_target *t, const struct bench_case *bc)
+{
+	uint64_t vb = bench_case_value_bytes(bc);
+
+	return bc->kind == t->kind && (t->op < 0 || (int)bc->op == t->op) &&
+	       vb >= t->min_bytes && vb <= t->max_bytes && bc->width == t->width &&
+	       bc->window == t->window && bc->conns == 1;
+}
+
+/* "0.93 x raw TCP (target >= 0.90 x)" and the like. */
+static void bench_target_describe(const struct bench_target *tg, double v, char *buf,
+				  size_t len)
+{
+	const char *cmp = tg->at_least ? ">=" : "<=";
+
+	switch (tg->metric) {
+	case BENCH_RATIO:
+		snprintf(buf, len, "%.2f x raw TCP (target %s %.2f x)", v, cmp, tg->limit);
+		break;
+	case BENCH_P50:
+		snprintf(buf, len, "p50 %.1f us (target %s %.0f us)", v, cmp, tg->limit);
+		break;
+	case BENCH_RPS:
+		snprintf(buf, len, "%.0f requests/s (target %s %.0f)", v, cmp, tg->limit);
+		break;
+	}
+}
+
+static double bench_target_value(const struct bench_target *tg, const struct bench_case *bc)
+{
+	switch (tg->metric) {
+	case BENCH_RATIO:
+		return bc->tcp.rps > 0 ? bc->dml.rps / bc->tcp.rps : 0;
+	case BENCH_P50:
+		return bc->dml.p50_us;
+	case BENCH_RPS:
+		break;
+	}
+	return bc->dml.rps;
+}
+
+static void bench_print_targets(const struct bench_case *cases, size_t n,
+				const struct bench_opts *o)
+{
+	const char *pre = o->csv ? "# " : "";
+
+	printf("%s\n", o->csv ? "#" : "");
+	for (size_t t = 0; t < DML_ARRAY_LEN(bench_targets); t++) {
+		const struct bench_target *tg = &bench_targets[t];
+		int seen = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			const struct bench_case *bc = &cases[i];
+			char label[32], what[128];
+			double v;
+			int pass;
+
+			if (!bench_target_matches(tg, bc) || !bc->have_dml ||
+			    (tg->metric == BENCH_RATIO && !bc->have_tcp))
+				continue;
+			seen = 1;
+			v = bench_target_value(tg, bc);
+			pass = tg->at_least ? v >= tg->limit : v <= tg->limit;
+			bench_case_label(bc, label, sizeof(label));
+			bench_target_describe(tg, v, what, sizeof(what));
+			printf("%s%s %s %s %s conns=1 window=%u: %s\n", pre,
+			       pass ? "PASS" : "FAIL", bench_op_names[bc->op],
+			       bench_kind_names[bc->kind], label, bc->window, what);
+		}
+		if (!seen)
+			printf("%sSKIP %s: not measured in this run\n", pre, tg->name);
+	}
+	fflush(stdout);
+}
+
+/* ---- pushpull -------------------------------------------------------- */
+
+static int bench_exit_status(int rc)
+{
+	if (rc == 0)
+		return 0;
+	return bench_interrupted() ? BENCH_EXIT_INTERRUPTED : BENCH_EXIT_ERROR;
+}
+
+static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn *conns,
+			   size_t nconns, const struct bench_opts *o)
+{
+	struct bench_plan plan = { o->warmup, o->seconds };
+	int rc = 0;
+
+	bench_print_header(o);
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		rc = bench_case_run_raw(&cases[i], &plan);
+		if (rc == 0 && !o->baseline_only)
+			rc = bench_case_run_dml(&cases[i], conns, nconns, &plan);
+		if (rc == 0)
+			bench_print_row(&cases[i], o);
+	}
+	if (rc == 0 && !o->baseline_only)
+		bench_print_targets(cases, n, o);
+	return rc;
+}
+
+static void bench_print_preface(const struct bench_opts *o, const struct bench_server *s,
+				const char *exe, size_t ncases)
+{
+	const char *pre = o->csv ? "# " : "";
+	double total = (double)ncases * (o->baseline_only ? 1 : 2) * (o->seconds + o->warmup);
+
+	if (o->baseline_only)
+		printf("%sdml-bench pushpull: raw-TCP baseline only\n", pre);
+	else
+		printf("%sdml-bench pushpull: %s (pid %d, port %u)\n", pre, exe, (int)s->pid,
+		       (unsigned)s->port);
+	printf("%s%zu configurations, %.2f s each after %.2f s warm-up, about %.0f s\n",
+	       pre, ncases, o->seconds, o->warmup, total);
+	printf("%sGB/s: value bytes only (1 GB = 1e9 B); latency: submit to completion; "
+	       "ratio: dml / raw TCP req/s\n", pre);
+	fflush(stdout);
+}
+
+static int bench_pushpull_main(int argc, char **argv)
+{
+	struct bench_opts o;
+	struct bench_server srv = { .pid = 0 };
+	struct bench_case *cases = NULL;
+	struct bench_conn *conns = NULL;
+	char exe[PATH_MAX] = "";
+	size_t ncases, nconns = 0;
+	int help, rc;
+
+	rc = bench_opts_parse(argc, argv, &o, &help);
+	if (rc || help) {
+		if (help)
+			bench_pushpull_usage(stdout);
+		return rc;
+	}
+	dml_log_set_level(o.verbose ? DML_LOG_INFO : DML_LOG_WARN);
+	bench_signals_install();
+	ncases = bench_cases_build(&o, &cases);
+	if (!o.baseline_only) {
+		if (bench_server_find(o.server, exe, sizeof(exe))) {
+			dml_err("cannot find dml-server: use --server PATH or set DML_SERVER");
+			rc = DML_ENOTFOUND;
+			goto out;
+		}
+		rc = bench_server_start(&srv, exe, &o);
+		if (rc)
+			goto out;
+		nconns = bench_list_max(&o.conns);
+		conns = dml_xcalloc(nconns, sizeof(*conns));
+		for (size_t i = 0; i < nconns && rc == 0; i++)
+			rc = bench_conn_open(&conns[i], (unsigned)i, &srv, &o);
+		if (rc == 0)
+			rc = bench_conn_check_tables(&conns[0], &o);
+		if (rc)
+			goto out;
+	}
+	bench_print_preface(&o, &srv, exe, ncases);
+	rc = bench_run_cases(cases, ncases, conns, nconns, &o);
+	if (rc && bench_interrupted())
+		dml_warn("interrupted; stopping");
+out:
+	for (size_t i = 0; i < nconns; i++)
+		bench_conn_close(&conns[i]);
+	free(conns);
+	if (rc && !bench_interrupted() && srv.pid > 0)
+		bench_server_log_tail(&srv);
+	bench_server_stop(&srv);
+	bench_server_remove_dir(&srv);
+	free(cases);
+	return bench_exit_status(rc);
+}
+
+/* ---- subcommands ----------------------------------------------------- */
+
+/* train, recovery and hetero join this table as they are written. */
+static const struct bench_cmd {
+	const char *name;
+	const char *summary;
+	int (*run)(int argc, char **argv);
+	void (*usage)(FILE *out);
+} bench_cmds[] = {
+	{ "pushpull", "push/pull throughput and latency against one dml-server, "
+		      "next to raw TCP", bench_pushpull_main, bench_pushpull_usage },
+};
+
+static void bench_usage(FILE *out)
+{
+	fprintf(out, "usage: dml-bench COMMAND [options]\n"
+		     "       dml-bench COMMAND --help\n\ncommands:\n");
+	for (size_t i = 0; i < DML_ARRAY_LEN(bench_cmds); i++)
+		fprintf(out, "  %-10s %s\n", bench_cmds[i].name, bench_cmds[i].summary);
+	for (size_t i = 0; i < DML_ARRAY_LEN(bench_cmds); i++) {
+		fprintf(out, "\n");
+		bench_cmds[i].usage(out);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	dml_log_set_ident("dml-bench");
+	if (argc < 2) {
+		bench_usage(stderr);
+		return BENCH_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		bench_usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < DML_ARRAY_LEN(bench_cmds); i++) {
+		if (strcmp(argv[1], bench_cmds[i].name) == 0)
+			return bench_cmds[i].run(argc - 1, argv + 1);
+	}
+	dml_err("unknown command '%s' (see dml-bench --help)", argv[1]);
+	return BENCH_EXIT_USAGE;
+}

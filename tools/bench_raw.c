@@ -1,0 +1,305 @@
+/*
+ * The raw-TCP baseline of dml-bench: what plain blocking sockets on the
+ * loopback achieve for the same bytes, window and timing as a libdml push or
+ * pull, so that the dml figures can be read as a fraction of it.
+ *
+ * Protocol (private to this file, both ends in this process): a request is a
+ * 16-byte header (magic, request bytes, reply bytes, zero) and the request
+ * bytes; the serving thread reads them all into its buffer and answers with
+ * the reply bytes (an 8-byte ack for a push, the values for a pull).
+ *
+ * It must never do more work per request than a real transport has to (no
+ * copies, no per-request allocation), or the baseline flatters dml; and it
+ * must never depend on libdml.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "dml_error.h"
+#include "log.h"
+#include "util.h"
+
+#define RAW_MAGIC 0x52424d44u /* bytes 'D' 'M' 'B' 'R' */
+#define RAW_HDR_LEN 16
+
+/* The client end of one connection: a bench_driver context. */
+struct raw_client {
+	int fd;
+	uint8_t hdr[RAW_HDR_LEN];
+	uint8_t *req;   /* req_bytes of filler, sent after each header */
+	uint8_t *reply; /* every reply is read into this one buffer */
+	uint32_t req_bytes, reply_bytes;
+};
+
+/* The serving end of one connection and its thread. */
+struct raw_server {
+	int fd;
+	pthread_t tid;
+	int started;
+	int rc;
+	uint8_t *buf;
+	size_t cap;
+};
+
+/* 0, or DML_ECONN when the peer closed before len bytes, DML_EIO on error. */
+static int raw_read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+
+	while (len > 0) {
+		ssize_t got = recv(fd, p, len, MSG_WAITALL);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return errno == ECONNRESET ? DML_ECONN : DML_EIO;
+		if (got == 0)
+			return DML_ECONN;
+		p += got;
+		len -= (size_t)got;
+	}
+	return 0;
+}
+
+/* Send every byte of iov[0..n) (modified on the way); 0, DML_ECONN or DML_EIO. */
+static int raw_write_full(int fd, struct iovec *iov, int n)
+{
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)n };
+
+	while (msg.msg_iovlen > 0) {
+		ssize_t put = sendmsg(fd, &msg, MSG_NOSIGNAL);
+		size_t left;
+
+		if (put < 0 && errno == EINTR)
+			continue;
+		if (put < 0)
+			return errno == EPIPE || errno == ECONNRESET ? DML_ECONN : DML_EIO;
+		left = (size_t)put;
+		while (msg.msg_iovlen > 0 && left >= msg.msg_iov->iov_len) {
+			left -= msg.msg_iov->iov_len;
+			msg.msg_iov++;
+			msg.msg_iovlen--;
+		}
+		if (msg.msg_iovlen > 0) {
+			msg.msg_iov->iov_base = (uint8_t *)msg.msg_iov->iov_base + left;
+			msg.msg_iov->iov_len -= left;
+		}
+	}
+	return 0;
+}
+
+/* One request's worth of service; DML_ECLOSED at a clean end of stream. */
+static int raw_serve_one(struct raw_server *s)
+{
+	uint8_t hdr[RAW_HDR_LEN];
+	uint32_t req, reply;
+	size_t need;
+	struct iovec iov;
+	int rc;
+
+	rc = raw_read_full(s->fd, hdr, sizeof(hdr));
+	if (rc == DML_ECONN)
+		return DML_ECLOSED;
+	if (rc)
+		return rc;
+	req = dml_load_le32(hdr + 4);
+	reply = dml_load_le32(hdr + 8);
+	if (dml_load_le32(hdr) != RAW_MAGIC || req > BENCH_RAW_MAX_LEN ||
+	    reply == 0 || reply > BENCH_RAW_MAX_LEN)
+		return DML_EINVAL;
+	need = req > reply ? req : reply;
+	if (need > s->cap) {
+		uint8_t *b = realloc(s->buf, need);
+
+		if (!b)
+			return DML_ENOMEM;
+		s->buf = b;
+		s->cap = need;
+	}
+	rc = raw_read_full(s->fd, s->buf, req);
+	if (rc)
+		return rc;
+	iov.iov_base = s->buf;
+	iov.iov_len = reply;
+	return raw_write_full(s->fd, &iov, 1);
+}
+
+static void *raw_server_main(void *arg)
+{
+	struct raw_server *s = arg;
+	int rc;
+
+	while ((rc = raw_serve_one(s)) == 0)
+		;
+	s->rc = rc == DML_ECLOSED ? 0 : rc;
+	/* Wake a client still blocked on this connection. */
+	shutdown(s->fd, SHUT_RDWR);
+	return NULL;
+}
+
+static int raw_submit(void *ctx, unsigned slot)
+{
+	struct raw_client *c = ctx;
+	struct iovec iov[2] = {
+		{ .iov_base = c->hdr, .iov_len = sizeof(c->hdr) },
+		{ .iov_base = c->req, .iov_len = c->req_bytes },
+	};
+
+	return raw_write_full(c->fd, iov, c->req_bytes ? 2 : 1);
+}
+
+static int raw_complete(void *ctx, unsigned slot)
+{
+	struct raw_client *c = ctx;
+
+	return raw_read_full(c->fd, c->reply, c->reply_bytes);
+}
+
+static int raw_nodelay(int fd)
+{
+	int one = 1;
+
+	return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ? DML_EIO : 0;
+}
+
+/* A listening socket on 127.0.0.1 with a kernel-chosen port. */
+static int raw_listen(unsigned backlog, int *lfd, struct sockaddr_in *addr)
+{
+	socklen_t alen = sizeof(*addr);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return DML_EIO;
+	memset(addr, 0, sizeof(*addr));
+	addr->sin_family = AF_INET;
+	addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)addr, sizeof(*addr)) ||
+	    listen(fd, (int)backlog) ||
+	    getsockname(fd, (struct sockaddr *)addr, &alen)) {
+		close(fd);
+		return DML_EIO;
+	}
+	*lfd = fd;
+	return 0;
+}
+
+/* Connect a client to the listener and accept its serving end. */
+static int raw_pair(int lfd, const struct sockaddr_in *addr, int *cfd, int *sfd)
+{
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), s = -1;
+
+	if (c < 0)
+		return DML_EIO;
+	/* Loopback connect completes from the backlog before accept(). */
+	if (connect(c, (const struct sockaddr *)addr, sizeof(*addr)) == 0)
+		s = accept(lfd, NULL, NULL);
+	if (s < 0 || raw_nodelay(c) || raw_nodelay(s)) {
+		dml_err("raw baseline: loopback connection: %s", strerror(errno));
+		close(c);
+		if (s >= 0)
+			close(s);
+		return DML_ECONN;
+	}
+	*cfd = c;
+	*sfd = s;
+	return 0;
+}
+
+static int raw_client_init(struct raw_client *c, const struct bench_raw_shape *shape)
+{
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+	c->req_bytes = shape->req_bytes;
+	c->reply_bytes = shape->reply_bytes;
+	dml_store_le32(c->hdr, RAW_MAGIC);
+	dml_store_le32(c->hdr + 4, shape->req_bytes);
+	dml_store_le32(c->hdr + 8, shape->reply_bytes);
+	c->req = malloc(shape->req_bytes ? shape->req_bytes : 1);
+	c->reply = malloc(shape->reply_bytes);
+	if (!c->req || !c->reply)
+		return DML_ENOMEM;
+	/* Touch every page now so page faults do not land in the timing. */
+	memset(c->req, 0x3c, shape->req_bytes);
+	memset(c->reply, 0, shape->reply_bytes);
+	return 0;
+}
+
+/* Close clients first so serving threads see end of stream, then join them. */
+static int raw_teardown(struct raw_client *cl, struct raw_server *sv, unsigned conns)
+{
+	int rc = 0;
+
+	for (unsigned i = 0; i < conns; i++) {
+		if (cl[i].fd >= 0)
+			close(cl[i].fd);
+		free(cl[i].req);
+		free(cl[i].reply);
+	}
+	for (unsigned i = 0; i < conns; i++) {
+		if (sv[i].started)
+			pthread_join(sv[i].tid, NULL);
+		if (sv[i].fd >= 0)
+			close(sv[i].fd);
+		if (sv[i].started && sv[i].rc && !rc)
+			rc = sv[i].rc;
+		free(sv[i].buf);
+	}
+	return rc;
+}
+
+int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned window,
+		  const struct bench_plan *plan, uint64_t value_bytes,
+		  struct bench_result *res)
+{
+	struct raw_client *cl;
+	struct raw_server *sv;
+	struct bench_driver *drv;
+	struct sockaddr_in addr;
+	int lfd = -1, rc, trc;
+
+	if (!shape || !plan || !res || conns == 0 || window == 0 ||
+	    shape->reply_bytes == 0 || shape->req_bytes > BENCH_RAW_MAX_LEN ||
+	    shape->reply_bytes > BENCH_RAW_MAX_LEN)
+		return DML_EINVAL;
+	cl = dml_xcalloc(conns, sizeof(*cl));
+	sv = dml_xcalloc(conns, sizeof(*sv));
+	drv = dml_xcalloc(conns, sizeof(*drv));
+	for (unsigned i = 0; i < conns; i++) {
+		cl[i].fd = -1;
+		sv[i].fd = -1;
+	}
+	rc = raw_listen(conns, &lfd, &addr);
+	for (unsigned i = 0; i < conns && rc == 0; i++) {
+		rc = raw_client_init(&cl[i], shape);
+		if (rc == 0)
+			rc = raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
+		if (rc == 0 && pthread_create(&sv[i].tid, NULL, raw_server_main, &sv[i]))
+			rc = DML_EIO;
+		sv[i].started = rc == 0;
+		drv[i] = (struct bench_driver){ &cl[i], raw_submit, raw_complete };
+	}
+	if (lfd >= 0)
+		close(lfd);
+	if (rc == 0)
+		rc = bench_run_drivers(drv, conns, window, plan, value_bytes, res);
+	else
+		dml_err("raw baseline: setup failed: %s", dml_strerror(rc));
+	trc = raw_teardown(cl, sv, conns);
+	/* A serving thread's error only matters if the clients saw none. */
+	if (rc == 0 && trc) {
+		dml_err("raw baseline: serving thread: %s", dml_strerror(trc));
+		rc = trc;
+	}
+	free(drv);
+	free(sv);
+	free(cl);
+	return rc;
+}

@@ -1,0 +1,5 @@
+# tools/: dml-bench and the operator scripts.
+bin_PROGRAMS += tools/dml-bench
+tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h
+tools_dml_bench_LDADD = worker/libdml.la proto/libdmlproto.la
+dist_noinst_SCRIPTS += tools/check tools/quickstart
