@@ -340,8 +340,8 @@ static void conf_number_why(const struct dml_conf_option *o, const char *text, i
 		   dml_parse_double(text, -DBL_MAX, DBL_MAX, &d) == 0) {
 		snprintf(why, whylen, "'%s' is not an integer", q);
 	} else if (o->type == DML_CONF_SIZE) {
-		snprintf(why, whylen,
-			 "'%s' is not a size (integer with optional K, M or G suffix)", q);
+		snprintf(why, whylen, "'%s' is not a size "
+			 "(integer with optional K, M or G suffix)", q);
 	} else {
 		snprintf(why, whylen, "'%s' is not a number", q);
 	}
@@ -532,7 +532,8 @@ static int conf_schema_check(struct conf_parser *p)
 	for (size_t i = 0; i < s->nsections; i++) {
 		const struct dml_conf_section *sec = &s->sections[i];
 
-		if (!conf_is_ident(sec->name) || (sec->repeated && sec->elem_size == 0) ||
+		if (!conf_is_ident(sec->name) ||
+		    (sec->repeated && sec->elem_size == 0) ||
 		    conf_section_find(s, sec->name) != i) {
 			conf_fail(p, 0, "schema: bad section #%zu", i);
 			return DML_EINVAL;
@@ -759,16 +760,18 @@ static int conf_finish(struct conf_parser *p)
 		const struct dml_conf_option *o = &s->options[i];
 
 		if (!s->sections[p->opt_sec[i]].repeated && !o->def && !p->set_line[i])
-			return conf_fail(p, 0, "missing required key '%s' in [%s]", o->key,
-					 o->section);
+			return conf_fail(p, 0, "missing required key '%s' in [%s]",
+					 o->key, o->section);
 	}
 	if (p->miss_opt)
 		return conf_fail(p, 0, "[%s] #%zu (line %zu): missing required key '%s'",
-				 p->miss_sec, p->miss_elem, p->miss_line, p->miss_opt->key);
+				 p->miss_sec, p->miss_elem, p->miss_line,
+				 p->miss_opt->key);
 	if (s->check) {
 		why[0] = '\0';
 		if (s->check(p->root, why, sizeof(why)) != 0)
-			return conf_fail(p, 0, "%s", why[0] ? why : "invalid configuration");
+			return conf_fail(p, 0, "%s",
+					 why[0] ? why : "invalid configuration");
 	}
 	return 0;
 }
@@ -869,7 +872,8 @@ int dml_conf_load(const struct dml_conf_schema *schema, const char *path, void *
 	if (err && errlen)
 		err[0] = '\0';
 	if (!schema || !path || !root) {
-		conf_report(err, errlen, path ? path : "(config)", 0, "invalid argument");
+		conf_report(err, errlen, path ? path : "(config)", 0,
+			    "invalid argument");
 		return DML_EINVAL;
 	}
 	rc = conf_file_read(path, &text, &len, err, errlen);
@@ -1041,14 +1045,15 @@ void dml_conf_print_help(const struct dml_conf_schema *schema, FILE *out)
 	if (!schema || !out || (schema->nsections && !schema->sections) ||
 	    (schema->noptions && !schema->options))
 		return;
-	fprintf(out, "# configuration of %s: `key = value` lines under [section] "
-		"headers; '#' or ';' starts a comment line\n",
+	fprintf(out, "# configuration of %s\n"
+		"# `key = value` lines under [section] headers; a line starting\n"
+		"# with '#' or ';' is a comment; REQUIRED keys have no default\n",
 		schema->program ? schema->program : "dml");
 	for (size_t si = 0; si < schema->nsections; si++) {
 		const struct dml_conf_section *sec = &schema->sections[si];
 
-		fprintf(out, "\n[%s]%s\n", sec->name,
-			sec->repeated ? "   # may appear many times, one per element" : "");
+		fprintf(out, "\n[%s]%s\n", sec->name, sec->repeated ?
+			"   # may appear many times, one per element" : "");
 		if (sec->help)
 			fprintf(out, "# %s\n", sec->help);
 		for (size_t i = 0; i < schema->noptions; i++) {

@@ -52,8 +52,11 @@ struct dml_ssp_worker *dml_ssp_join(struct dml_ssp *s, uint32_t id, uint64_t inc
 		w->last_seq = 0;
 	}
 	if (!w->live) {
+		uint64_t min = dml_ssp_min_clock(s); /* of the others: w is not live */
+
+		if (w->clock < min)
+			w->clock = min;
 		w->live = 1;
-		w->clock = w->clock > dml_ssp_min_clock(s) ? w->clock : dml_ssp_min_clock(s);
 	}
 	w->connections++;
 	return w;

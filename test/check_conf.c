@@ -138,7 +138,8 @@ static const struct dml_conf_option toptions[] = {
 	{ "table", "scale", DML_CONF_DOUBLE, offsetof(struct tconf_table, scale), "1",
 	  0, 0, NULL, NULL, "init scale" },
 	{ "table", "optimizer", DML_CONF_ENUM,
-	  offsetof(struct tconf_table, optimizer), "sgd", 0, 0, modes, NULL, "optimizer" },
+	  offsetof(struct tconf_table, optimizer), "sgd", 0, 0, modes, NULL,
+	  "optimizer" },
 };
 
 static const struct dml_conf_schema tschema = {
@@ -512,20 +513,23 @@ START_TEST(test_structure_errors)
 {
 	expect_error("name = x\n[server]\n", "t.conf:1: key outside any [section]");
 	expect_error("# c\n\n; c\nname = x\n", "t.conf:4: key outside any [section]");
-	expect_error("[server]\nname = a\n[bogus]\n", "t.conf:3: unknown section [bogus]");
+	expect_error("[server]\nname = a\n[bogus]\n",
+		     "t.conf:3: unknown section [bogus]");
 	expect_error("[Server]\n", "t.conf:1: unknown section [Server]");
 	expect_error("[]\n", "t.conf:1: unknown section []");
 	expect_error("[server]\nname = a\nnmae = b\n",
 		     "t.conf:3: unknown key 'nmae' in [server]");
 	expect_error("[server]\nName = a\n", "t.conf:2: unknown key 'Name' in [server]");
-	expect_error("[table]\nthreads = 4\n", "t.conf:2: unknown key 'threads' in [table]");
+	expect_error("[table]\nthreads = 4\n",
+		     "t.conf:2: unknown key 'threads' in [table]");
 	expect_error("[server]\nname = a\npeer = h:1\n\nname = b\n",
 		     "t.conf:5: duplicate key 'name' (first set on line 2)");
 	expect_error("[table]\nname = t\nid = 1\n# c\nid = 2\n",
 		     "t.conf:5: duplicate key 'id' (first set on line 3)");
 	expect_error("[server]\nname = a\n[table]\nname = t\nid = 1\n[server]\n",
 		     "t.conf:6: section [server] appears twice");
-	expect_error("[server]\nname\n", "t.conf:2: expected 'key = value' or '[section]'");
+	expect_error("[server]\nname\n",
+		     "t.conf:2: expected 'key = value' or '[section]'");
 	expect_error("[server]\n= 5\n", "t.conf:2: missing key before '='");
 	expect_error("[server\n", "t.conf:1: bad section header, expected [name]");
 	expect_error("[server] # c\n", "t.conf:1: bad section header, expected [name]");
@@ -634,7 +638,8 @@ START_TEST(test_long_value_is_cut_in_message)
 	char text[256], want[256];
 
 	snprintf(text, sizeof(text), "[server]\nthreads = x%0100d\n", 7);
-	snprintf(want, sizeof(want), "t.conf:2: threads: 'x%063d...' is not a number", 0);
+	snprintf(want, sizeof(want), "t.conf:2: threads: 'x%063d...' is not a number",
+		 0);
 	expect_error(text, want);
 }
 END_TEST
@@ -642,9 +647,11 @@ END_TEST
 START_TEST(test_missing_required)
 {
 	expect_error("", "t.conf: missing required key 'name' in [server]");
-	expect_error("[server]\nname = n\n", "t.conf: missing required key 'peer' in [server]");
+	expect_error("[server]\nname = n\n",
+		     "t.conf: missing required key 'peer' in [server]");
 	/* a required string set to empty is set */
-	expect_error("[server]\nname =\n", "t.conf: missing required key 'peer' in [server]");
+	expect_error("[server]\nname =\n",
+		     "t.conf: missing required key 'peer' in [server]");
 	expect_error("[server]\nname = n\npeer = h:1\n"
 		     "[table]\nname = a\nid = 1\n"
 		     "\n# the second one lacks its id\n\n\n\n\n\n"
@@ -706,11 +713,12 @@ START_TEST(test_bad_arguments)
 	memset(&c, 0, sizeof(c));
 	ck_assert_int_eq(dml_conf_parse_string(NULL, "x", "", &c, err, sizeof(err)),
 			 DML_EINVAL);
-	ck_assert_int_eq(dml_conf_parse_string(&tschema, "x", NULL, &c, err, sizeof(err)),
+	ck_assert_int_eq(dml_conf_parse_string(&tschema, "x", NULL, &c, err,
+					       sizeof(err)), DML_EINVAL);
+	ck_assert_int_eq(dml_conf_parse_string(&tschema, "x", "", NULL, err,
+					       sizeof(err)), DML_EINVAL);
+	ck_assert_int_eq(dml_conf_load(&tschema, NULL, &c, err, sizeof(err)),
 			 DML_EINVAL);
-	ck_assert_int_eq(dml_conf_parse_string(&tschema, "x", "", NULL, err, sizeof(err)),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_conf_load(&tschema, NULL, &c, err, sizeof(err)), DML_EINVAL);
 	/* no room for a message is allowed; the code still tells the story */
 	ck_assert_int_eq(dml_conf_parse_string(&tschema, "x", "[x]", &c, NULL, 0),
 			 DML_ECONF);
@@ -728,12 +736,12 @@ END_TEST
 START_TEST(test_bad_schema)
 {
 	static const struct dml_conf_option bad_default[] = {
-		{ "server", "threads", DML_CONF_U32, offsetof(struct tconf, threads), "0",
-		  1, 8, NULL, NULL, NULL },
+		{ "server", "threads", DML_CONF_U32, offsetof(struct tconf, threads),
+		  "0", 1, 8, NULL, NULL, NULL },
 	};
 	static const struct dml_conf_option bad_section[] = {
-		{ "nowhere", "threads", DML_CONF_U32, offsetof(struct tconf, threads), "1",
-		  1, 8, NULL, NULL, NULL },
+		{ "nowhere", "threads", DML_CONF_U32, offsetof(struct tconf, threads),
+		  "1", 1, 8, NULL, NULL, NULL },
 	};
 	static const struct dml_conf_option enum_without_choices[] = {
 		{ "server", "mode", DML_CONF_ENUM, offsetof(struct tconf, mode), "a",
@@ -782,7 +790,8 @@ START_TEST(test_load_file)
 	tmp_write("t.conf", "[server]\nname = a\nbad\n", 22);
 	ck_assert_int_eq(dml_conf_load(&tschema, path, &c, err, sizeof(err)), DML_ECONF);
 	ck_assert(strncmp(err, path, strlen(path)) == 0);
-	ck_assert_str_eq(err + strlen(path), ":3: expected 'key = value' or '[section]'");
+	ck_assert_str_eq(err + strlen(path),
+			 ":3: expected 'key = value' or '[section]'");
 	dml_conf_free(&tschema, &c);
 	tmp_cleanup();
 }
@@ -802,7 +811,8 @@ START_TEST(test_load_missing_file)
 	dml_conf_free(&tschema, &c);
 
 	/* a directory opens but cannot be read */
-	ck_assert_int_eq(dml_conf_load(&tschema, tmp_dir, &c, err, sizeof(err)), DML_EIO);
+	ck_assert_int_eq(dml_conf_load(&tschema, tmp_dir, &c, err, sizeof(err)),
+			 DML_EIO);
 	snprintf(want, sizeof(want), "%s: %s", tmp_dir, strerror(EISDIR));
 	ck_assert_str_eq(err, want);
 	dml_conf_free(&tschema, &c);
@@ -847,7 +857,8 @@ START_TEST(test_load_huge_file)
 	/* exactly at the limit is read (and then fails for a missing key) */
 	tmp_write("big.conf", big, len - 1);
 	ck_assert_int_eq(dml_conf_load(&tschema, path, &c, err, sizeof(err)), DML_ECONF);
-	snprintf(want, sizeof(want), "%s: missing required key 'name' in [server]", path);
+	snprintf(want, sizeof(want), "%s: missing required key 'name' in [server]",
+		 path);
 	ck_assert_str_eq(err, want);
 	dml_conf_free(&tschema, &c);
 	free(big);
@@ -881,10 +892,12 @@ START_TEST(test_print_round_trip)
 
 	/* doubles that need all 17 digits survive too */
 	ck_assert_int_eq(parse("[server]\nname = n\npeer = h:1\nlr = 0.1\n"
-			       "[table]\nname = t\nid = 1\nscale = -1.7976931348623157e308\n"
-			       "[table]\nname = u\nid = 2\nscale = 2.2250738585072014e-308\n"
-			       "[table]\nname = v\nid = 3\nscale = 0.30000000000000004\n",
-			       &c), 0);
+			       "[table]\nname = t\nid = 1\n"
+			       "scale = -1.7976931348623157e308\n"
+			       "[table]\nname = u\nid = 2\n"
+			       "scale = 2.2250738585072014e-308\n"
+			       "[table]\nname = v\nid = 3\n"
+			       "scale = 0.30000000000000004\n", &c), 0);
 	ck_assert(c.tables[0].scale == -DBL_MAX);
 	assert_round_trip(&c);
 	dml_conf_free(&tschema, &c);
@@ -905,27 +918,33 @@ START_TEST(test_print_unset_string)
 }
 END_TEST
 
+/* The help text holds this exact line (or line start). */
+static void assert_has(const char *text, const char *piece)
+{
+	ck_assert_msg(strstr(text, piece) != NULL, "missing <<%s>> in\n%s", piece, text);
+}
+
 START_TEST(test_print_help)
 {
 	char *text = help_to_string();
 
-	ck_assert_ptr_nonnull(strstr(text, "dml-test"));
-	ck_assert_ptr_nonnull(strstr(text, "\n[server]\n# the daemon itself\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\nname = REQUIRED   # string: cluster name\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\nthreads = 4   # u32, 1..256: worker threads\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\nbacklog = 128   # u32: listen backlog\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\nlisten = 0.0.0.0:7000   # host:port: "));
-	ck_assert_ptr_nonnull(strstr(text, "\nverbose = no   # bool, yes/no: log more\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\nmode = sgd   # enum, one of sgd, adam, "
-					   "adagrad: optimizer\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\ncache = 64M   # size (K, M or G suffix), "
-					   "1K..1G: cache size\n"));
-	ck_assert_ptr_nonnull(strstr(text, "\nlr = 0.01   # double, 0..10: "));
-	ck_assert_ptr_nonnull(strstr(text, "\nstaleness = 0   # i64, -1..1000: "));
-	ck_assert_ptr_nonnull(strstr(text, "\nmax_keys = 1000000   # u64, "
-					   "1..18446744073709551615: "));
-	ck_assert_ptr_nonnull(strstr(text, "\n[table]   # may appear many times"));
-	ck_assert_ptr_nonnull(strstr(text, "\nid = REQUIRED   # u32, 1..65535: table id\n"));
+	assert_has(text, "# configuration of dml-test\n");
+	assert_has(text, "\n[store]\n# durable state\npath = data   # string: ");
+	assert_has(text, "\n[server]\n# the daemon itself\n");
+	assert_has(text, "\nname = REQUIRED   # string: cluster name\n");
+	assert_has(text, "\nthreads = 4   # u32, 1..256: worker threads\n");
+	assert_has(text, "\nbacklog = 128   # u32: listen backlog\n");
+	assert_has(text, "\nlisten = 0.0.0.0:7000   # host:port: ");
+	assert_has(text, "\nverbose = no   # bool, yes/no: log more\n");
+	assert_has(text, "\nmode = sgd   # enum, one of sgd, adam, adagrad: "
+		   "optimizer\n");
+	assert_has(text, "\ncache = 64M   # size (K, M or G suffix), 1K..1G: "
+		   "cache size\n");
+	assert_has(text, "\nlr = 0.01   # double, 0..10: ");
+	assert_has(text, "\nstaleness = 0   # i64, -1..1000: ");
+	assert_has(text, "\nmax_keys = 1000000   # u64, 1..18446744073709551615: ");
+	assert_has(text, "\n[table]   # may appear many times");
+	assert_has(text, "\nid = REQUIRED   # u32, 1..65535: table id\n");
 	free(text);
 }
 END_TEST
@@ -967,7 +986,8 @@ static void check_outcome(int rc, struct tconf *c, const char *name)
 	if (rc == 0)
 		assert_round_trip(c);
 	else
-		ck_assert(strncmp(err, name, strlen(name)) == 0 && err[strlen(name)] == ':');
+		ck_assert(strncmp(err, name, strlen(name)) == 0 &&
+			  err[strlen(name)] == ':');
 	dml_conf_free(&tschema, c);
 }
 
@@ -1089,6 +1109,11 @@ END_TEST
 
 /* ---- util.c strict parsers ---------------------------------------------------- */
 
+/* The whole range of each type, for tests about syntax rather than bounds. */
+#define U64_ALL 0, UINT64_MAX
+#define I64_ALL INT64_MIN, INT64_MAX
+#define DBL_ALL -DBL_MAX, DBL_MAX
+
 START_TEST(test_parse_u64)
 {
 	uint64_t v = 0;
@@ -1101,26 +1126,26 @@ START_TEST(test_parse_u64)
 	ck_assert_uint_eq(v, 7);
 	ck_assert_int_eq(dml_parse_u64("11", 0, 10, &v), DML_ERANGE);
 	ck_assert_int_eq(dml_parse_u64("4", 5, 10, &v), DML_ERANGE);
-	ck_assert_int_eq(dml_parse_u64("18446744073709551615", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_u64("18446744073709551615", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, UINT64_MAX);
-	ck_assert_int_eq(dml_parse_u64("18446744073709551616", 0, UINT64_MAX, &v),
+	ck_assert_int_eq(dml_parse_u64("18446744073709551616", U64_ALL, &v),
 			 DML_ERANGE);
-	ck_assert_int_eq(dml_parse_u64("99999999999999999999999", 0, UINT64_MAX, &v),
+	ck_assert_int_eq(dml_parse_u64("99999999999999999999999", U64_ALL, &v),
 			 DML_ERANGE);
 	v = 42;
-	ck_assert_int_eq(dml_parse_u64("-1", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("+1", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64(NULL, 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64(" 1", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("1 ", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("1x", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("0x10", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("1.0", 0, UINT64_MAX, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("-1", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("+1", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64(NULL, U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64(" 1", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("1 ", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("1x", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("0x10", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("1.0", U64_ALL, &v), DML_EINVAL);
 	/* regression: strtoull skips newlines and other white space too */
-	ck_assert_int_eq(dml_parse_u64("\n5", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("\v5", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_u64("\r5", 0, UINT64_MAX, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("\n5", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("\v5", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_u64("\r5", U64_ALL, &v), DML_EINVAL);
 	/* a failure leaves the output alone */
 	ck_assert_uint_eq(v, 42);
 }
@@ -1134,24 +1159,24 @@ START_TEST(test_parse_i64)
 	ck_assert_int_eq(v, -5);
 	ck_assert_int_eq(dml_parse_i64("-11", -10, 10, &v), DML_ERANGE);
 	ck_assert_int_eq(dml_parse_i64("11", -10, 10, &v), DML_ERANGE);
-	ck_assert_int_eq(dml_parse_i64("-9223372036854775808", INT64_MIN, INT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_i64("-9223372036854775808", I64_ALL, &v), 0);
 	ck_assert_int_eq(v, INT64_MIN);
-	ck_assert_int_eq(dml_parse_i64("9223372036854775807", INT64_MIN, INT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_i64("9223372036854775807", I64_ALL, &v), 0);
 	ck_assert_int_eq(v, INT64_MAX);
-	ck_assert_int_eq(dml_parse_i64("-9223372036854775809", INT64_MIN, INT64_MAX, &v),
+	ck_assert_int_eq(dml_parse_i64("-9223372036854775809", I64_ALL, &v),
 			 DML_ERANGE);
-	ck_assert_int_eq(dml_parse_i64("9223372036854775808", INT64_MIN, INT64_MAX, &v),
+	ck_assert_int_eq(dml_parse_i64("9223372036854775808", I64_ALL, &v),
 			 DML_ERANGE);
 	v = 42;
-	ck_assert_int_eq(dml_parse_i64("+1", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("--1", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("-", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("- 1", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("1-", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("\n1", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("\f-1", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_i64("1e3", INT64_MIN, INT64_MAX, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("+1", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("--1", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("-", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("- 1", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("1-", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("\n1", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("\f-1", I64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_i64("1e3", I64_ALL, &v), DML_EINVAL);
 	ck_assert_int_eq(v, 42);
 }
 END_TEST
@@ -1168,18 +1193,18 @@ START_TEST(test_parse_double)
 	ck_assert_int_eq(dml_parse_double("1.0000001", 0, 1, &v), DML_ERANGE);
 	ck_assert_int_eq(dml_parse_double("-0.1", 0, 1, &v), DML_ERANGE);
 	/* regression: overflow is out of range, not junk */
-	ck_assert_int_eq(dml_parse_double("1e400", -DBL_MAX, DBL_MAX, &v), DML_ERANGE);
-	ck_assert_int_eq(dml_parse_double("-1e400", -DBL_MAX, DBL_MAX, &v), DML_ERANGE);
+	ck_assert_int_eq(dml_parse_double("1e400", DBL_ALL, &v), DML_ERANGE);
+	ck_assert_int_eq(dml_parse_double("-1e400", DBL_ALL, &v), DML_ERANGE);
 	v = 42;
-	ck_assert_int_eq(dml_parse_double("nan", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("inf", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("-infinity", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double(" 1", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("\n1", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("1 ", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("1.2.3", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_double("abc", -DBL_MAX, DBL_MAX, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("nan", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("inf", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("-infinity", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double(" 1", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("\n1", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("1 ", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("1.2.3", DBL_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_double("abc", DBL_ALL, &v), DML_EINVAL);
 	ck_assert(v == 42);
 }
 END_TEST
@@ -1188,105 +1213,83 @@ START_TEST(test_parse_size)
 {
 	uint64_t v = 0;
 
-	ck_assert_int_eq(dml_parse_size("123", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_size("123", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, 123);
-	ck_assert_int_eq(dml_parse_size("1K", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_size("1K", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, 1024);
-	ck_assert_int_eq(dml_parse_size("2k", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_size("2k", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, 2048);
-	ck_assert_int_eq(dml_parse_size("3M", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_size("3M", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, UINT64_C(3) << 20);
-	ck_assert_int_eq(dml_parse_size("5g", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_size("5g", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, UINT64_C(5) << 30);
-	ck_assert_int_eq(dml_parse_size("17179869183G", 0, UINT64_MAX, &v), 0);
+	ck_assert_int_eq(dml_parse_size("17179869183G", U64_ALL, &v), 0);
 	ck_assert_uint_eq(v, UINT64_C(17179869183) << 30);
 	/* a product past 64 bits is caught before it wraps */
-	ck_assert_int_eq(dml_parse_size("17179869184G", 0, UINT64_MAX, &v), DML_ERANGE);
-	ck_assert_int_eq(dml_parse_size("18014398509481984K", 0, UINT64_MAX, &v),
+	ck_assert_int_eq(dml_parse_size("17179869184G", U64_ALL, &v), DML_ERANGE);
+	ck_assert_int_eq(dml_parse_size("18014398509481984K", U64_ALL, &v),
 			 DML_ERANGE);
 	ck_assert_int_eq(dml_parse_size("2K", 0, 2047, &v), DML_ERANGE);
 	ck_assert_int_eq(dml_parse_size("1K", 1025, UINT64_MAX, &v), DML_ERANGE);
 	v = 42;
-	ck_assert_int_eq(dml_parse_size("K", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("1T", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("1KB", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("1 K", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("-1K", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("1.5M", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("", 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size(NULL, 0, UINT64_MAX, &v), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_size("\n1K", 0, UINT64_MAX, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("K", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("1T", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("1KB", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("1 K", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("-1K", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("1.5M", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("", U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size(NULL, U64_ALL, &v), DML_EINVAL);
+	ck_assert_int_eq(dml_parse_size("\n1K", U64_ALL, &v), DML_EINVAL);
 	ck_assert_uint_eq(v, 42);
 }
 END_TEST
 
+static char hp_host[64];
+static uint16_t hp_port;
+
+static int hostport(const char *s, int allow_zero)
+{
+	return dml_parse_hostport(s, hp_host, sizeof(hp_host), &hp_port, allow_zero);
+}
+
 START_TEST(test_parse_hostport)
 {
-	char host[64];
-	uint16_t port = 0;
+	static const char *const bad[] = {
+		"h:65536", "h:-1", "h:+1", "h:8a", "h: 80", "h:80 ", "h:", ":80", "h",
+		"", "[::1]", "[]:80", "h:0x50",
+		/* regressions: unbracketed IPv6, unbalanced brackets, blanks */
+		"::1:80", "[::1:80", "[:80", "a]:80", "a[b:80", "a b:80", " a:80",
+		"a\tb:80",
+	};
 
-	ck_assert_int_eq(dml_parse_hostport("localhost:7000", host, sizeof(host), &port,
-					    0), 0);
-	ck_assert_str_eq(host, "localhost");
-	ck_assert_uint_eq(port, 7000);
-	ck_assert_int_eq(dml_parse_hostport("10.0.0.1:65535", host, sizeof(host), &port,
-					    0), 0);
-	ck_assert_str_eq(host, "10.0.0.1");
-	ck_assert_uint_eq(port, 65535);
-	ck_assert_int_eq(dml_parse_hostport("[::1]:7000", host, sizeof(host), &port, 0), 0);
-	ck_assert_str_eq(host, "::1");
-	ck_assert_uint_eq(port, 7000);
-	ck_assert_int_eq(dml_parse_hostport("[fe80::1%eth0]:1", host, sizeof(host), &port,
-					    0), 0);
-	ck_assert_str_eq(host, "fe80::1%eth0");
-	ck_assert_int_eq(dml_parse_hostport("h:0", host, sizeof(host), &port, 1), 0);
-	ck_assert_uint_eq(port, 0);
-
-	port = 99;
-	ck_assert_int_eq(dml_parse_hostport("h:0", host, sizeof(host), &port, 0),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h:65536", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h:-1", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h:+1", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h:8a", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h: 80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h:", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport(":80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("h", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport(NULL, host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("[::1]", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("[]:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	/* regressions: unbracketed IPv6, unbalanced brackets, blanks in the host */
-	ck_assert_int_eq(dml_parse_hostport("::1:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("[::1:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("[:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("a]:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("a b:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport(" a:80", host, sizeof(host), &port, 1),
-			 DML_EINVAL);
+	ck_assert_int_eq(hostport("localhost:7000", 0), 0);
+	ck_assert_str_eq(hp_host, "localhost");
+	ck_assert_uint_eq(hp_port, 7000);
+	ck_assert_int_eq(hostport("10.0.0.1:65535", 0), 0);
+	ck_assert_str_eq(hp_host, "10.0.0.1");
+	ck_assert_uint_eq(hp_port, 65535);
+	ck_assert_int_eq(hostport("[::1]:7000", 0), 0);
+	ck_assert_str_eq(hp_host, "::1");
+	ck_assert_uint_eq(hp_port, 7000);
+	ck_assert_int_eq(hostport("[fe80::1%eth0]:1", 0), 0);
+	ck_assert_str_eq(hp_host, "fe80::1%eth0");
+	ck_assert_uint_eq(hp_port, 1);
+	ck_assert_int_eq(hostport("h:0", 1), 0);
+	ck_assert_uint_eq(hp_port, 0);
+	ck_assert_int_eq(hostport("h:0", 0), DML_EINVAL);
+	ck_assert_int_eq(hostport(NULL, 1), DML_EINVAL);
+	hp_port = 99;
+	for (size_t i = 0; i < DML_ARRAY_LEN(bad); i++)
+		ck_assert_msg(hostport(bad[i], 1) == DML_EINVAL, "took '%s'",
+			      bad[i]);
+	ck_assert_uint_eq(hp_port, 99);
 	/* the host must fit with its NUL */
-	ck_assert_int_eq(dml_parse_hostport("abcd:1", host, 4, &port, 1), DML_EINVAL);
-	ck_assert_int_eq(dml_parse_hostport("abc:1", host, 4, &port, 1), 0);
-	ck_assert_str_eq(host, "abc");
-	ck_assert_uint_eq(port, 1);
+	ck_assert_int_eq(dml_parse_hostport("abcd:1", hp_host, 4, &hp_port, 1),
+			 DML_EINVAL);
+	ck_assert_int_eq(dml_parse_hostport("abc:1", hp_host, 4, &hp_port, 1), 0);
+	ck_assert_str_eq(hp_host, "abc");
+	ck_assert_uint_eq(hp_port, 1);
 }
 END_TEST
 

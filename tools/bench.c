@@ -668,6 +668,7 @@ struct bench_server {
 	int have_dir;
 	pid_t pid;
 	uint16_t port;
+	int tail_shown; /* the log tail is printed once at most */
 };
 
 static int bench_server_file(const struct bench_server *s, const char *name, char *buf,
@@ -787,14 +788,15 @@ static int bench_server_write_conf(const struct bench_server *s, const struct be
 	return 0;
 }
 
-static void bench_server_log_tail(const struct bench_server *s)
+static void bench_server_log_tail(struct bench_server *s)
 {
 	char path[PATH_MAX], buf[BENCH_LOG_TAIL + 1], *line, *save = NULL;
 	FILE *f;
 	size_t n;
 
-	if (bench_server_file(s, "server.log", path, sizeof(path)))
+	if (s->tail_shown || bench_server_file(s, "server.log", path, sizeof(path)))
 		return;
+	s->tail_shown = 1;
 	f = fopen(path, "r");
 	if (!f)
 		return;
@@ -1245,12 +1247,13 @@ static void bench_print_header(const struct bench_opts *o)
 		printf("op,kind,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,ratio,"
 		       "tcp_gbps,tcp_rps,tcp_p50_us,tcp_p99_us\n");
 	} else if (o->baseline_only) {
-		printf("%-4s %-6s %-8s %5s %6s %9s %11s %9s %9s\n", "op", "kind", "size",
-		       "conns", "window", "tcp_GB/s", "tcp_req/s", "tcp_p50", "tcp_p99");
+		printf("%-4s %-6s %-8s %5s %6s %9s %11s %10s %10s\n", "op", "kind", "size",
+		       "conns", "window", "tcp_GB/s", "tcp_req/s", "tcp_p50_us",
+		       "tcp_p99_us");
 	} else {
-		printf("%-4s %-6s %-8s %5s %6s %8s %11s %9s %9s %6s %9s %9s\n", "op", "kind",
-		       "size", "conns", "window", "GB/s", "req/s", "p50_us", "p99_us",
-		       "ratio", "tcp_GB/s", "tcp_p50");
+		printf("%-4s %-6s %-8s %5s %6s %8s %11s %9s %9s %6s %9s %10s\n", "op",
+		       "kind", "size", "conns", "window", "GB/s", "req/s", "p50_us",
+		       "p99_us", "ratio", "tcp_GB/s", "tcp_p50_us");
 	}
 	fflush(stdout);
 }
@@ -1277,11 +1280,11 @@ static void bench_print_row(const struct bench_case *bc, const struct bench_opts
 		else
 			printf(",,,,\n");
 	} else if (o->baseline_only) {
-		printf("%-4s %-6s %-8s %5u %6u %9.3f %11.0f %9.1f %9.1f\n",
+		printf("%-4s %-6s %-8s %5u %6u %9.3f %11.0f %10.1f %10.1f\n",
 		       bench_op_names[bc->op], bench_kind_names[bc->kind], label, bc->conns,
 		       bc->window, t->gbps, t->rps, t->p50_us, t->p99_us);
 	} else {
-		printf("%-4s %-6s %-8s %5u %6u %8.3f %11.0f %9.1f %9.1f %6.2f %9.3f %9.1f\n",
+		printf("%-4s %-6s %-8s %5u %6u %8.3f %11.0f %9.1f %9.1f %6.2f %9.3f %10.1f\n",
 		       bench_op_names[bc->op], bench_kind_names[bc->kind], label, bc->conns,
 		       bc->window, d->gbps, d->rps, d->p50_us, d->p99_us, ratio, t->gbps,
 		       t->p50_us);

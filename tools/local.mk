@@ -2,4 +2,4 @@
 bin_PROGRAMS += tools/dml-bench
 tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h
 tools_dml_bench_LDADD = worker/libdml.la proto/libdmlproto.la
-dist_noinst_SCRIPTS += tools/check tools/quickstart
+dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh

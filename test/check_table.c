@@ -1,0 +1,995 @@
+/*
+ * Unit tests for server/table.c and server/optim.c: every optimizer against
+ * hand-computed values and a double-precision reference over several steps,
+ * dense ranges and keys (with range errors that change nothing), sparse rows
+ * created on first touch with the same deterministic values as a dense table,
+ * whatever the order, growth through many resizes, the extreme keys, foreach,
+ * exact integer sums with ADD, and rejected configurations.
+ *
+ * Pure in-memory tests: no files, no sockets.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dml_error.h"
+#include "optim.h"
+#include "table.h"
+
+#define TOL 1e-5
+
+static struct dml_optim_conf optim_conf(enum dml_optim_kind kind)
+{
+	struct dml_optim_conf c = {
+		.kind = kind, .lr = 0.1f, .weight_decay = 0.0f, .momentum = 0.9f,
+		.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f,
+	};
+	return c;
+}
+
+static struct dml_table_conf table_conf(enum dml_table_kind kind, uint32_t width,
+					enum dml_optim_kind opt)
+{
+	struct dml_table_conf c = {
+		.id = 1, .width = width, .kind = kind, .key_begin = 0, .key_end = 1000,
+		.init = DML_INIT_ZEROS, .init_scale = 0.0f, .seed = 7,
+		.optim = optim_conf(opt),
+	};
+	return c;
+}
+
+static struct dml_table *table_make(const struct dml_table_conf *c)
+{
+	struct dml_table *t = NULL;
+
+	ck_assert_int_eq(dml_table_new(c, &t), 0);
+	ck_assert_ptr_nonnull(t);
+	return t;
+}
+
+/* A key sequence that covers the whole 64-bit space, including 0. */
+static uint64_t key_of(uint64_t i)
+{
+	uint64_t z = i * 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------------ */
+/* Optimizers: a reference in double, written from the formulas. */
+
+#define NV 37 /* a vectorised prefix of 32 and a scalar tail of 5 */
+
+struct ref {
+	double w[NV], s1[NV], s2[NV];
+	uint32_t t;
+};
+
+static void ref_step(const struct dml_optim_conf *c, struct ref *r, const float *g)
+{
+	double b1 = c->beta1, b2 = c->beta2;
+
+	r->t++;
+	for (int i = 0; i < NV; i++) {
+		double gi = g[i] + (double)c->weight_decay * r->w[i];
+
+		switch (c->kind) {
+		case DML_OPT_SGD:
+			r->w[i] -= c->lr * gi;
+			break;
+		case DML_OPT_MOMENTUM:
+			r->s1[i] = c->momentum * r->s1[i] + gi;
+			r->w[i] -= c->lr * r->s1[i];
+			break;
+		case DML_OPT_ADAGRAD:
+			r->s1[i] += gi * gi;
+			r->w[i] -= c->lr * gi / (sqrt(r->s1[i]) + c->eps);
+			break;
+		case DML_OPT_ADAM: {
+			double mhat, vhat;
+
+			r->s1[i] = b1 * r->s1[i] + (1 - b1) * gi;
+			r->s2[i] = b2 * r->s2[i] + (1 - b2) * gi * gi;
+			mhat = r->s1[i] / (1 - pow(b1, r->t));
+			vhat = r->s2[i] / (1 - pow(b2, r->t));
+			r->w[i] -= c->lr * mhat / (sqrt(vhat) + c->eps);
+			break;
+		}
+		case DML_OPT_ADD:
+			r->w[i] += g[i];
+			break;
+		}
+	}
+}
+
+/* Run steps of kernel and reference side by side, comparing every step. */
+static void optim_against_ref(const struct dml_optim_conf *c, int steps)
+{
+	float w[NV], state[2 * NV], g[NV];
+	uint32_t step = 0;
+	struct ref r;
+
+	ck_assert_int_eq(dml_optim_validate(c), 0);
+	memset(&r, 0, sizeof(r));
+	memset(state, 0, sizeof(state));
+	for (int i = 0; i < NV; i++)
+		r.w[i] = w[i] = 0.5f - 0.03f * (float)i;
+	for (int s = 1; s <= steps; s++) {
+		for (int i = 0; i < NV; i++)
+			g[i] = (float)((i % 5) - 2) * 0.25f + 0.125f * (float)s;
+		dml_optim_apply(c, w, state, &step, g, NV);
+		ref_step(c, &r, g);
+		for (int i = 0; i < NV; i++)
+			ck_assert_double_eq_tol(w[i], r.w[i], TOL);
+	}
+	if (c->kind == DML_OPT_ADAM)
+		ck_assert_uint_eq(step, (unsigned)steps);
+}
+
+START_TEST(test_optim_sgd)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_SGD);
+	float w = 1.0f, g = 2.0f;
+
+	c.lr = 0.5f;
+	dml_optim_apply(&c, &w, NULL, NULL, &g, 1);
+	ck_assert_float_eq(w, 0.0f); /* 1 - 0.5 * 2 */
+	c.lr = 0.1f;
+	optim_against_ref(&c, 6);
+}
+END_TEST
+
+START_TEST(test_optim_sgd_weight_decay)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_SGD);
+	float w = 1.0f, g = 2.0f;
+
+	c.lr = 0.5f;
+	c.weight_decay = 0.5f;
+	dml_optim_apply(&c, &w, NULL, NULL, &g, 1);
+	ck_assert_float_eq(w, -0.25f); /* 1 - 0.5 * (2 + 0.5 * 1) */
+	c.lr = 0.1f;
+	c.weight_decay = 0.01f;
+	optim_against_ref(&c, 6);
+}
+END_TEST
+
+START_TEST(test_optim_momentum)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_MOMENTUM);
+	float w = 1.0f, v = 0.0f, g = 1.0f;
+
+	c.momentum = 0.5f;
+	dml_optim_apply(&c, &w, &v, NULL, &g, 1);   /* v = 1, w = 0.9 */
+	ck_assert_float_eq_tol(v, 1.0f, 1e-7f);
+	ck_assert_float_eq_tol(w, 0.9f, 1e-7f);
+	dml_optim_apply(&c, &w, &v, NULL, &g, 1);   /* v = 1.5, w = 0.75 */
+	ck_assert_float_eq_tol(v, 1.5f, 1e-7f);
+	ck_assert_float_eq_tol(w, 0.75f, 1e-7f);
+	c.momentum = 0.9f;
+	c.weight_decay = 0.001f;
+	optim_against_ref(&c, 8);
+}
+END_TEST
+
+START_TEST(test_optim_adagrad)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_ADAGRAD);
+	float w = 1.0f, h = 0.0f, g = 3.0f;
+
+	c.lr = 0.5f;
+	dml_optim_apply(&c, &w, &h, NULL, &g, 1);   /* h = 9, w = 1 - 0.5 * 3 / 3 */
+	ck_assert_float_eq(h, 9.0f);
+	ck_assert_float_eq_tol(w, 0.5f, 1e-6f);
+	g = 4.0f;
+	dml_optim_apply(&c, &w, &h, NULL, &g, 1);   /* h = 25, w -= 0.5 * 4 / 5 */
+	ck_assert_float_eq(h, 25.0f);
+	ck_assert_float_eq_tol(w, 0.1f, 1e-6f);
+	c.lr = 0.1f;
+	optim_against_ref(&c, 8);
+}
+END_TEST
+
+START_TEST(test_optim_adam)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_ADAM);
+	float w[2] = { 1.0f, 1.0f }, st[4] = { 0 }, g[2] = { 0.003f, -40.0f };
+	uint32_t step = 0;
+
+	c.eps = 1e-8f;
+	/* Bias correction makes the first step lr * sign(g), whatever |g|. */
+	dml_optim_apply(&c, w, st, &step, g, 2);
+	ck_assert_uint_eq(step, 1);
+	ck_assert_float_eq_tol(w[0], 0.9f, 1e-5f);
+	ck_assert_float_eq_tol(w[1], 1.1f, 1e-5f);
+	ck_assert_float_eq_tol(st[0], 0.1f * 0.003f, 1e-9f);      /* m */
+	ck_assert_float_eq_tol(st[2], 0.001f * 0.003f * 0.003f, 1e-12f); /* v */
+	c.eps = 1e-6f;
+	optim_against_ref(&c, 10);
+	c.weight_decay = 0.01f;
+	optim_against_ref(&c, 10);
+}
+END_TEST
+
+START_TEST(test_optim_add)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_ADD);
+
+	c.lr = 0.0f; /* ignored */
+	c.weight_decay = 0.5f; /* ignored by ADD */
+	optim_against_ref(&c, 5);
+}
+END_TEST
+
+START_TEST(test_optim_state_floats)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_SGD);
+
+	ck_assert_uint_eq(dml_optim_state_floats(&c), 0);
+	c.kind = DML_OPT_ADD;
+	ck_assert_uint_eq(dml_optim_state_floats(&c), 0);
+	c.kind = DML_OPT_MOMENTUM;
+	ck_assert_uint_eq(dml_optim_state_floats(&c), 1);
+	c.kind = DML_OPT_ADAGRAD;
+	ck_assert_uint_eq(dml_optim_state_floats(&c), 1);
+	ck_assert_int_eq(dml_optim_uses_step(&c), 0);
+	c.kind = DML_OPT_ADAM;
+	ck_assert_uint_eq(dml_optim_state_floats(&c), 2);
+	ck_assert_int_ne(dml_optim_uses_step(&c), 0);
+}
+END_TEST
+
+START_TEST(test_optim_validate)
+{
+	struct dml_optim_conf c;
+	const float bad_lr[] = { 0.0f, -1.0f, NAN, INFINITY };
+
+	for (size_t i = 0; i < sizeof(bad_lr) / sizeof(bad_lr[0]); i++) {
+		c = optim_conf(DML_OPT_SGD);
+		c.lr = bad_lr[i];
+		ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+		c.kind = DML_OPT_ADD; /* ADD ignores lr */
+		ck_assert_int_eq(dml_optim_validate(&c), 0);
+	}
+	c = optim_conf(DML_OPT_SGD);
+	c.weight_decay = -0.1f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	c.weight_decay = NAN;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+
+	c = optim_conf(DML_OPT_MOMENTUM);
+	c.momentum = 1.0f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	c.momentum = -0.1f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	c.momentum = 0.0f;
+	ck_assert_int_eq(dml_optim_validate(&c), 0);
+
+	c = optim_conf(DML_OPT_ADAM);
+	c.beta1 = 1.0f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	c.beta1 = 0.9f;
+	c.beta2 = -0.5f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	c.beta2 = NAN;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	c.beta2 = 0.999f;
+	c.eps = 0.0f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+
+	c = optim_conf(DML_OPT_ADAGRAD);
+	c.eps = -1e-8f;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+
+	c = optim_conf(DML_OPT_SGD);
+	c.kind = (enum dml_optim_kind)9;
+	ck_assert_int_eq(dml_optim_validate(&c), DML_EINVAL);
+	ck_assert_int_eq(dml_optim_validate(NULL), DML_EINVAL);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Table configuration. */
+
+START_TEST(test_conf_rejected)
+{
+	struct dml_table_conf base = table_conf(DML_TABLE_DENSE, 4, DML_OPT_SGD), c;
+	struct dml_table *t = NULL;
+
+	c = base;
+	c.width = 0;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c.width = 65537;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c = base;
+	c.key_end = c.key_begin;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c.key_begin = 10;
+	c.key_end = 5;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c = base;
+	c.init_scale = -1.0f;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c.init_scale = INFINITY;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c.init_scale = NAN;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c = base;
+	c.init = (enum dml_init_kind)3;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c = base;
+	c.kind = (enum dml_table_kind)2;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	c = base;
+	c.optim.lr = -0.1f;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_EINVAL);
+	ck_assert_int_eq(dml_table_new(NULL, &t), DML_EINVAL);
+	ck_assert_int_eq(dml_table_new(&base, NULL), DML_EINVAL);
+	ck_assert_ptr_null(t);
+
+	/* A sparse table has no range to check; a huge width is fine. */
+	c = table_conf(DML_TABLE_SPARSE, 65536, DML_OPT_SGD);
+	c.key_begin = c.key_end = 0;
+	t = table_make(&c);
+	dml_table_free(t);
+	dml_table_free(NULL);
+}
+END_TEST
+
+START_TEST(test_conf_too_big)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 65536, DML_OPT_ADAM);
+	struct dml_table *t = NULL;
+
+	/* Sizes that overflow are refused before anything is allocated. */
+	c.key_end = UINT64_MAX;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_ENOMEM);
+	c = table_conf(DML_TABLE_SPARSE, 64, DML_OPT_SGD);
+	c.capacity_hint = UINT64_MAX;
+	ck_assert_int_eq(dml_table_new(&c, &t), DML_ENOMEM);
+	ck_assert_ptr_null(t);
+}
+END_TEST
+
+START_TEST(test_names)
+{
+	ck_assert_str_eq(dml_table_kind_names[DML_TABLE_DENSE], "dense");
+	ck_assert_str_eq(dml_table_kind_names[DML_TABLE_SPARSE], "sparse");
+	ck_assert_ptr_null(dml_table_kind_names[2]);
+	ck_assert_str_eq(dml_init_kind_names[DML_INIT_ZEROS], "zeros");
+	ck_assert_str_eq(dml_init_kind_names[DML_INIT_UNIFORM], "uniform");
+	ck_assert_str_eq(dml_init_kind_names[DML_INIT_NORMAL], "normal");
+	ck_assert_ptr_null(dml_init_kind_names[3]);
+	ck_assert_str_eq(dml_optim_kind_names[DML_OPT_SGD], "sgd");
+	ck_assert_str_eq(dml_optim_kind_names[DML_OPT_MOMENTUM], "momentum");
+	ck_assert_str_eq(dml_optim_kind_names[DML_OPT_ADAGRAD], "adagrad");
+	ck_assert_str_eq(dml_optim_kind_names[DML_OPT_ADAM], "adam");
+	ck_assert_str_eq(dml_optim_kind_names[DML_OPT_ADD], "add");
+	ck_assert_ptr_null(dml_optim_kind_names[5]);
+}
+END_TEST
+
+START_TEST(test_bytes)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 4, DML_OPT_SGD);
+	struct dml_table *t = table_make(&c), *m;
+	uint64_t before;
+
+	ck_assert_uint_eq(dml_table_rows(t), 1000);
+	ck_assert_uint_ge(dml_table_bytes(t), 1000 * 4 * sizeof(float));
+	c.optim = optim_conf(DML_OPT_ADAM);
+	m = table_make(&c);
+	ck_assert_uint_ge(dml_table_bytes(m), 1000 * 4 * 3 * sizeof(float));
+	ck_assert_int_eq(dml_table_conf(m)->optim.kind, DML_OPT_ADAM);
+	dml_table_free(t);
+	dml_table_free(m);
+
+	c = table_conf(DML_TABLE_SPARSE, 8, DML_OPT_SGD);
+	t = table_make(&c);
+	ck_assert_uint_eq(dml_table_rows(t), 0);
+	before = dml_table_bytes(t);
+	for (uint64_t k = 0; k < 5000; k++) {
+		float out[8];
+
+		ck_assert_int_eq(dml_table_pull_keys(t, &k, 1, out), 0);
+	}
+	ck_assert_uint_eq(dml_table_rows(t), 5000);
+	ck_assert_uint_gt(dml_table_bytes(t), before);
+	/* values and key per row, and a hash at most 70% full */
+	ck_assert_uint_ge(dml_table_bytes(t),
+			  5000 * (8 * sizeof(float) + 8) + 5000 * 16 * 10 / 7);
+	dml_table_free(t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Dense tables. */
+
+static struct dml_table *dense_add_table(void)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 3, DML_OPT_ADD);
+
+	c.key_begin = 100;
+	c.key_end = 200;
+	return table_make(&c);
+}
+
+START_TEST(test_dense_range)
+{
+	struct dml_table *t = dense_add_table();
+	float g[30], all[300], again[300];
+
+	for (int i = 0; i < 30; i++)
+		g[i] = (float)(i + 1);
+	ck_assert_int_eq(dml_table_push_range(t, 110, 120, g), 0);
+	ck_assert_int_eq(dml_table_pull_range(t, 100, 200, all), 0);
+	for (int i = 0; i < 300; i++)
+		ck_assert_float_eq(all[i], i >= 30 && i < 60 ? (float)(i - 29) : 0.0f);
+
+	/* Out of range: an error and no change. */
+	ck_assert_int_eq(dml_table_push_range(t, 190, 201, g), DML_ERANGE);
+	ck_assert_int_eq(dml_table_push_range(t, 99, 101, g), DML_ERANGE);
+	ck_assert_int_eq(dml_table_pull_range(t, 150, 201, again), DML_ERANGE);
+	ck_assert_int_eq(dml_table_push_range(t, 120, 110, g), DML_EINVAL);
+	ck_assert_int_eq(dml_table_push_range(t, 110, 120, NULL), DML_EINVAL);
+	ck_assert_int_eq(dml_table_push_range(t, 150, 150, NULL), 0);
+	ck_assert_int_eq(dml_table_pull_range(t, 100, 200, again), 0);
+	ck_assert_mem_eq(all, again, sizeof(all));
+
+	ck_assert_int_eq(dml_table_pull_range(t, 119, 121, again), 0);
+	ck_assert_float_eq(again[0], 28.0f);
+	ck_assert_float_eq(again[3], 0.0f);
+	dml_table_free(t);
+}
+END_TEST
+
+START_TEST(test_dense_keys)
+{
+	struct dml_table *t = dense_add_table();
+	uint64_t keys[] = { 150, 101, 150, 199 };
+	float g[12], out[12], all[300], again[300];
+
+	for (int i = 0; i < 12; i++)
+		g[i] = (float)(i + 1);
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 4, g), 0);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys, 4, out), 0);
+	for (int j = 0; j < 3; j++) {
+		ck_assert_float_eq(out[j], g[j] + g[6 + j]);    /* 150, twice */
+		ck_assert_float_eq(out[3 + j], g[3 + j]);       /* 101 */
+		ck_assert_float_eq(out[6 + j], out[j]);
+		ck_assert_float_eq(out[9 + j], g[9 + j]);       /* 199 */
+	}
+
+	/* One bad key rejects the whole batch, even after good ones. */
+	ck_assert_int_eq(dml_table_pull_range(t, 100, 200, all), 0);
+	keys[2] = 200;
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 4, g), DML_ERANGE);
+	keys[2] = 99;
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 4, g), DML_ERANGE);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys, 4, out), DML_ERANGE);
+	ck_assert_int_eq(dml_table_pull_range(t, 100, 200, again), 0);
+	ck_assert_mem_eq(all, again, sizeof(all));
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 0, NULL), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 2, NULL), DML_EINVAL);
+	ck_assert_int_eq(dml_table_push_keys(t, NULL, 2, g), DML_EINVAL);
+	dml_table_free(t);
+}
+END_TEST
+
+/* Range and keys pushes are the same update, in any key order. */
+START_TEST(test_dense_range_equals_keys)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 5, DML_OPT_MOMENTUM);
+	struct dml_table *a, *b;
+	enum { ROWS = 1000, W = 5 };
+	static float g[ROWS * W], gr[ROWS * W], va[ROWS * W], vb[ROWS * W];
+	static uint64_t keys[ROWS];
+
+	c.init = DML_INIT_UNIFORM;
+	c.init_scale = 0.5f;
+	c.optim.weight_decay = 0.01f;
+	a = table_make(&c);
+	b = table_make(&c);
+	for (int r = 0; r < ROWS; r++) {
+		keys[r] = (uint64_t)(ROWS - 1 - r);
+		for (int j = 0; j < W; j++) {
+			g[r * W + j] = (float)((r * 7 + j) % 11) * 0.1f - 0.5f;
+			gr[(ROWS - 1 - r) * W + j] = g[r * W + j];
+		}
+	}
+	for (int s = 0; s < 3; s++) {
+		ck_assert_int_eq(dml_table_push_range(a, 0, ROWS, g), 0);
+		ck_assert_int_eq(dml_table_push_keys(b, keys, ROWS, gr), 0);
+	}
+	ck_assert_int_eq(dml_table_pull_range(a, 0, ROWS, va), 0);
+	ck_assert_int_eq(dml_table_pull_range(b, 0, ROWS, vb), 0);
+	for (int i = 0; i < ROWS * W; i++)
+		ck_assert_float_eq_tol(va[i], vb[i], 1e-6f);
+	dml_table_free(a);
+	dml_table_free(b);
+}
+END_TEST
+
+static void adam_ref_row(const struct dml_optim_conf *c, const float *w0,
+			 const float *g, int steps, int width, double *w)
+{
+	double m[8] = { 0 }, v[8] = { 0 };
+
+	for (int j = 0; j < width; j++)
+		w[j] = w0[j];
+	for (int t = 1; t <= steps; t++)
+		for (int j = 0; j < width; j++) {
+			m[j] = c->beta1 * m[j] + (1 - c->beta1) * g[j];
+			v[j] = c->beta2 * v[j] + (1 - c->beta2) * g[j] * g[j];
+			w[j] -= c->lr * (m[j] / (1 - pow(c->beta1, t))) /
+				(sqrt(v[j] / (1 - pow(c->beta2, t))) + c->eps);
+		}
+}
+
+/* ADAM on a dense table: each key counts its own steps, by keys or range. */
+START_TEST(test_dense_adam_steps)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 4, DML_OPT_ADAM);
+	struct dml_table *t;
+	float g[8] = { 0.5f, -1.0f, 2.0f, 0.25f, 0.5f, -1.0f, 2.0f, 0.25f };
+	float w0[8], out[8];
+	uint64_t k5 = 5, k6 = 6;
+	double ref[4];
+
+	c.init = DML_INIT_NORMAL;
+	c.init_scale = 1.0f;
+	t = table_make(&c);
+	ck_assert_int_eq(dml_table_pull_range(t, 5, 7, w0), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, &k5, 1, g), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, &k5, 1, g), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, &k6, 1, g), 0);
+	ck_assert_int_eq(dml_table_push_range(t, 5, 7, g), 0);
+	ck_assert_int_eq(dml_table_pull_range(t, 5, 7, out), 0);
+	adam_ref_row(&c.optim, w0, g, 3, 4, ref);
+	for (int j = 0; j < 4; j++)
+		ck_assert_double_eq_tol(out[j], ref[j], TOL);
+	adam_ref_row(&c.optim, w0 + 4, g, 2, 4, ref);
+	for (int j = 0; j < 4; j++)
+		ck_assert_double_eq_tol(out[4 + j], ref[j], TOL);
+	dml_table_free(t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Initial values and sparse first touch. */
+
+static void init_same_as_dense(enum dml_init_kind init)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 5, DML_OPT_SGD);
+	struct dml_table *d, *s, *other;
+	uint64_t keys[] = { 999, 3, 500, 0 };
+	float dv[20], sv[20], ov[20];
+
+	c.init = init;
+	c.init_scale = 0.5f;
+	c.seed = 77;
+	d = table_make(&c);
+	c.kind = DML_TABLE_SPARSE;
+	s = table_make(&c);
+	c.seed = 78;
+	other = table_make(&c);
+	ck_assert_int_eq(dml_table_pull_keys(d, keys, 4, dv), 0);
+	ck_assert_int_eq(dml_table_pull_keys(s, keys, 4, sv), 0);
+	ck_assert_int_eq(dml_table_pull_keys(other, keys, 4, ov), 0);
+	ck_assert_mem_eq(dv, sv, sizeof(dv));
+	ck_assert_uint_eq(dml_table_rows(s), 4);
+	for (int i = 0; i < 20; i++) {
+		ck_assert_float_ne(dv[i], ov[i]);  /* the seed matters */
+		ck_assert(fabsf(dv[i]) <= (init == DML_INIT_UNIFORM ? 0.5f : 4.0f));
+	}
+	ck_assert_float_ne(dv[0], dv[1]);  /* so does the index in the row */
+	ck_assert_float_ne(dv[0], dv[5]);  /* and the key */
+	dml_table_free(d);
+	dml_table_free(s);
+	dml_table_free(other);
+}
+
+START_TEST(test_init_uniform_sparse_matches_dense)
+{
+	init_same_as_dense(DML_INIT_UNIFORM);
+}
+END_TEST
+
+START_TEST(test_init_normal_sparse_matches_dense)
+{
+	init_same_as_dense(DML_INIT_NORMAL);
+}
+END_TEST
+
+START_TEST(test_init_order_independent)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 3, DML_OPT_SGD);
+	struct dml_table *a, *b;
+	enum { N = 300 };
+	static uint64_t up[N], down[N];
+	static float va[N * 3], vb[N * 3];
+
+	c.init = DML_INIT_UNIFORM;
+	c.init_scale = 1.0f;
+	a = table_make(&c);
+	b = table_make(&c);
+	for (int i = 0; i < N; i++) {
+		up[i] = key_of((uint64_t)i);
+		down[i] = key_of((uint64_t)(N - 1 - i));
+	}
+	/* Touch in opposite orders, one key at a time versus one batch. */
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(dml_table_pull_keys(a, &down[i], 1, va), 0);
+	ck_assert_int_eq(dml_table_pull_keys(b, up, N, vb), 0);
+	ck_assert_int_eq(dml_table_pull_keys(a, up, N, va), 0);
+	ck_assert_mem_eq(va, vb, sizeof(va));
+	ck_assert_uint_eq(dml_table_rows(a), N);
+	ck_assert_uint_eq(dml_table_rows(b), N);
+	dml_table_free(a);
+	dml_table_free(b);
+}
+END_TEST
+
+START_TEST(test_init_distribution)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 64, DML_OPT_SGD);
+	struct dml_table *t;
+	enum { ROWS = 1024, W = 64 };
+	static float v[ROWS * W];
+	double sum = 0, sq = 0, lo = 0, hi = 0;
+
+	c.key_end = ROWS;
+	c.init = DML_INIT_NORMAL;
+	c.init_scale = 2.0f;
+	t = table_make(&c);
+	ck_assert_int_eq(dml_table_pull_range(t, 0, ROWS, v), 0);
+	for (int i = 0; i < ROWS * W; i++) {
+		sum += v[i];
+		sq += (double)v[i] * v[i];
+	}
+	ck_assert_double_eq_tol(sum / (ROWS * W), 0.0, 0.05);
+	ck_assert_double_eq_tol(sqrt(sq / (ROWS * W)), 2.0, 0.05);
+	dml_table_free(t);
+
+	c.init = DML_INIT_UNIFORM;
+	t = table_make(&c);
+	ck_assert_int_eq(dml_table_pull_range(t, 0, ROWS, v), 0);
+	sum = 0;
+	for (int i = 0; i < ROWS * W; i++) {
+		ck_assert(v[i] >= -2.0f && v[i] <= 2.0f);
+		sum += v[i];
+		lo = v[i] < lo ? v[i] : lo;
+		hi = v[i] > hi ? v[i] : hi;
+	}
+	ck_assert_double_eq_tol(sum / (ROWS * W), 0.0, 0.05);
+	ck_assert(lo < -1.99 && hi > 1.99);
+	dml_table_free(t);
+
+	c.init = DML_INIT_ZEROS;
+	t = table_make(&c);
+	ck_assert_int_eq(dml_table_pull_range(t, 0, ROWS, v), 0);
+	for (int i = 0; i < ROWS * W; i++)
+		ck_assert_float_eq(v[i], 0.0f);
+	dml_table_free(t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* Sparse tables. */
+
+START_TEST(test_sparse_repeated_keys)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 2, DML_OPT_ADD);
+	struct dml_table *t = table_make(&c);
+	uint64_t keys[] = { 7, 8, 7, 7 };
+	float g[] = { 1, 10, 100, 1000, 2, 20, 4, 40 }, out[2];
+	float r[2];
+
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 4, g), 0);
+	ck_assert_uint_eq(dml_table_rows(t), 2);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys, 1, out), 0);
+	ck_assert_float_eq(out[0], 7.0f);
+	ck_assert_float_eq(out[1], 70.0f);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys + 1, 1, r), 0);
+	ck_assert_float_eq(r[0], 100.0f);
+	ck_assert_float_eq(r[1], 1000.0f);
+	ck_assert_int_eq(dml_table_push_range(t, 0, 1, g), DML_EINVAL);
+	ck_assert_int_eq(dml_table_pull_range(t, 0, 1, out), DML_EINVAL);
+	dml_table_free(t);
+}
+END_TEST
+
+START_TEST(test_sparse_extreme_keys)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 1, DML_OPT_ADD);
+	struct dml_table *t = table_make(&c);
+	uint64_t keys[] = { 0, UINT64_MAX, 0 }, back[] = { UINT64_MAX, 0 };
+	float g[] = { 1, 2, 3, 4 }, out[4];
+
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 3, g), 0);
+	ck_assert_uint_eq(dml_table_rows(t), 2);
+	ck_assert_int_eq(dml_table_pull_keys(t, back, 2, out), 0);
+	ck_assert_float_eq(out[0], 2.0f);
+	ck_assert_float_eq(out[1], 4.0f);
+	dml_table_free(t);
+
+	/* A dense range ending at the top of the key space. */
+	c = table_conf(DML_TABLE_DENSE, 1, DML_OPT_ADD);
+	c.key_begin = UINT64_MAX - 4;
+	c.key_end = UINT64_MAX;
+	t = table_make(&c);
+	keys[0] = UINT64_MAX - 1;
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 1, g), 0);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys, 1, out), 0);
+	ck_assert_float_eq(out[0], 1.0f);
+	keys[0] = UINT64_MAX;
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 1, g), DML_ERANGE);
+	ck_assert_int_eq(dml_table_push_range(t, UINT64_MAX - 4, UINT64_MAX, g), 0);
+	ck_assert_int_eq(dml_table_pull_range(t, UINT64_MAX - 4, UINT64_MAX, out), 0);
+	ck_assert_float_eq(out[3], 5.0f); /* key UINT64_MAX - 1: 1 + 4 */
+	dml_table_free(t);
+}
+END_TEST
+
+struct visit {
+	uint8_t *seen;
+	uint64_t count;
+	uint64_t last;
+	int stop_after;
+};
+
+/* Growth rows carry (i % 1000, i / 1000) so the key can be checked. */
+static int visit_growth(uint64_t key, const float *v, void *arg)
+{
+	struct visit *vs = arg;
+	uint64_t i = (uint64_t)v[0] + 1000 * (uint64_t)v[1];
+
+	if (i >= 200000 || key_of(i) != key || vs->seen[i])
+		return -1;
+	vs->seen[i] = 1;
+	vs->count++;
+	return 0;
+}
+
+START_TEST(test_sparse_growth)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 2, DML_OPT_ADD);
+	struct dml_table *t = table_make(&c);
+	enum { N = 200000, B = 1000 };
+	static uint64_t keys[B];
+	static float g[B * 2], out[B * 2];
+	struct visit vs = { .seen = calloc(N, 1) };
+
+	ck_assert_ptr_nonnull(vs.seen);
+	for (uint64_t base = 0; base < N; base += B) {
+		for (uint64_t i = 0; i < B; i++) {
+			keys[i] = key_of(base + i);
+			g[2 * i] = (float)((base + i) % 1000);
+			g[2 * i + 1] = (float)((base + i) / 1000);
+		}
+		ck_assert_int_eq(dml_table_push_keys(t, keys, B, g), 0);
+	}
+	ck_assert_uint_eq(dml_table_rows(t), N);
+	for (uint64_t base = 0; base < N; base += B) {
+		for (uint64_t i = 0; i < B; i++)
+			keys[i] = key_of(N - 1 - base - i);
+		ck_assert_int_eq(dml_table_pull_keys(t, keys, B, out), 0);
+		for (uint64_t i = 0; i < B; i++) {
+			uint64_t k = N - 1 - base - i;
+
+			ck_assert_float_eq(out[2 * i], (float)(k % 1000));
+			ck_assert_float_eq(out[2 * i + 1], (float)(k / 1000));
+		}
+	}
+	ck_assert_uint_eq(dml_table_rows(t), N); /* pulls created nothing */
+	ck_assert_int_eq(dml_table_foreach(t, visit_growth, &vs), 0);
+	ck_assert_uint_eq(vs.count, N);
+	free(vs.seen);
+	dml_table_free(t);
+}
+END_TEST
+
+/* ------------------------------------------------------------------ */
+/* foreach and exactness. */
+
+static int visit_dense(uint64_t key, const float *v, void *arg)
+{
+	struct visit *vs = arg;
+
+	if (vs->count > 0 && key != vs->last + 1)
+		return -1;
+	if (v[0] != (float)key)
+		return -2;
+	vs->last = key;
+	vs->count++;
+	return vs->stop_after && vs->count == (uint64_t)vs->stop_after ? 42 : 0;
+}
+
+START_TEST(test_foreach_dense)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 1, DML_OPT_ADD);
+	struct dml_table *t;
+	static float g[500];
+	struct visit vs = { 0 };
+
+	c.key_begin = 1000;
+	c.key_end = 1500;
+	t = table_make(&c);
+	for (int i = 0; i < 500; i++)
+		g[i] = (float)(1000 + i);
+	ck_assert_int_eq(dml_table_push_range(t, 1000, 1500, g), 0);
+	ck_assert_int_eq(dml_table_foreach(t, visit_dense, &vs), 0);
+	ck_assert_uint_eq(vs.count, 500);
+	ck_assert_uint_eq(vs.last, 1499);
+
+	memset(&vs, 0, sizeof(vs));
+	vs.stop_after = 3;
+	ck_assert_int_eq(dml_table_foreach(t, visit_dense, &vs), 42);
+	ck_assert_uint_eq(vs.count, 3);
+	ck_assert_int_eq(dml_table_foreach(t, NULL, &vs), DML_EINVAL);
+	dml_table_free(t);
+}
+END_TEST
+
+static int visit_sparse(uint64_t key, const float *v, void *arg)
+{
+	struct visit *vs = arg;
+	uint64_t slot = key == UINT64_MAX ? 0 : key;
+
+	if (slot >= 64 || vs->seen[slot] || v[0] != (float)(slot + 1))
+		return -1;
+	vs->seen[slot] = 1;
+	vs->count++;
+	return 0;
+}
+
+START_TEST(test_foreach_sparse)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 1, DML_OPT_ADD);
+	struct dml_table *t = table_make(&c);
+	uint8_t seen[64] = { 0 };
+	struct visit vs = { .seen = seen };
+	uint64_t keys[64];
+	float g[64];
+
+	keys[0] = UINT64_MAX;
+	g[0] = 1.0f;
+	for (int i = 1; i < 64; i++) {
+		keys[i] = (uint64_t)(63 - i + 1);
+		g[i] = (float)(keys[i] + 1);
+	}
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 64, g), 0);
+	ck_assert_int_eq(dml_table_foreach(t, visit_sparse, &vs), 0);
+	ck_assert_uint_eq(vs.count, 64);
+	dml_table_free(t);
+}
+END_TEST
+
+START_TEST(test_add_exact)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 7, DML_OPT_ADD);
+	struct dml_table *d, *s;
+	enum { ROWS = 100, W = 7, STEPS = 1000 };
+	static float g[ROWS * W], v[ROWS * W];
+	static int64_t want[ROWS * W];
+	static uint64_t keys[ROWS];
+
+	c.key_end = ROWS;
+	d = table_make(&c);
+	c.kind = DML_TABLE_SPARSE;
+	s = table_make(&c);
+	for (int r = 0; r < ROWS; r++)
+		keys[r] = (uint64_t)r;
+	for (int step = 0; step < STEPS; step++) {
+		for (int i = 0; i < ROWS * W; i++) {
+			int64_t x = (int64_t)((i * 31 + step * 17) % 2001) - 1000;
+
+			g[i] = (float)x;
+			want[i] += x;
+		}
+		ck_assert_int_eq(dml_table_push_range(d, 0, ROWS, g), 0);
+		ck_assert_int_eq(dml_table_push_keys(s, keys, ROWS, g), 0);
+	}
+	ck_assert_int_eq(dml_table_pull_range(d, 0, ROWS, v), 0);
+	for (int i = 0; i < ROWS * W; i++)
+		ck_assert_int_eq((int64_t)v[i], want[i]);
+	ck_assert_int_eq(dml_table_pull_keys(s, keys, ROWS, v), 0);
+	for (int i = 0; i < ROWS * W; i++)
+		ck_assert_int_eq((int64_t)v[i], want[i]);
+	dml_table_free(d);
+	dml_table_free(s);
+}
+END_TEST
+
+/* The sparse path applies each optimizer exactly like the kernel does. */
+START_TEST(test_sparse_optimizers)
+{
+	for (int k = DML_OPT_SGD; k <= DML_OPT_ADD; k++) {
+		struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 33,
+						    (enum dml_optim_kind)k);
+		struct dml_table *t;
+		float w[33], st[66] = { 0 }, g[66], out[66];
+		uint64_t keys[] = { 12345, 12345 };
+		uint32_t step = 0;
+
+		c.init = DML_INIT_UNIFORM;
+		c.init_scale = 0.1f;
+		t = table_make(&c);
+		ck_assert_int_eq(dml_table_pull_keys(t, keys, 1, w), 0);
+		for (int i = 0; i < 66; i++)
+			g[i] = (float)(i % 9) * 0.1f - 0.4f;
+		ck_assert_int_eq(dml_table_push_keys(t, keys, 2, g), 0);
+		dml_optim_apply(&c.optim, w, st, &step, g, 33);
+		dml_optim_apply(&c.optim, w, st, &step, g + 33, 33);
+		ck_assert_int_eq(dml_table_pull_keys(t, keys, 1, out), 0);
+		for (int i = 0; i < 33; i++)
+			ck_assert_float_eq_tol(out[i], w[i], 1e-7f);
+		dml_table_free(t);
+	}
+}
+END_TEST
+
+static Suite *table_suite(void)
+{
+	Suite *s = suite_create("table");
+	TCase *optim = tcase_create("optim");
+	TCase *conf = tcase_create("conf");
+	TCase *dense = tcase_create("dense");
+	TCase *init = tcase_create("init");
+	TCase *sparse = tcase_create("sparse");
+
+	tcase_add_test(optim, test_optim_sgd);
+	tcase_add_test(optim, test_optim_sgd_weight_decay);
+	tcase_add_test(optim, test_optim_momentum);
+	tcase_add_test(optim, test_optim_adagrad);
+	tcase_add_test(optim, test_optim_adam);
+	tcase_add_test(optim, test_optim_add);
+	tcase_add_test(optim, test_optim_state_floats);
+	tcase_add_test(optim, test_optim_validate);
+	suite_add_tcase(s, optim);
+
+	tcase_add_test(conf, test_conf_rejected);
+	tcase_add_test(conf, test_conf_too_big);
+	tcase_add_test(conf, test_names);
+	tcase_add_test(conf, test_bytes);
+	suite_add_tcase(s, conf);
+
+	tcase_add_test(dense, test_dense_range);
+	tcase_add_test(dense, test_dense_keys);
+	tcase_add_test(dense, test_dense_range_equals_keys);
+	tcase_add_test(dense, test_dense_adam_steps);
+	tcase_add_test(dense, test_foreach_dense);
+	tcase_add_test(dense, test_add_exact);
+	suite_add_tcase(s, dense);
+
+	tcase_add_test(init, test_init_uniform_sparse_matches_dense);
+	tcase_add_test(init, test_init_normal_sparse_matches_dense);
+	tcase_add_test(init, test_init_order_independent);
+	tcase_add_test(init, test_init_distribution);
+	suite_add_tcase(s, init);
+
+	tcase_set_timeout(sparse, 60);
+	tcase_add_test(sparse, test_sparse_repeated_keys);
+	tcase_add_test(sparse, test_sparse_extreme_keys);
+	tcase_add_test(sparse, test_sparse_growth);
+	tcase_add_test(sparse, test_foreach_sparse);
+	tcase_add_test(sparse, test_sparse_optimizers);
+	suite_add_tcase(s, sparse);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(table_suite());
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
