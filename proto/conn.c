@@ -66,10 +66,12 @@ struct dml_conn {
 	int closing;
 	int close_err;
 	int read_paused;              /* backpressure */
+	int corked;                   /* replies to a batch of frames go out together */
 	uint64_t bytes_in, bytes_out;
 };
 
 static void process_input(struct dml_conn *c);
+static void process_frames(struct dml_conn *c);
 static void fail(struct dml_conn *c, int err, uint64_t request_id);
 
 static const char *const state_names[] = { "connecting", "handshake", "ready", "closing" };
@@ -144,8 +146,13 @@ int dml_conn_sendv(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
 		goto out;
 	}
 
-	/* Fast path: nothing queued, so write straight from the caller's memory. */
-	if (c->state != DML_CONN_CONNECTING && evbuffer_get_length(out) == 0) {
+	/*
+	 * Fast path: nothing queued, so write straight from the caller's memory.
+	 * While a batch of input is handled, small frames are queued instead and
+	 * leave in one write at the end of the batch.
+	 */
+	if (c->state != DML_CONN_CONNECTING && evbuffer_get_length(out) == 0 &&
+	    (!c->corked || payload >= DIRECT_READ_MIN)) {
 		struct iovec v[9];
 		struct msghdr msg = { .msg_iov = v };
 		ssize_t n;
@@ -543,7 +550,24 @@ static void direct_read_cb(evutil_socket_t fd, short what, void *arg)
 	process_input(c);
 }
 
+/* Write what a batch of frames queued, now rather than on the next loop turn. */
+static void uncork(struct dml_conn *c)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+
+	c->corked = 0;
+	if (!c->closing && evbuffer_get_length(out) > 0)
+		(void)evbuffer_write(out, c->fd);
+}
+
 static void process_input(struct dml_conn *c)
+{
+	c->corked = 1;
+	process_frames(c);
+	uncork(c);
+}
+
+static void process_frames(struct dml_conn *c)
 {
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	int frames = 0, rc;

@@ -20,7 +20,7 @@
 
 #define OPTIM_BLOCK ((size_t)16)
 
-/* Constants of one application, computed once per call, not per value. */
+/* Constants of an application, computed once per row or run, not per value. */
 struct optim_k {
 	float lr, wd, mu, eps;
 	float b1, b2;      /* adam: decay rates */
@@ -159,13 +159,29 @@ static void adam_constants(const struct dml_optim_conf *c, uint32_t t,
 	k->inv_c2 = (float)(1.0 / c2);
 }
 
-void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
-		     uint32_t *step, const float *g, size_t n)
+/* Constants of a run of applications. ADAM's depend on the row's step; rows
+ * applied together mostly share it, so the last ones are kept. */
+struct optim_run {
+	struct optim_k k;
+	uint32_t t;        /* step k's adam constants are for; 0: none yet */
+};
+
+static void run_init(const struct dml_optim_conf *c, struct optim_run *run)
 {
-	struct optim_k k = {
+	run->k = (struct optim_k){
 		.lr = c->lr, .wd = c->weight_decay, .mu = c->momentum, .eps = c->eps,
 		.b1 = c->beta1, .b2 = c->beta2,
 	};
+	run->t = 0;
+}
+
+/* One application; inlined into both entry points so that the loop over
+ * rows keeps its constants in registers. */
+static inline __attribute__((always_inline)) void
+apply_one(const struct dml_optim_conf *c, struct optim_run *run, float *w,
+	  float *state, uint32_t *step, const float *g, size_t n)
+{
+	const struct optim_k *k = &run->k;
 	size_t m = n & ~(OPTIM_BLOCK - 1); /* vectorised prefix; the rest is scalar */
 
 	switch (c->kind) {
@@ -174,23 +190,51 @@ void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
 		kernel_add(w + m, g + m, n - m);
 		break;
 	case DML_OPT_SGD:
-		kernel_sgd(&k, w, g, m);
-		kernel_sgd(&k, w + m, g + m, n - m);
+		kernel_sgd(k, w, g, m);
+		kernel_sgd(k, w + m, g + m, n - m);
 		break;
 	case DML_OPT_MOMENTUM:
-		kernel_momentum(&k, w, state, g, m);
-		kernel_momentum(&k, w + m, state + m, g + m, n - m);
+		kernel_momentum(k, w, state, g, m);
+		kernel_momentum(k, w + m, state + m, g + m, n - m);
 		break;
 	case DML_OPT_ADAGRAD:
-		kernel_adagrad(&k, w, state, g, m);
-		kernel_adagrad(&k, w + m, state + m, g + m, n - m);
+		kernel_adagrad(k, w, state, g, m);
+		kernel_adagrad(k, w + m, state + m, g + m, n - m);
 		break;
 	case DML_OPT_ADAM:
 		if (*step < UINT32_MAX)
 			(*step)++;
-		adam_constants(c, *step, &k);
-		kernel_adam(&k, w, state, state + n, g, m);
-		kernel_adam(&k, w + m, state + m, state + n + m, g + m, n - m);
+		if (*step != run->t) {
+			adam_constants(c, *step, &run->k);
+			run->t = *step;
+		}
+		kernel_adam(k, w, state, state + n, g, m);
+		kernel_adam(k, w + m, state + m, state + n + m, g + m, n - m);
 		break;
+	}
+}
+
+void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
+		     uint32_t *step, const float *g, size_t n)
+{
+	struct optim_run run;
+
+	run_init(c, &run);
+	apply_one(c, &run, w, state, step, g, n);
+}
+
+void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *state,
+			  uint32_t *steps, size_t width, const uint64_t *rows, size_t n,
+			  const float *g)
+{
+	const size_t sw = width * dml_optim_state_floats(c);
+	struct optim_run run;
+
+	run_init(c, &run);
+	for (size_t i = 0; i < n; i++, g += width) {
+		uint64_t r = rows[i];
+
+		apply_one(c, &run, values + r * width, state ? state + r * sw : NULL,
+			  steps ? steps + r : NULL, g, width);
 	}
 }

@@ -49,4 +49,15 @@ int dml_optim_uses_step(const struct dml_optim_conf *c);
 void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
 		     uint32_t *step, const float *g, size_t n);
 
+/**
+ * Apply n gradient rows of width floats (row i at g + i * width) to rows of
+ * row-major arrays: rows[i] selects row rows[i] of values (width floats a
+ * row), of state (width * dml_optim_state_floats(c) floats a row, laid out as
+ * for dml_optim_apply; NULL if that count is 0) and of steps (NULL unless
+ * dml_optim_uses_step(c)). Rows may repeat; they are applied in order.
+ */
+void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *state,
+			  uint32_t *steps, size_t width, const uint64_t *rows, size_t n,
+			  const float *g);
+
 #endif

@@ -218,16 +218,22 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 	uint32_t w = te->info.width;
 	uint64_t floats = (dense ? end - begin : nkeys) * w;
 	Dml__Meta m = DML__META__INIT;
-	float *out = scratch(s, floats);
+	const float *values = NULL;
+	float *out;
 	int rc;
 
-	if (!out) {
+	if (dense) {
+		/* Sent from the table itself: whatever the socket does not take
+		 * at once is copied, so the reply is a snapshot. */
+		rc = dml_table_peek_range(te->table, begin, end, &values);
+	} else if ((out = scratch(s, floats)) == NULL) {
 		reply_error(ss, request_id, DML_ENOMEM, "no memory for a %llu-float reply",
 			    (unsigned long long)floats);
 		return;
+	} else {
+		rc = dml_table_pull_keys(te->table, keys, nkeys, out);
+		values = out;
 	}
-	rc = dense ? dml_table_pull_range(te->table, begin, end, out)
-		   : dml_table_pull_keys(te->table, keys, nkeys, out);
 	if (rc) {
 		reply_error(ss, request_id, rc, "pull from table %u: %s", te->info.id,
 			    dml_strerror(rc));
@@ -244,7 +250,7 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 	m.num_keys = dense ? 0 : nkeys;
 	m.min_clock = dml_ssp_min_clock(&s->ssp);
 	s->st.pulls++;
-	rc = dml_conn_send(ss->conn, &m, out, floats * sizeof(float), DML_SEND_COPY);
+	rc = dml_conn_send(ss->conn, &m, values, floats * sizeof(float), DML_SEND_COPY);
 	if (rc)
 		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->conn), dml_strerror(rc));
 }

@@ -8,11 +8,12 @@
  * capacity, load at most 0.7) whose slots hold the key and row + 1, 0 meaning
  * empty, so every uint64 key is usable.
  *
- * Key batches are the hot path. They run in chunks: hash every key of the
- * chunk and prefetch its slot, probe (creating missing rows) and prefetch the
- * row, then apply. Before a batch the sparse table grows to hold every key of
- * it as a new row, so nothing is rehashed or moved mid-batch and a failed
- * allocation leaves the table untouched.
+ * Key batches are the hot path: a software pipeline hashes each key and
+ * prefetches its slot, probes a few keys later (creating missing rows) and
+ * prefetches the row, and applies the gradient a few keys later still, so
+ * the cache misses of many keys are in flight at once. Before a batch the
+ * sparse table grows to hold every key of it as a new row, so nothing is
+ * rehashed or moved mid-batch and a failed allocation leaves it untouched.
  *
  * This file must never do I/O, log, or abort on a request: the big buffers
  * come from plain allocation and failure is DML_ENOMEM.
@@ -28,10 +29,8 @@
 
 #define TABLE_MAX_WIDTH 65536u
 #define TABLE_ALIGN 64u
-#ifndef TABLE_AHEAD
-#define TABLE_AHEAD 8u             /* keys between pipeline stages */
-#endif
-#define TABLE_RING 64u             /* > 2 * TABLE_AHEAD, a power of two */
+#define TABLE_GROUP 8u             /* keys per pipeline stage */
+#define TABLE_RANGE_BATCH 256u     /* rows per call on per-row optimizers */
 #define TABLE_PREFETCH_LINES 8u    /* per row; wider rows stream anyway */
 #define TABLE_MIN_ROWS 16u
 #define TABLE_MIN_SLOTS 32u
@@ -88,19 +87,13 @@ static void *aligned_array(uint64_t count, size_t size)
 	return p;
 }
 
-/* Grow *p from old to count elements of size bytes, keeping the alignment;
- * on failure *p is unchanged. */
-static int grow_array(void **p, uint64_t old, uint64_t count, size_t size)
+/* Move bytes from old into fresh and free old; returns fresh. */
+static void *array_move(void *old, void *fresh, size_t bytes)
 {
-	void *q = aligned_array(count, size);
-
-	if (!q)
-		return DML_ENOMEM;
-	if (*p)
-		memcpy(q, *p, (size_t)old * size);
-	free(*p);
-	*p = q;
-	return 0;
+	if (old)
+		memcpy(fresh, old, bytes);
+	free(old);
+	return fresh;
 }
 
 static inline float *row_values(const struct dml_table *t, uint64_t row)
@@ -212,23 +205,38 @@ static int dense_alloc(struct dml_table *t)
 	return 0;
 }
 
-/* Make room for cap rows. Arrays already grown stay grown on failure. */
+/* Make room for cap rows; on failure nothing changes. */
 static int sparse_grow_rows(struct dml_table *t, uint64_t cap)
 {
-	uint64_t old = t->row_cap;
+	const uint64_t old = t->row_cap;
+	float *values, *state = NULL;
+	uint64_t *keys;
+	uint32_t *steps = NULL;
 
-	if (cap > SIZE_MAX / t->width ||
-	    grow_array((void **)&t->values, old * t->width, cap * t->width,
-		       sizeof(float)) ||
-	    grow_array((void **)&t->keys, old, cap, sizeof(uint64_t)))
+	/* cap * (width + state_width) floats fit, so no product below wraps;
+	 * aligned_array checks each byte count */
+	if (cap > SIZE_MAX / sizeof(float) / (t->width + t->state_width))
 		return DML_ENOMEM;
-	if (t->state_width &&
-	    (cap > SIZE_MAX / t->state_width ||
-	     grow_array((void **)&t->state, old * t->state_width,
-			cap * t->state_width, sizeof(float))))
+	values = aligned_array(cap * t->width, sizeof(float));
+	keys = aligned_array(cap, sizeof(uint64_t));
+	if (t->state_width)
+		state = aligned_array(cap * t->state_width, sizeof(float));
+	if (t->uses_step)
+		steps = aligned_array(cap, sizeof(uint32_t));
+	if (!values || !keys || (t->state_width && !state) || (t->uses_step && !steps)) {
+		free(values);
+		free(keys);
+		free(state);
+		free(steps);
 		return DML_ENOMEM;
-	if (t->uses_step && grow_array((void **)&t->steps, old, cap, sizeof(uint32_t)))
-		return DML_ENOMEM;
+	}
+	t->values = array_move(t->values, values, old * t->width * sizeof(float));
+	t->keys = array_move(t->keys, keys, old * sizeof(uint64_t));
+	if (state)
+		t->state = array_move(t->state, state,
+				      old * t->state_width * sizeof(float));
+	if (steps)
+		t->steps = array_move(t->steps, steps, old * sizeof(uint32_t));
 	t->row_cap = cap;
 	return 0;
 }
@@ -380,22 +388,33 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 			 const float *grad)
 {
 	const struct dml_optim_conf *oc;
-	uint64_t first;
+	uint64_t r, last;
 	int rc = range_check(t, begin, end, grad);
 
 	if (rc || begin == end)
 		return rc;
 	oc = &t->conf.optim;
-	first = begin - t->conf.key_begin;
-	if (!t->uses_step) {
-		/* One pass over the whole slice: state rows line up with values. */
-		dml_optim_apply(oc, row_values(t, first), row_state(t, first), NULL, grad,
-				(end - begin) * t->width);
+	r = begin - t->conf.key_begin;
+	last = end - t->conf.key_begin;
+	if (!t->uses_step && t->state_width <= t->width) {
+		/* One pass over the whole slice: with at most one state float per
+		 * value, the slice's state is one block lined up with its values. */
+		dml_optim_apply(oc, row_values(t, r), row_state(t, r), NULL, grad,
+				(last - r) * t->width);
 		return 0;
 	}
-	for (uint64_t r = first; r < first + (end - begin); r++, grad += t->width)
-		dml_optim_apply(oc, row_values(t, r), row_state(t, r), row_step(t, r),
-				grad, t->width);
+	/* Row by row, each with its own step counter; batches of row indices
+	 * let the optimizer reuse the constants of rows on the same step. */
+	while (r < last) {
+		uint64_t rows[TABLE_RANGE_BATCH];
+		size_t n = 0;
+
+		while (n < TABLE_RANGE_BATCH && r < last)
+			rows[n++] = r++;
+		dml_optim_apply_rows(oc, t->values, t->state, t->steps, t->width, rows, n,
+				     grad);
+		grad += n * t->width;
+	}
 	return 0;
 }
 
@@ -407,6 +426,17 @@ int dml_table_pull_range(struct dml_table *t, uint64_t begin, uint64_t end, floa
 		return rc;
 	memcpy(out, row_values(t, begin - t->conf.key_begin),
 	       (end - begin) * t->width * sizeof(float));
+	return 0;
+}
+
+int dml_table_peek_range(const struct dml_table *t, uint64_t begin, uint64_t end,
+			 const float **values)
+{
+	int rc = range_check(t, begin, end, values);
+
+	if (rc)
+		return rc;
+	*values = row_values(t, begin - t->conf.key_begin);
 	return 0;
 }
 
@@ -451,34 +481,61 @@ static inline uint64_t sparse_row(struct dml_table *t, uint64_t key, uint64_t ha
 	}
 }
 
-/* Apply grad row i to row r, or copy row r out to out row i. */
-static inline void row_use(struct dml_table *t, uint64_t r, size_t i, const float *grad,
-			   float *out)
+/* Keys in group g of a batch of n. */
+static inline size_t group_len(size_t n, size_t g)
 {
-	const size_t w = t->width;
+	return n - g * TABLE_GROUP < TABLE_GROUP ? n - g * TABLE_GROUP : TABLE_GROUP;
+}
 
-	if (grad)
-		dml_optim_apply(&t->conf.optim, row_values(t, r), row_state(t, r),
-				row_step(t, r), grad + i * w, w);
-	else
-		memcpy(out + i * w, row_values(t, r), w * sizeof(float));
+/* Stage 1 of the pipeline: hash n keys and prefetch their slots. */
+static inline void stage_hash(const struct dml_table *t, const uint64_t *keys,
+			      size_t n, uint64_t *hashes)
+{
+	for (size_t i = 0; i < n; i++) {
+		hashes[i] = mix64(keys[i]);
+		__builtin_prefetch(&t->slots[hashes[i] & t->slot_mask], 1, 3);
+	}
+}
+
+/* Stage 2: find (sparse: create if missing) the rows of n keys, prefetch them. */
+static inline void stage_rows(struct dml_table *t, const uint64_t *keys, size_t n,
+			      const uint64_t *hashes, uint64_t *rows)
+{
+	for (size_t i = 0; i < n; i++) {
+		rows[i] = t->slots ? sparse_row(t, keys[i], hashes[i]) :
+			  keys[i] - t->conf.key_begin;
+		prefetch_row(t, rows[i]);
+	}
+}
+
+/* Stage 3: apply n gradient rows, or copy n rows out. */
+static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n,
+			     const float *grad, float *out)
+{
+	if (grad) {
+		dml_optim_apply_rows(&t->conf.optim, t->values, t->state, t->steps,
+				     t->width, rows, n, grad);
+		return;
+	}
+	for (size_t i = 0; i < n; i++, out += t->width)
+		memcpy(out, row_values(t, rows[i]), t->width * sizeof(float));
 }
 
 /*
  * Shared by push and pull of keys: check (dense) or reserve (sparse) for the
  * whole batch first, so an error leaves the table as it was. Then a software
- * pipeline: key i is hashed and its slot prefetched, key i - AHEAD is probed
- * (its row created if missing) and its row prefetched, and key i - 2 * AHEAD
- * is applied, so each memory access has had time to arrive when it is used.
+ * pipeline over groups of TABLE_GROUP keys: group g is hashed and its slots
+ * prefetched while group g - 1 is probed and its rows prefetched and group
+ * g - 2 is applied, so each access has had time to arrive when it is used.
  */
 static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 		      const float *grad, float *out)
 {
-	uint64_t hashes[TABLE_RING], rows[TABLE_RING];
-	const int dense = t->conf.kind == DML_TABLE_DENSE;
+	uint64_t hashes[3][TABLE_GROUP], rows[3][TABLE_GROUP];
+	const size_t w = t->width, groups = (n + TABLE_GROUP - 1) / TABLE_GROUP;
 	int rc;
 
-	if (dense) {
+	if (t->conf.kind == DML_TABLE_DENSE) {
 		for (size_t i = 0; i < n; i++)
 			if (keys[i] < t->conf.key_begin || keys[i] >= t->conf.key_end)
 				return DML_ERANGE;
@@ -487,25 +544,19 @@ static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 		if (rc)
 			return rc;
 	}
-	for (size_t i = 0; i < n + 2 * TABLE_AHEAD; i++) {
-		if (i < n && !dense) {
-			uint64_t h = mix64(keys[i]);
+	for (size_t g = 0; g < groups + 2; g++) {
+		if (g < groups && t->slots)
+			stage_hash(t, keys + g * TABLE_GROUP, group_len(n, g),
+				   hashes[g % 3]);
+		if (g >= 1 && g - 1 < groups)
+			stage_rows(t, keys + (g - 1) * TABLE_GROUP, group_len(n, g - 1),
+				   hashes[(g - 1) % 3], rows[(g - 1) % 3]);
+		if (g >= 2) {
+			size_t first = (g - 2) * TABLE_GROUP;
 
-			hashes[i % TABLE_RING] = h;
-			__builtin_prefetch(&t->slots[h & t->slot_mask], 1, 3);
-		}
-		if (i >= TABLE_AHEAD && i - TABLE_AHEAD < n) {
-			size_t j = i - TABLE_AHEAD;
-			uint64_t r = dense ? keys[j] - t->conf.key_begin :
-				     sparse_row(t, keys[j], hashes[j % TABLE_RING]);
-
-			rows[j % TABLE_RING] = r;
-			prefetch_row(t, r);
-		}
-		if (i >= 2 * TABLE_AHEAD && i - 2 * TABLE_AHEAD < n) {
-			size_t k = i - 2 * TABLE_AHEAD;
-
-			row_use(t, rows[k % TABLE_RING], k, grad, out);
+			stage_use(t, rows[(g - 2) % 3], group_len(n, g - 2),
+				  grad ? grad + first * w : NULL,
+				  grad ? NULL : out + first * w);
 		}
 	}
 	return 0;

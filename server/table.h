@@ -69,6 +69,14 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 int dml_table_pull_range(struct dml_table *t, uint64_t begin, uint64_t end, float *out);
 
 /**
+ * Dense tables: point *values at the stored values of [begin, end), so a
+ * reply can be sent without first copying them. The pointer is valid until
+ * the next push to the table or its free. Errors as dml_table_pull_range.
+ */
+int dml_table_peek_range(const struct dml_table *t, uint64_t begin, uint64_t end,
+			 const float **values);
+
+/**
  * Apply gradients for n keys: grad holds n * width floats, row i for keys[i].
  * Keys may repeat; every occurrence is applied. Dense tables: DML_ERANGE if a
  * key is outside the range (nothing applied). Sparse: missing rows are

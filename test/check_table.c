@@ -208,6 +208,12 @@ START_TEST(test_optim_adam)
 	ck_assert_float_eq_tol(w[1], 1.1f, 1e-5f);
 	ck_assert_float_eq_tol(st[0], 0.1f * 0.003f, 1e-9f);      /* m */
 	ck_assert_float_eq_tol(st[2], 0.001f * 0.003f * 0.003f, 1e-12f); /* v */
+	/* The step counter saturates instead of wrapping to 0 (a division by 0). */
+	step = UINT32_MAX - 1;
+	dml_optim_apply(&c, w, st, &step, g, 2);
+	dml_optim_apply(&c, w, st, &step, g, 2);
+	ck_assert_uint_eq(step, UINT32_MAX);
+	ck_assert(isfinite(w[0]) && isfinite(w[1]));
 	c.eps = 1e-6f;
 	optim_against_ref(&c, 10);
 	c.weight_decay = 0.01f;
@@ -388,21 +394,26 @@ START_TEST(test_bytes)
 	dml_table_free(t);
 	dml_table_free(m);
 
-	c = table_conf(DML_TABLE_SPARSE, 8, DML_OPT_SGD);
-	t = table_make(&c);
-	ck_assert_uint_eq(dml_table_rows(t), 0);
-	before = dml_table_bytes(t);
-	for (uint64_t k = 0; k < 5000; k++) {
-		float out[8];
+	/* Sparse: grows with its rows; the hint sizes the row arrays exactly, so
+	 * what is left is the hash, which must stay at most 70% full. */
+	for (uint64_t hint = 0; hint <= 6000; hint += 6000) {
+		c = table_conf(DML_TABLE_SPARSE, 8, DML_OPT_SGD);
+		c.capacity_hint = hint;
+		t = table_make(&c);
+		ck_assert_uint_eq(dml_table_rows(t), 0);
+		before = dml_table_bytes(t);
+		for (uint64_t k = 0; k < 6000; k++) {
+			float out[8];
 
-		ck_assert_int_eq(dml_table_pull_keys(t, &k, 1, out), 0);
+			ck_assert_int_eq(dml_table_pull_keys(t, &k, 1, out), 0);
+		}
+		ck_assert_uint_eq(dml_table_rows(t), 6000);
+		if (hint == 0)
+			ck_assert_uint_gt(dml_table_bytes(t), before);
+		ck_assert_uint_ge(dml_table_bytes(t),
+				  6000 * (8 * sizeof(float) + 8) + 6000 * 16 * 10 / 7);
+		dml_table_free(t);
 	}
-	ck_assert_uint_eq(dml_table_rows(t), 5000);
-	ck_assert_uint_gt(dml_table_bytes(t), before);
-	/* values and key per row, and a hash at most 70% full */
-	ck_assert_uint_ge(dml_table_bytes(t),
-			  5000 * (8 * sizeof(float) + 8) + 5000 * 16 * 10 / 7);
-	dml_table_free(t);
 }
 END_TEST
 
@@ -555,6 +566,17 @@ START_TEST(test_dense_adam_steps)
 	adam_ref_row(&c.optim, w0 + 4, g, 2, 4, ref);
 	for (int j = 0; j < 4; j++)
 		ck_assert_double_eq_tol(out[4 + j], ref[j], TOL);
+
+	/* Rows on the same step, two range pushes: all at step 2. */
+	ck_assert_int_eq(dml_table_pull_range(t, 0, 2, w0), 0);
+	ck_assert_int_eq(dml_table_push_range(t, 0, 2, g), 0);
+	ck_assert_int_eq(dml_table_push_range(t, 0, 2, g), 0);
+	ck_assert_int_eq(dml_table_pull_range(t, 0, 2, out), 0);
+	for (int r = 0; r < 2; r++) {
+		adam_ref_row(&c.optim, w0 + 4 * r, g, 2, 4, ref);
+		for (int j = 0; j < 4; j++)
+			ck_assert_double_eq_tol(out[4 * r + j], ref[j], TOL);
+	}
 	dml_table_free(t);
 }
 END_TEST
@@ -731,6 +753,26 @@ START_TEST(test_sparse_extreme_keys)
 	ck_assert_int_eq(dml_table_push_range(t, UINT64_MAX - 4, UINT64_MAX, g), 0);
 	ck_assert_int_eq(dml_table_pull_range(t, UINT64_MAX - 4, UINT64_MAX, out), 0);
 	ck_assert_float_eq(out[3], 5.0f); /* key UINT64_MAX - 1: 1 + 4 */
+	dml_table_free(t);
+}
+END_TEST
+
+/* A batch the table cannot grow for is refused whole, before any key is
+ * read: the huge count below never touches the two-key arrays. */
+START_TEST(test_sparse_enomem)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 2, DML_OPT_ADD);
+	struct dml_table *t = table_make(&c);
+	uint64_t keys[] = { 5, 6 };
+	float g[] = { 1, 2, 3, 4 }, out[4];
+
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 1, g), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, keys, SIZE_MAX / 2, g), DML_ENOMEM);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys, SIZE_MAX / 2, out), DML_ENOMEM);
+	ck_assert_uint_eq(dml_table_rows(t), 1);
+	ck_assert_int_eq(dml_table_pull_keys(t, keys, 1, out), 0);
+	ck_assert_float_eq(out[0], 1.0f);
+	ck_assert_float_eq(out[1], 2.0f);
 	dml_table_free(t);
 }
 END_TEST
@@ -976,6 +1018,7 @@ static Suite *table_suite(void)
 	tcase_add_test(sparse, test_sparse_repeated_keys);
 	tcase_add_test(sparse, test_sparse_extreme_keys);
 	tcase_add_test(sparse, test_sparse_growth);
+	tcase_add_test(sparse, test_sparse_enomem);
 	tcase_add_test(sparse, test_foreach_sparse);
 	tcase_add_test(sparse, test_sparse_optimizers);
 	suite_add_tcase(s, sparse);

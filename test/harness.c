@@ -47,14 +47,24 @@ struct dml_test_server {
 	struct dml_test_server *next;
 };
 
+struct dml_test_proxy {
+	struct dml_test_proxy *next;
+	pid_t pid;
+	int ctl;          /* our end of the control socket pair */
+	uint16_t port;
+};
+
 struct dml_test_env {
 	char *dir;
 	char *secret;
 	pid_t owner;             /* only this process cleans up */
+	pid_t guardian;          /* cleans up if the owner dies first */
+	int guardian_fd;         /* its end of the pipe the guardian watches */
 	unsigned seq;            /* makes file names unique */
 	pid_t *procs;            /* children not yet reaped */
 	size_t nprocs, capprocs;
 	struct dml_test_server *servers;
+	struct dml_test_proxy *proxies;
 	struct dml_test_env *next;
 };
 
@@ -217,8 +227,15 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 static void env_cleanup(struct dml_test_env *env)
 {
 	struct dml_test_server *s, *next;
+	struct dml_test_proxy *p, *pnext;
 	size_t i;
 
+	for (p = env->proxies; p; p = pnext) {
+		pnext = p->next;
+		close(p->ctl);
+		free(p);
+	}
+	env->proxies = NULL;
 	for (i = 0; i < env->nprocs; i++)
 		kill_and_reap(env->procs[i]);
 	env->nprocs = 0;
@@ -246,6 +263,86 @@ static void env_unregister(struct dml_test_env *env)
 	}
 }
 
+/* Print the tail of every log in dir, in name order. */
+static void print_dir_logs(const char *dir)
+{
+	struct dirent **names;
+	char *path;
+	size_t len;
+	int n, i;
+
+	n = scandir(dir, &names, NULL, alphasort);
+	for (i = 0; i < n; i++) {
+		len = strlen(names[i]->d_name);
+		if (len > 4 && strcmp(names[i]->d_name + len - 4, ".log") == 0) {
+			path = str_printf("%s/%s", dir, names[i]->d_name);
+			print_file_tail(names[i]->d_name, path);
+			free(path);
+		}
+		free(names[i]);
+	}
+	if (n >= 0)
+		free(names);
+}
+
+/*
+ * Check ends a failed test with _exit() and a timed-out one with SIGKILL
+ * (and then kills its process group), so neither atexit nor the test can
+ * clean up. The guardian, in a process group of its own, waits for the end
+ * of a pipe only the test holds; if the directory still exists then, the
+ * test did not finish: it prints the logs and removes the directory.
+ */
+static int guardian_start(struct dml_test_env *env)
+{
+	int p[2];
+	char c;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return DML_EIO;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return DML_EIO;
+	}
+	if (pid == 0) {
+		setpgid(0, 0);
+		if (p[0] != 3)
+			dup2(p[0], 3);
+		close_range(4, ~0u, 0);
+		do
+			n = read(3, &c, 1);
+		while (n > 0 || (n < 0 && errno == EINTR));
+		if (access(env->dir, F_OK) == 0) {
+			fprintf(stderr, "harness: the test died before cleaning up; "
+					"logs of %s follow\n", env->dir);
+			print_dir_logs(env->dir);
+			nftw(env->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+		}
+		_exit(0);
+	}
+	close(p[0]);
+	env->guardian = pid;
+	env->guardian_fd = p[1];
+	return 0;
+}
+
+/* After a clean teardown: the guardian finds nothing to do and exits. */
+static void guardian_stop(struct dml_test_env *env)
+{
+	int st;
+
+	if (env->guardian <= 0)
+		return;
+	close(env->guardian_fd);
+	while (waitpid(env->guardian, &st, 0) < 0 && errno == EINTR)
+		;
+	env->guardian = 0;
+}
+
 /* A test that exits with an environment still live has failed: show why. */
 static void cleanup_at_exit(void)
 {
@@ -264,6 +361,7 @@ static void cleanup_at_exit(void)
 			print_file_tail(title, s->log_path);
 		}
 		env_cleanup(env);
+		guardian_stop(env);
 	}
 }
 
@@ -324,7 +422,9 @@ int dml_test_env_new(struct dml_test_env **out)
 		atexit(cleanup_at_exit);
 		atexit_registered = 1;
 	}
-	rc = dml_random_bytes(raw, sizeof(raw));
+	rc = guardian_start(env);
+	if (rc == 0)
+		rc = dml_random_bytes(raw, sizeof(raw));
 	for (i = 0; rc == 0 && i < sizeof(raw); i++)
 		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
 	if (rc == 0) {
@@ -345,8 +445,10 @@ void dml_test_env_free(struct dml_test_env *env)
 	if (!env)
 		return;
 	env_unregister(env);
-	if (env->owner == getpid())
+	if (env->owner == getpid()) {
 		env_cleanup(env);
+		guardian_stop(env);
+	}
 	free(env->procs);
 	free(env->secret);
 	free(env->dir);
@@ -744,6 +846,48 @@ int dml_test_raw_send(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* Read exactly len bytes (NULL buf: discard them) within the deadline. */
+static int raw_read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	uint8_t scratch[4096];
+	size_t want;
+	ssize_t n;
+	int64_t left;
+
+	while (len > 0) {
+		left = ms_left(deadline_ns);
+		if (left == 0)
+			return DML_ETIMEDOUT;
+		if (poll(&pfd, 1, (int)left) <= 0)
+			continue;
+		want = buf || len < sizeof(scratch) ? len : sizeof(scratch);
+		n = recv(fd, buf ? buf : scratch, want, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return DML_ECONN;
+		if (buf)
+			buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int dml_test_raw_skip_frame(int fd, int timeout_ms)
+{
+	uint64_t deadline = deadline_after(timeout_ms);
+	uint8_t hdr[16];
+	int rc;
+
+	/* Header layout: magic, version, flags, meta_len at 8, payload_len at 12. */
+	rc = raw_read_exact(fd, hdr, sizeof(hdr), deadline);
+	if (rc == 0)
+		rc = raw_read_exact(fd, NULL, (size_t)dml_load_le32(hdr + 8) +
+					      dml_load_le32(hdr + 12), deadline);
+	return rc;
+}
+
 int dml_test_raw_wait_closed(int fd, int timeout_ms)
 {
 	uint64_t deadline = deadline_after(timeout_ms);
@@ -766,8 +910,8 @@ int dml_test_raw_wait_closed(int fd, int timeout_ms)
 	}
 }
 
-int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const *servers,
-			 size_t n, uint32_t worker_id, dml_opts_t **out)
+int dml_test_client_opts_ports(struct dml_test_env *env, const uint16_t *ports, size_t n,
+			       uint32_t worker_id, dml_opts_t **out)
 {
 	dml_opts_t *o;
 	char *list = dml_xstrdup(""), *next;
@@ -777,8 +921,7 @@ int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const
 
 	*out = NULL;
 	for (i = 0; i < n; i++) {
-		next = str_printf("%s%s127.0.0.1:%u", list, i ? "," : "",
-				  (unsigned)servers[i]->port);
+		next = str_printf("%s%s127.0.0.1:%u", list, i ? "," : "", (unsigned)ports[i]);
 		free(list);
 		list = next;
 	}
@@ -807,6 +950,20 @@ int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const
 	return 0;
 }
 
+int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const *servers,
+			 size_t n, uint32_t worker_id, dml_opts_t **out)
+{
+	uint16_t *ports = dml_xcalloc(n ? n : 1, sizeof(*ports));
+	size_t i;
+	int rc;
+
+	for (i = 0; i < n; i++)
+		ports[i] = servers[i]->port;
+	rc = dml_test_client_opts_ports(env, ports, n, worker_id, out);
+	free(ports);
+	return rc;
+}
+
 int dml_test_client_new(struct dml_test_env *env, struct dml_test_server *const *servers,
 			size_t n, uint32_t worker_id, dml_t **out)
 {
@@ -822,34 +979,225 @@ int dml_test_client_new(struct dml_test_env *env, struct dml_test_server *const 
 	return rc;
 }
 
-int dml_test_break_connections(uint16_t port, int *count)
-{
-	struct sockaddr_in sa;
-	socklen_t salen;
-	struct dirent *de;
-	struct stat st;
-	DIR *dir;
-	uint64_t fd;
-	int broken = 0;
+/* ---- fault-injecting proxy ------------------------------------------------ */
 
-	dir = opendir("/proc/self/fd");
-	if (!dir)
-		return DML_EIO;
-	while ((de = readdir(dir))) {
-		if (dml_parse_u64(de->d_name, 0, INT32_MAX, &fd) != 0)
+#define PROXY_MAX_PAIRS 64
+#define PROXY_CMD_HOLD 'h'
+#define PROXY_CMD_CUT 'c'
+
+/* One relayed connection: a to the client, b to the server. */
+struct proxy_pair {
+	int a, b;
+};
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	ssize_t n;
+
+	while (len > 0) {
+		n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
 			continue;
-		if (fstat((int)fd, &st) != 0 || !S_ISSOCK(st.st_mode))
-			continue;
-		salen = sizeof(sa);
-		if (getpeername((int)fd, (struct sockaddr *)&sa, &salen) != 0 ||
-		    sa.sin_family != AF_INET || ntohs(sa.sin_port) != port ||
-		    sa.sin_addr.s_addr != htonl(INADDR_LOOPBACK))
-			continue;
-		if (shutdown((int)fd, SHUT_RDWR) == 0)
-			broken++;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
 	}
-	closedir(dir);
-	if (count)
-		*count = broken;
 	return 0;
+}
+
+static int read_full(int fd, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	ssize_t n;
+
+	while (len > 0) {
+		n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* A listening socket on 127.0.0.1 with a kernel-chosen port. */
+static int listen_loopback(uint16_t *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    listen(fd, 64) != 0 || getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/* Close with an RST: unsent data is dropped, the peer sees a reset. */
+static void close_reset(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+}
+
+static int relay(int from, int to)
+{
+	static uint8_t buf[65536];
+	ssize_t n = recv(from, buf, sizeof(buf), MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return 0;
+	if (n <= 0)
+		return -1;
+	return write_all(to, buf, (size_t)n);
+}
+
+static void proxy_accept(int lfd, uint16_t target, struct proxy_pair *pairs, size_t *npairs)
+{
+	int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), b;
+
+	if (a < 0)
+		return;
+	if (*npairs == PROXY_MAX_PAIRS || dml_test_raw_connect(target, &b) != 0) {
+		close_reset(a);
+		return;
+	}
+	pairs[*npairs].a = a;
+	pairs[*npairs].b = b;
+	(*npairs)++;
+}
+
+/* The proxy process: relay until the test closes the control socket. */
+static void __attribute__((noreturn)) proxy_main(int ctl, uint16_t target)
+{
+	static struct proxy_pair pairs[PROXY_MAX_PAIRS];
+	static struct pollfd pfd[2 + 2 * PROXY_MAX_PAIRS];
+	size_t npairs = 0, i, n;
+	uint16_t port;
+	uint8_t cmd, count;
+	int lfd, hold = 0;
+
+	lfd = listen_loopback(&port);
+	if (lfd < 0 || write_all(ctl, &port, sizeof(port)) != 0)
+		_exit(1);
+	for (;;) {
+		n = 0;
+		pfd[n++] = (struct pollfd){ .fd = ctl, .events = POLLIN };
+		pfd[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		for (i = 0; i < npairs; i++) {
+			pfd[n++] = (struct pollfd){ .fd = pairs[i].a, .events = POLLIN };
+			pfd[n++] = (struct pollfd){ .fd = pairs[i].b,
+						    .events = hold ? 0 : POLLIN };
+		}
+		if (poll(pfd, n, -1) < 0)
+			continue;
+		if (pfd[0].revents) {
+			if (read_full(ctl, &cmd, 1) != 0)
+				_exit(0);
+			count = (uint8_t)npairs;
+			if (cmd == PROXY_CMD_CUT) {
+				for (i = 0; i < npairs; i++) {
+					close_reset(pairs[i].a);
+					close_reset(pairs[i].b);
+				}
+				npairs = 0;
+				hold = 0;
+			} else {
+				hold = 1;
+			}
+			if (write_all(ctl, &count, 1) != 0)
+				_exit(0);
+			continue;
+		}
+		/* Only the pairs this poll saw; downwards, so that removing pair i
+		 * leaves the ones still to visit in place. */
+		for (i = (n - 2) / 2; i-- > 0;) {
+			int ok = 0;
+
+			if (pfd[2 + 2 * i].revents)
+				ok |= relay(pairs[i].a, pairs[i].b);
+			if (ok == 0 && pfd[3 + 2 * i].revents)
+				ok |= relay(pairs[i].b, pairs[i].a);
+			if (ok != 0) {
+				close(pairs[i].a);
+				close(pairs[i].b);
+				pairs[i] = pairs[--npairs];
+			}
+		}
+		if (pfd[1].revents)
+			proxy_accept(lfd, target, pairs, &npairs);
+	}
+}
+
+int dml_test_proxy_start(struct dml_test_env *env, uint16_t target_port,
+			 struct dml_test_proxy **out)
+{
+	struct dml_test_proxy *p;
+	int sv[2], rc;
+	pid_t pid;
+
+	*out = NULL;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+		return DML_EIO;
+	rc = dml_test_fork(env, &pid);
+	if (rc) {
+		close(sv[0]);
+		close(sv[1]);
+		return rc;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		proxy_main(sv[1], target_port);
+	}
+	close(sv[1]);
+	p = dml_xcalloc(1, sizeof(*p));
+	p->pid = pid;
+	p->ctl = sv[0];
+	p->next = env->proxies;
+	env->proxies = p;
+	if (read_full(p->ctl, &p->port, sizeof(p->port)) != 0) {
+		fprintf(stderr, "harness: proxy did not start\n");
+		return DML_EIO;
+	}
+	*out = p;
+	return 0;
+}
+
+uint16_t dml_test_proxy_port(const struct dml_test_proxy *p)
+{
+	return p->port;
+}
+
+static int proxy_command(struct dml_test_proxy *p, uint8_t cmd, int *count)
+{
+	uint8_t n;
+
+	if (write_all(p->ctl, &cmd, 1) != 0 || read_full(p->ctl, &n, 1) != 0) {
+		fprintf(stderr, "harness: proxy on port %u is gone\n", p->port);
+		return DML_EIO;
+	}
+	if (count)
+		*count = n;
+	return 0;
+}
+
+int dml_test_proxy_hold(struct dml_test_proxy *p)
+{
+	return proxy_command(p, PROXY_CMD_HOLD, NULL);
+}
+
+int dml_test_proxy_cut(struct dml_test_proxy *p, int *count)
+{
+	return proxy_command(p, PROXY_CMD_CUT, count);
 }

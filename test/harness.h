@@ -159,6 +159,13 @@ int dml_test_raw_connect(uint16_t port, int *fd);
 int dml_test_raw_send(int fd, const void *buf, size_t len);
 
 /**
+ * Read one whole frame (header, metadata and payload, as the header says)
+ * and discard it, e.g. the CHALLENGE a server sends first. Returns 0,
+ * DML_ECONN (closed first) or DML_ETIMEDOUT.
+ */
+int dml_test_raw_skip_frame(int fd, int timeout_ms);
+
+/**
  * Read and discard until the peer closes (or resets) the connection.
  * Returns 0 once it did, DML_ETIMEDOUT if it stays open for timeout_ms.
  */
@@ -177,11 +184,36 @@ int dml_test_client_opts(struct dml_test_env *env, struct dml_test_server *const
 int dml_test_client_new(struct dml_test_env *env, struct dml_test_server *const *servers,
 			size_t n, uint32_t worker_id, dml_t **out);
 
-/**
- * Break every TCP connection this process holds to 127.0.0.1:port
- * (shutdown(2) on the socket, as a network failure would), to exercise the
- * client's reconnect and resend. *count (optional) gets how many.
+/** dml_test_client_opts() for servers given by port (e.g. proxies). */
+int dml_test_client_opts_ports(struct dml_test_env *env, const uint16_t *ports, size_t n,
+			       uint32_t worker_id, dml_opts_t **out);
+
+/*
+ * A fault-injecting TCP proxy in front of one server, run by a child
+ * process: clients connect to its port, it relays bytes both ways. Owned by
+ * the environment.
  */
-int dml_test_break_connections(uint16_t port, int *count);
+struct dml_test_proxy;
+
+/** Start a proxy to 127.0.0.1:target_port. 0, DML_EIO or DML_ECONN. */
+int dml_test_proxy_start(struct dml_test_env *env, uint16_t target_port,
+			 struct dml_test_proxy **out);
+
+/** The port clients should connect to. */
+uint16_t dml_test_proxy_port(const struct dml_test_proxy *p);
+
+/**
+ * Stop passing bytes from the server to clients: replies wait inside the
+ * proxy (requests still go through). Returns once the proxy obeys.
+ */
+int dml_test_proxy_hold(struct dml_test_proxy *p);
+
+/**
+ * Reset (RST) every connection through the proxy, both sides; whatever the
+ * server sent that a client did not get yet is lost, as in a network
+ * failure. New connections are relayed normally again. *count (optional)
+ * gets how many connections were cut. 0 or DML_EIO.
+ */
+int dml_test_proxy_cut(struct dml_test_proxy *p, int *count);
 
 #endif

@@ -218,9 +218,9 @@ static uint64_t bench_seconds_ns(double s)
 	return (uint64_t)(s * 1e9);
 }
 
-int bench_run_drivers(const struct bench_driver *drivers, unsigned conns, unsigned window,
-		      const struct bench_plan *plan, uint64_t value_bytes,
-		      struct bench_result *res)
+int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
+		      unsigned window, const struct bench_plan *plan,
+		      uint64_t value_bytes, struct bench_result *res)
 {
 	struct bench_thread *th;
 	struct bench_lat all;
@@ -239,7 +239,8 @@ int bench_run_drivers(const struct bench_driver *drivers, unsigned conns, unsign
 		th[i].begin_ns = begin;
 		th[i].end_ns = end;
 		bench_lat_init(&th[i].lat);
-		th[i].started = pthread_create(&th[i].tid, NULL, bench_thread_main, &th[i]) == 0;
+		th[i].started =
+			pthread_create(&th[i].tid, NULL, bench_thread_main, &th[i]) == 0;
 		if (!th[i].started)
 			th[i].rc = DML_EIO;
 	}
@@ -291,7 +292,8 @@ struct bench_opts {
 	struct bench_list sizes, conns, windows;
 	unsigned ops; /* bit (1 << enum bench_op) */
 	int dense, sparse;
-	int csv, baseline_only, quick, verbose;
+	int csv, baseline_only, quick;
+	int verbose; /* each -v logs one level more */
 };
 
 enum {
@@ -317,7 +319,8 @@ static void bench_pushpull_usage(FILE *out)
 		"measured in the same run (same bytes, connections and window).\n"
 		"\n"
 		"  --server PATH     dml-server to run (default: $DML_SERVER, else\n"
-		"                    ../server/dml-server or ./dml-server next to this program)\n"
+		"                    ../server/dml-server or dml-server next to this\n"
+		"                    program)\n"
 		"  --seconds X       counted time per measurement (default %.1f)\n"
 		"  --warmup X        uncounted warm-up before it (default %.1f)\n"
 		"  --sizes LIST      dense request sizes, K/M suffixes (default %s)\n"
@@ -325,21 +328,24 @@ static void bench_pushpull_usage(FILE *out)
 		"  --windows LIST    requests in flight per connection (default %s)\n"
 		"  --ops LIST        push,pull (default both)\n"
 		"  --dense yes|no    dense requests (default yes)\n"
-		"  --sparse yes|no   sparse requests of %d keys x 1 and x 64 floats (default yes)\n"
-		"  --quick           short subset for smoke tests (%s; %s conns; windows %s;\n"
-		"                    %.1f s); explicit options still win\n"
+		"  --sparse yes|no   sparse requests of %d keys x 1 and x 64 floats\n"
+		"                    (default yes)\n"
+		"  --quick           short subset for smoke tests (%s; %s conns;\n"
+		"                    windows %s; %.1f s); explicit options still win\n"
 		"  --baseline-only   measure raw TCP only, start no server\n"
 		"  --csv             machine-readable output\n"
-		"  -v, --verbose     log libdml's informational messages\n"
+		"  -v, --verbose     log libdml's informational messages (twice: debug)\n"
 		"  -h, --help        this text\n"
 		"\n"
 		"GB/s counts value bytes only (1 GB = 1e9 bytes); latency is submit to\n"
-		"completion of each request; ratio = dml / raw-TCP requests per second.\n"
+		"completion of each request; ratio = dml / raw-TCP requests per\n"
+		"second.\n"
 		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
 		"2 on bad usage, 130 when interrupted.\n",
-		bench_full.seconds, bench_full.warmup, bench_full.sizes, bench_full.conns,
-		bench_full.windows, BENCH_SPARSE_KEYS, bench_quick.sizes, bench_quick.conns,
-		bench_quick.windows, bench_quick.seconds);
+		bench_full.seconds, bench_full.warmup, bench_full.sizes,
+		bench_full.conns, bench_full.windows, BENCH_SPARSE_KEYS,
+		bench_quick.sizes, bench_quick.conns, bench_quick.windows,
+		bench_quick.seconds);
 }
 
 /* Call item() on each comma-separated element of s; empty elements are bad. */
@@ -505,18 +511,18 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			break;
 		case O_CONNS:
 			if (bench_list_parse(a, 0, 1, BENCH_MAX_CONNS, &o->conns))
-				return bench_usage_error("--conns", a, "numbers 1 to 64");
+				return bench_usage_error("--conns", a, "1 to 64");
 			set |= BENCH_SET_CONNS;
 			break;
 		case O_WINDOWS:
 			if (bench_list_parse(a, 0, 1, BENCH_MAX_WINDOW, &o->windows))
-				return bench_usage_error("--windows", a, "numbers 1 to 4096");
+				return bench_usage_error("--windows", a, "1 to 4096");
 			set |= BENCH_SET_WINDOWS;
 			break;
 		case O_OPS:
 			o->ops = 0;
 			if (bench_split(a, bench_op_item, &o->ops))
-				return bench_usage_error("--ops", a, "push, pull or push,pull");
+				return bench_usage_error("--ops", a, "push and/or pull");
 			break;
 		case O_DENSE:
 			if (bench_yes_no(a, &o->dense))
@@ -536,7 +542,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			o->baseline_only = 1;
 			break;
 		case 'v':
-			o->verbose = 1;
+			o->verbose++;
 			break;
 		case 'h':
 			*help = 1;
@@ -754,7 +760,8 @@ static void bench_conf_table(FILE *f, uint32_t id, const char *kind, uint32_t wi
 		id, kind, width, size_key, size);
 }
 
-static int bench_server_write_conf(const struct bench_server *s, const struct bench_opts *o)
+static int bench_server_write_conf(const struct bench_server *s,
+				   const struct bench_opts *o)
 {
 	char path[PATH_MAX], secret[PATH_MAX], port[PATH_MAX];
 	FILE *f;
@@ -778,8 +785,9 @@ static int bench_server_write_conf(const struct bench_server *s, const struct be
 		bench_conf_table(f, BENCH_DENSE_TABLE0 + (uint32_t)i, "dense", 1, "keys",
 				 o->sizes.v[i] / sizeof(float));
 	for (size_t i = 0; o->sparse && i < BENCH_NSPARSE; i++)
-		bench_conf_table(f, bench_sparse[i].table, "sparse", bench_sparse[i].width,
-				 "capacity", 1ull << bench_sparse[i].universe_log2);
+		bench_conf_table(f, bench_sparse[i].table, "sparse",
+				 bench_sparse[i].width, "capacity",
+				 1ull << bench_sparse[i].universe_log2);
 	rc = ferror(f) ? DML_EIO : 0;
 	if (fclose(f) || rc) {
 		dml_err("%s: write failed", path);
@@ -1044,8 +1052,8 @@ static int bench_keys_generate(uint32_t universe, uint64_t seed, uint64_t **out)
 		perm[i] = i;
 	for (size_t b = 0; b < BENCH_KEY_BATCHES; b++) {
 		for (uint32_t j = 0; j < BENCH_SPARSE_KEYS; j++) {
-			uint64_t r = bench_rand(&seed);
-			uint32_t k = j + (uint32_t)(((unsigned __int128)r * (universe - j)) >> 64);
+			unsigned __int128 r = bench_rand(&seed);
+			uint32_t k = j + (uint32_t)((r * (universe - j)) >> 64);
 			uint32_t t = perm[j];
 
 			perm[j] = perm[k];
@@ -1111,7 +1119,8 @@ static int bench_conn_open(struct bench_conn *c, unsigned index,
 	if (rc == 0) {
 		rc = dml_connect(c->opts, &c->d);
 		if (rc)
-			dml_err("connection %u to %s: %s", index + 1, servers, dml_strerror(rc));
+			dml_err("connection %u to %s: %s", index + 1, servers,
+				dml_strerror(rc));
 	}
 	return rc;
 }
@@ -1148,8 +1157,9 @@ static int bench_conn_check_tables(struct bench_conn *c, const struct bench_opts
 
 		if (dml_table_width(c->d, bench_sparse[i].table, &w) ||
 		    w != bench_sparse[i].width) {
-			dml_err("server table %" PRIu32 ": width %" PRIu32 ", expected %" PRIu32,
-				bench_sparse[i].table, w, bench_sparse[i].width);
+			dml_err("server table %" PRIu32 ": width %" PRIu32
+				", expected %" PRIu32, bench_sparse[i].table, w,
+				bench_sparse[i].width);
 			return DML_ECONF;
 		}
 	}
@@ -1215,7 +1225,8 @@ static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
 			for (size_t j = 0; j < c->nvals; j++)
 				c->vals[j] = 1.0f / 1024;
 		}
-		drv[i] = (struct bench_driver){ c, bench_dml_submit, bench_dml_complete };
+		drv[i] = (struct bench_driver){ c, bench_dml_submit,
+						bench_dml_complete };
 	}
 	rc = bench_run_drivers(drv, bc->conns, bc->window, plan,
 			       bench_case_value_bytes(bc), &bc->dml);
@@ -1233,8 +1244,8 @@ static int bench_case_run_raw(struct bench_case *bc, const struct bench_plan *pl
 	int rc;
 
 	bench_case_raw_shape(bc, &shape);
-	rc = bench_raw_run(&shape, bc->conns, bc->window, plan, bench_case_value_bytes(bc),
-			   &bc->tcp);
+	rc = bench_raw_run(&shape, bc->conns, bc->window, plan,
+			   bench_case_value_bytes(bc), &bc->tcp);
 	bc->have_tcp = rc == 0;
 	return rc;
 }
@@ -1244,12 +1255,12 @@ static int bench_case_run_raw(struct bench_case *bc, const struct bench_plan *pl
 static void bench_print_header(const struct bench_opts *o)
 {
 	if (o->csv) {
-		printf("op,kind,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,ratio,"
-		       "tcp_gbps,tcp_rps,tcp_p50_us,tcp_p99_us\n");
+		printf("op,kind,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,"
+		       "ratio,tcp_gbps,tcp_rps,tcp_p50_us,tcp_p99_us\n");
 	} else if (o->baseline_only) {
-		printf("%-4s %-6s %-8s %5s %6s %9s %11s %10s %10s\n", "op", "kind", "size",
-		       "conns", "window", "tcp_GB/s", "tcp_req/s", "tcp_p50_us",
-		       "tcp_p99_us");
+		printf("%-4s %-6s %-8s %5s %6s %9s %11s %10s %10s\n", "op", "kind",
+		       "size", "conns", "window", "tcp_GB/s", "tcp_req/s",
+		       "tcp_p50_us", "tcp_p99_us");
 	} else {
 		printf("%-4s %-6s %-8s %5s %6s %8s %11s %9s %9s %6s %9s %10s\n", "op",
 		       "kind", "size", "conns", "window", "GB/s", "req/s", "p50_us",
@@ -1258,36 +1269,40 @@ static void bench_print_header(const struct bench_opts *o)
 	fflush(stdout);
 }
 
+static void bench_csv_result(const struct bench_result *r, int have)
+{
+	if (have)
+		printf("%.4f,%.1f,%.1f,%.1f", r->gbps, r->rps, r->p50_us, r->p99_us);
+	else
+		printf(",,,");
+}
+
 static void bench_print_row(const struct bench_case *bc, const struct bench_opts *o)
 {
 	const struct bench_result *d = &bc->dml, *t = &bc->tcp;
 	double ratio = bc->have_dml && bc->have_tcp && t->rps > 0 ? d->rps / t->rps : 0;
+	const char *op = bench_op_names[bc->op], *kind = bench_kind_names[bc->kind];
 	char label[32];
 
 	bench_case_label(bc, label, sizeof(label));
 	if (o->csv) {
-		printf("%s,%s,%s,%" PRIu64 ",%u,%u,", bench_op_names[bc->op],
-		       bench_kind_names[bc->kind], label, bench_case_value_bytes(bc),
-		       bc->conns, bc->window);
-		if (bc->have_dml)
-			printf("%.4f,%.1f,%.1f,%.1f,", d->gbps, d->rps, d->p50_us, d->p99_us);
-		else
-			printf(",,,,");
+		printf("%s,%s,%s,%" PRIu64 ",%u,%u,", op, kind, label,
+		       bench_case_value_bytes(bc), bc->conns, bc->window);
+		bench_csv_result(d, bc->have_dml);
 		if (ratio > 0)
-			printf("%.3f", ratio);
-		if (bc->have_tcp)
-			printf(",%.4f,%.1f,%.1f,%.1f\n", t->gbps, t->rps, t->p50_us, t->p99_us);
+			printf(",%.3f,", ratio);
 		else
-			printf(",,,,\n");
-	} else if (o->baseline_only) {
-		printf("%-4s %-6s %-8s %5u %6u %9.3f %11.0f %10.1f %10.1f\n",
-		       bench_op_names[bc->op], bench_kind_names[bc->kind], label, bc->conns,
-		       bc->window, t->gbps, t->rps, t->p50_us, t->p99_us);
+			printf(",,");
+		bench_csv_result(t, bc->have_tcp);
+		printf("\n");
 	} else {
-		printf("%-4s %-6s %-8s %5u %6u %8.3f %11.0f %9.1f %9.1f %6.2f %9.3f %10.1f\n",
-		       bench_op_names[bc->op], bench_kind_names[bc->kind], label, bc->conns,
-		       bc->window, d->gbps, d->rps, d->p50_us, d->p99_us, ratio, t->gbps,
-		       t->p50_us);
+		printf("%-4s %-6s %-8s %5u %6u ", op, kind, label, bc->conns, bc->window);
+		if (o->baseline_only)
+			printf("%9.3f %11.0f %10.1f %10.1f\n", t->gbps, t->rps, t->p50_us,
+			       t->p99_us);
+		else
+			printf("%8.3f %11.0f %9.1f %9.1f %6.2f %9.3f %10.1f\n", d->gbps,
+			       d->rps, d->p50_us, d->p99_us, ratio, t->gbps, t->p50_us);
 	}
 	fflush(stdout);
 }
@@ -1313,7 +1328,8 @@ static const struct bench_target {
 	  BENCH_RPS, 45000, 1 },
 };
 
-static int bench_target_matches(const struct bench_target *t, const struct bench_case *bc)
+static int bench_target_matches(const struct bench_target *t,
+				const struct bench_case *bc)
 {
 	uint64_t vb = bench_case_value_bytes(bc);
 
@@ -1330,18 +1346,21 @@ static void bench_target_describe(const struct bench_target *tg, double v, char 
 
 	switch (tg->metric) {
 	case BENCH_RATIO:
-		snprintf(buf, len, "%.2f x raw TCP (target %s %.2f x)", v, cmp, tg->limit);
+		snprintf(buf, len, "%.2f x raw TCP (target %s %.2f x)", v, cmp,
+			 tg->limit);
 		break;
 	case BENCH_P50:
 		snprintf(buf, len, "p50 %.1f us (target %s %.0f us)", v, cmp, tg->limit);
 		break;
 	case BENCH_RPS:
-		snprintf(buf, len, "%.0f requests/s (target %s %.0f)", v, cmp, tg->limit);
+		snprintf(buf, len, "%.0f requests/s (target %s %.0f)", v, cmp,
+			 tg->limit);
 		break;
 	}
 }
 
-static double bench_target_value(const struct bench_target *tg, const struct bench_case *bc)
+static double bench_target_value(const struct bench_target *tg,
+				 const struct bench_case *bc)
 {
 	switch (tg->metric) {
 	case BENCH_RATIO:
@@ -1420,13 +1439,14 @@ static void bench_print_preface(const struct bench_opts *o, const struct bench_s
 				const char *exe, size_t ncases)
 {
 	const char *pre = o->csv ? "# " : "";
-	double total = (double)ncases * (o->baseline_only ? 1 : 2) * (o->seconds + o->warmup);
+	double total = (double)ncases * (o->baseline_only ? 1 : 2) *
+		       (o->seconds + o->warmup);
 
 	if (o->baseline_only)
 		printf("%sdml-bench pushpull: raw-TCP baseline only\n", pre);
 	else
-		printf("%sdml-bench pushpull: %s (pid %d, port %u)\n", pre, exe, (int)s->pid,
-		       (unsigned)s->port);
+		printf("%sdml-bench pushpull: %s (pid %d, port %u)\n", pre, exe,
+		       (int)s->pid, (unsigned)s->port);
 	printf("%s%zu configurations, %.2f s each after %.2f s warm-up, about %.0f s\n",
 	       pre, ncases, o->seconds, o->warmup, total);
 	printf("%sGB/s: value bytes only (1 GB = 1e9 B); latency: submit to completion; "
@@ -1450,12 +1470,12 @@ static int bench_pushpull_main(int argc, char **argv)
 			bench_pushpull_usage(stdout);
 		return rc;
 	}
-	dml_log_set_level(o.verbose ? DML_LOG_INFO : DML_LOG_WARN);
+	dml_log_set_level(DML_LOG_WARN + o.verbose);
 	bench_signals_install();
 	ncases = bench_cases_build(&o, &cases);
 	if (!o.baseline_only) {
 		if (bench_server_find(o.server, exe, sizeof(exe))) {
-			dml_err("cannot find dml-server: use --server PATH or set DML_SERVER");
+			dml_err("cannot find dml-server: use --server or DML_SERVER");
 			rc = DML_ENOTFOUND;
 			goto out;
 		}

@@ -69,9 +69,9 @@ struct bench_driver {
  * driver error, DML_EIO when a thread cannot start, or DML_ECLOSED when
  * interrupted (*res is then filled from what was measured).
  */
-int bench_run_drivers(const struct bench_driver *drivers, unsigned conns, unsigned window,
-		      const struct bench_plan *plan, uint64_t value_bytes,
-		      struct bench_result *res);
+int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
+		      unsigned window, const struct bench_plan *plan,
+		      uint64_t value_bytes, struct bench_result *res);
 
 /** Non-zero once SIGINT or SIGTERM arrived: drivers stop submitting. */
 int bench_interrupted(void);

@@ -80,8 +80,10 @@ static int raw_write_full(int fd, struct iovec *iov, int n)
 
 		if (put < 0 && errno == EINTR)
 			continue;
+		if (put < 0 && (errno == EPIPE || errno == ECONNRESET))
+			return DML_ECONN;
 		if (put < 0)
-			return errno == EPIPE || errno == ECONNRESET ? DML_ECONN : DML_EIO;
+			return DML_EIO;
 		left = (size_t)put;
 		while (msg.msg_iovlen > 0 && left >= msg.msg_iov->iov_len) {
 			left -= msg.msg_iov->iov_len;

@@ -525,6 +525,47 @@ static void housekeeping(struct dml *d)
 	}
 }
 
+static int parts_in_flight(const struct dml *d)
+{
+	for (uint32_t i = 0; i < d->nlinks; i++)
+		if (d->links[i].head)
+			return 1;
+	return 0;
+}
+
+/*
+ * Run the loop until done() holds or deadline_ns (0 = none) passes. Before
+ * sleeping it polls for up to spin_us: a reply usually comes within
+ * microseconds, and waking a process that sleeps in epoll costs both ends
+ * (in a VM, the waker pays for an inter-processor interrupt) far more than a
+ * short poll on a core the caller is not using for anything else.
+ */
+static void run_until(struct dml *d, int (*done)(struct dml *, void *), void *arg,
+		      uint64_t deadline_ns)
+{
+	uint64_t spin_until = d->conf.spin_us ? dml_now_ns() + d->conf.spin_us * 1000ull : 0;
+
+	for (;;) {
+		housekeeping(d);
+		if (done(d, arg) || (deadline_ns && dml_now_ns() >= deadline_ns))
+			return;
+		if (spin_until && dml_now_ns() < spin_until)
+			event_base_loop(d->base, EVLOOP_NONBLOCK);
+		else
+			event_base_loop(d->base, EVLOOP_ONCE);
+	}
+}
+
+static int request_done(struct dml *d, void *arg)
+{
+	return ((struct request *)arg)->parts_left == 0;
+}
+
+static int nothing_in_flight(struct dml *d, void *arg)
+{
+	return !parts_in_flight(d);
+}
+
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	housekeeping(arg);
@@ -832,6 +873,20 @@ static int submit_range(struct dml *d, enum part_kind kind, uint32_t table, uint
 	return request_done_submitting(d, r, rc, h);
 }
 
+/* The whole key list goes to one server, straight from the caller's buffers. */
+static int submit_whole(struct dml *d, struct request *r, enum part_kind kind,
+			const struct dml_shard_table *t, uint32_t server, const uint64_t *keys,
+			size_t n, const float *vals, float *out)
+{
+	struct part *p = part_new(d, kind, t, server);
+
+	p->keys = keys;
+	p->nkeys = (uint32_t)n;
+	p->vals = vals;
+	p->out = out;
+	return part_submit(d, r, p);
+}
+
 static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 		       const uint64_t *keys, size_t n, const float *vals, float *out,
 		       dml_handle_t *h)
@@ -849,6 +904,12 @@ static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 		return DML_ENOTFOUND;
 	if (n == 0 || n > UINT32_MAX || !keys)
 		return DML_EINVAL;
+	if (t->nranges == 1) {
+		/* One server holds the whole table: nothing to route or copy. */
+		r = request_new(d, kind == PART_PULL);
+		return request_done_submitting(d, r, submit_whole(d, r, kind, t, t->ranges[0].server,
+								  keys, n, vals, out), h);
+	}
 	server = malloc(n * sizeof(*server));
 	count = dml_xcalloc(d->nlinks, sizeof(*count));
 	if (!server) {
@@ -871,14 +932,8 @@ static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 	}
 	r = request_new(d, kind == PART_PULL);
 	if (used == 1) {
-		/* Common case (one server, or keys of one shard): no copies at all. */
-		struct part *p = part_new(d, kind, t, only);
-
-		p->keys = keys;
-		p->nkeys = (uint32_t)n;
-		p->vals = vals;
-		p->out = out;
-		rc = part_submit(d, r, p);
+		/* All keys in one shard: no copies either. */
+		rc = submit_whole(d, r, kind, t, only, keys, n, vals, out);
 		free(server);
 		free(count);
 		return request_done_submitting(d, r, rc, h);
@@ -981,25 +1036,12 @@ int dml_wait(dml_t *d, dml_handle_t h)
 	r = find_request(d, h);
 	if (!r)
 		return DML_ENOTFOUND;
-	while (r->parts_left > 0) {
-		housekeeping(d);
-		if (r->parts_left == 0)
-			break;
-		event_base_loop(d->base, EVLOOP_ONCE);
-	}
+	run_until(d, request_done, r, 0);
 	rc = r->result;
 	if (r->pull && rc == 0)
 		d->last_min_clock = r->min_clock;
 	request_free(d, r);
 	return rc;
-}
-
-static int parts_in_flight(const struct dml *d)
-{
-	for (uint32_t i = 0; i < d->nlinks; i++)
-		if (d->links[i].head)
-			return 1;
-	return 0;
 }
 
 int dml_wait_all(dml_t *d)
@@ -1008,12 +1050,7 @@ int dml_wait_all(dml_t *d)
 
 	if (!d)
 		return DML_EINVAL;
-	while (parts_in_flight(d)) {
-		housekeeping(d);
-		if (!parts_in_flight(d))
-			break;
-		event_base_loop(d->base, EVLOOP_ONCE);
-	}
+	run_until(d, nothing_in_flight, NULL, 0);
 	rc = d->sticky_error;
 	d->sticky_error = 0;
 	/* Requests with handles are done now; their results stay for dml_wait. */
@@ -1110,10 +1147,7 @@ void dml_close(dml_t *d)
 	ms = d->conf.request_timeout_ms ? d->conf.request_timeout_ms : CLOSE_WAIT_MS;
 	deadline = dml_now_ns() + ms * 1000000ull;
 	/* Pushes in flight first, then tell every server we leave. */
-	while (parts_in_flight(d) && dml_now_ns() < deadline) {
-		housekeeping(d);
-		event_base_loop(d->base, EVLOOP_ONCE);
-	}
+	run_until(d, nothing_in_flight, NULL, deadline);
 	if (d->conf.role == 0) {
 		r = request_new(d, 0);
 		for (uint32_t i = 0; i < d->nlinks; i++) {
@@ -1127,10 +1161,7 @@ void dml_close(dml_t *d)
 				(void)part_submit(d, r, p);
 			}
 		}
-		while (r->parts_left > 0 && dml_now_ns() < deadline) {
-			housekeeping(d);
-			event_base_loop(d->base, EVLOOP_ONCE);
-		}
+		run_until(d, request_done, r, deadline);
 	}
 	dml_free_all(d);
 }

@@ -19,6 +19,7 @@ struct dml_client_conf {
 	uint32_t reconnect_timeout_ms;
 	uint32_t request_timeout_ms;
 	uint64_t max_payload;
+	uint32_t spin_us;
 };
 
 struct dml_opts {

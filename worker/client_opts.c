@@ -39,6 +39,8 @@ static const struct dml_conf_option options[] = {
 	  86400000.0, NULL, NULL, "give up on a lost server after this long" },
 	{ "client", "request_timeout_ms", DML_CONF_U32, O(request_timeout_ms), "0", 0,
 	  86400000.0, NULL, NULL, "fail requests not answered in time (0 = never)" },
+	{ "client", "spin_us", DML_CONF_U32, O(spin_us), "50", 0, 100000, NULL, NULL,
+	  "poll this long for a reply before sleeping (0 = always sleep)" },
 	{ "client", "max_payload", DML_CONF_SIZE, O(max_payload), "256M", 1024, 4294967295.0,
 	  NULL, NULL, "largest frame payload accepted" },
 };
