@@ -3,6 +3,8 @@
 noinst_LTLIBRARIES += server/libdmlstore.la
 server_libdmlstore_la_SOURCES = server/table.c server/optim.c
 server_libdmlstore_la_LIBADD = -lm
+# sqrtf without errno lets the adagrad and adam loops vectorise.
+server_libdmlstore_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
 noinst_HEADERS += server/table.h server/optim.h server/server.h server/ssp.h \
 	server/server_conf.h
 
