@@ -4,9 +4,9 @@ TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_LIBS = $(CHECK_LIBS)
 
 check_PROGRAMS += test/check_frame test/check_auth test/check_conf \
-	test/check_table test/check_shardmap test/check_ssp test/check_cluster
+	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster
 TESTS += test/check_frame test/check_auth test/check_conf \
-	test/check_table test/check_shardmap test/check_ssp test/check_cluster
+	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster
 
 test_check_frame_SOURCES = test/check_frame.c
 test_check_frame_CFLAGS = $(TEST_CFLAGS)
@@ -31,6 +31,11 @@ test_check_shardmap_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIB
 test_check_ssp_SOURCES = test/check_ssp.c server/ssp.c
 test_check_ssp_CFLAGS = $(TEST_CFLAGS)
 test_check_ssp_LDADD = proto/libdmlproto.la $(TEST_LIBS)
+
+test_check_examples_SOURCES = test/check_examples.c server/server_conf.c
+test_check_examples_CFLAGS = $(TEST_CFLAGS)
+test_check_examples_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la \
+	$(TEST_LIBS)
 
 # Integration: real dml-server processes, real sockets.
 test_check_cluster_SOURCES = test/check_cluster.c test/harness.c test/harness.h

@@ -292,7 +292,9 @@ struct bench_opts {
 	struct bench_list sizes, conns, windows;
 	unsigned ops; /* bit (1 << enum bench_op) */
 	int dense, sparse;
-	int csv, baseline_only, quick;
+	int csv, quick;
+	enum bench_baseline { BENCH_BASELINE_YES, BENCH_BASELINE_NO,
+			      BENCH_BASELINE_ONLY } baseline;
 	int verbose; /* each -v logs one level more */
 };
 
@@ -332,7 +334,9 @@ static void bench_pushpull_usage(FILE *out)
 		"                    (default yes)\n"
 		"  --quick           short subset for smoke tests (%s; %s conns;\n"
 		"                    windows %s; %.1f s); explicit options still win\n"
-		"  --baseline-only   measure raw TCP only, start no server\n"
+		"  --baseline yes|no|only  measure raw TCP too (default), not at all,\n"
+		"                    or alone without starting a server\n"
+		"  --baseline-only   the same as --baseline only\n"
 		"  --csv             machine-readable output\n"
 		"  -v, --verbose     log libdml's informational messages (twice: debug)\n"
 		"  -h, --help        this text\n"
@@ -424,6 +428,19 @@ static int bench_yes_no(const char *s, int *out)
 	return DML_EINVAL;
 }
 
+static int bench_baseline_parse(const char *s, enum bench_baseline *out)
+{
+	static const char *const names[] = { "yes", "no", "only" };
+
+	for (size_t i = 0; i < DML_ARRAY_LEN(names); i++) {
+		if (strcmp(s, names[i]) == 0) {
+			*out = (enum bench_baseline)i;
+			return 0;
+		}
+	}
+	return DML_EINVAL;
+}
+
 static int bench_usage_error(const char *opt, const char *value, const char *want)
 {
 	dml_err("pushpull: bad %s '%s': %s (see dml-bench pushpull --help)", opt, value,
@@ -460,7 +477,7 @@ static int bench_opts_finish(struct bench_opts *o, unsigned set)
 static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *help)
 {
 	enum { O_SERVER = 256, O_SECONDS, O_WARMUP, O_SIZES, O_CONNS, O_WINDOWS, O_OPS,
-	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE };
+	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE, O_BASELINE_ONLY };
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
 		{ "seconds", required_argument, NULL, O_SECONDS },
@@ -473,7 +490,8 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		{ "sparse", required_argument, NULL, O_SPARSE },
 		{ "quick", no_argument, NULL, O_QUICK },
 		{ "csv", no_argument, NULL, O_CSV },
-		{ "baseline-only", no_argument, NULL, O_BASELINE },
+		{ "baseline", required_argument, NULL, O_BASELINE },
+		{ "baseline-only", no_argument, NULL, O_BASELINE_ONLY },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -539,7 +557,11 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			o->csv = 1;
 			break;
 		case O_BASELINE:
-			o->baseline_only = 1;
+			if (bench_baseline_parse(a, &o->baseline))
+				return bench_usage_error("--baseline", a, "yes, no or only");
+			break;
+		case O_BASELINE_ONLY:
+			o->baseline = BENCH_BASELINE_ONLY;
 			break;
 		case 'v':
 			o->verbose++;
@@ -1257,7 +1279,7 @@ static void bench_print_header(const struct bench_opts *o)
 	if (o->csv) {
 		printf("op,kind,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,"
 		       "ratio,tcp_gbps,tcp_rps,tcp_p50_us,tcp_p99_us\n");
-	} else if (o->baseline_only) {
+	} else if (o->baseline == BENCH_BASELINE_ONLY) {
 		printf("%-4s %-6s %-8s %5s %6s %9s %11s %10s %10s\n", "op", "kind",
 		       "size", "conns", "window", "tcp_GB/s", "tcp_req/s",
 		       "tcp_p50_us", "tcp_p99_us");
@@ -1297,12 +1319,15 @@ static void bench_print_row(const struct bench_case *bc, const struct bench_opts
 		printf("\n");
 	} else {
 		printf("%-4s %-6s %-8s %5u %6u ", op, kind, label, bc->conns, bc->window);
-		if (o->baseline_only)
+		if (o->baseline == BENCH_BASELINE_ONLY)
 			printf("%9.3f %11.0f %10.1f %10.1f\n", t->gbps, t->rps, t->p50_us,
 			       t->p99_us);
-		else
+		else if (bc->have_tcp)
 			printf("%8.3f %11.0f %9.1f %9.1f %6.2f %9.3f %10.1f\n", d->gbps,
 			       d->rps, d->p50_us, d->p99_us, ratio, t->gbps, t->p50_us);
+		else
+			printf("%8.3f %11.0f %9.1f %9.1f %6s %9s %10s\n", d->gbps, d->rps,
+			       d->p50_us, d->p99_us, "-", "-", "-");
 	}
 	fflush(stdout);
 }
@@ -1424,13 +1449,14 @@ static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn
 
 	bench_print_header(o);
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		rc = bench_case_run_raw(&cases[i], &plan);
-		if (rc == 0 && !o->baseline_only)
+		if (o->baseline != BENCH_BASELINE_NO)
+			rc = bench_case_run_raw(&cases[i], &plan);
+		if (rc == 0 && o->baseline != BENCH_BASELINE_ONLY)
 			rc = bench_case_run_dml(&cases[i], conns, nconns, &plan);
 		if (rc == 0)
 			bench_print_row(&cases[i], o);
 	}
-	if (rc == 0 && !o->baseline_only)
+	if (rc == 0 && o->baseline != BENCH_BASELINE_ONLY)
 		bench_print_targets(cases, n, o);
 	return rc;
 }
@@ -1439,10 +1465,10 @@ static void bench_print_preface(const struct bench_opts *o, const struct bench_s
 				const char *exe, size_t ncases)
 {
 	const char *pre = o->csv ? "# " : "";
-	double total = (double)ncases * (o->baseline_only ? 1 : 2) *
+	double total = (double)ncases * (o->baseline == BENCH_BASELINE_YES ? 2 : 1) *
 		       (o->seconds + o->warmup);
 
-	if (o->baseline_only)
+	if (o->baseline == BENCH_BASELINE_ONLY)
 		printf("%sdml-bench pushpull: raw-TCP baseline only\n", pre);
 	else
 		printf("%sdml-bench pushpull: %s (pid %d, port %u)\n", pre, exe,
@@ -1473,7 +1499,7 @@ static int bench_pushpull_main(int argc, char **argv)
 	dml_log_set_level(DML_LOG_WARN + o.verbose);
 	bench_signals_install();
 	ncases = bench_cases_build(&o, &cases);
-	if (!o.baseline_only) {
+	if (o.baseline != BENCH_BASELINE_ONLY) {
 		if (bench_server_find(o.server, exe, sizeof(exe))) {
 			dml_err("cannot find dml-server: use --server or DML_SERVER");
 			rc = DML_ENOTFOUND;

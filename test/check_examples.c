@@ -1,0 +1,68 @@
+/*
+ * The example configurations in conf/ must parse with the options the code
+ * really has, so the documentation cannot drift from the parser.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "dml.h"
+#include "dml_error.h"
+#include "server_conf.h"
+
+static const char *srcdir(void)
+{
+	const char *d = getenv("DML_SRCDIR");
+
+	return d ? d : ".";
+}
+
+START_TEST(server_example_parses)
+{
+	struct dml_server_conf conf = { 0 };
+	char path[4096], err[512] = "";
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/conf/server.conf", srcdir());
+	rc = dml_conf_load(&dml_server_conf_schema, path, &conf, err, sizeof(err));
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_uint_eq(conf.ntables, 1);
+	ck_assert_uint_eq(conf.shard_count, 1);
+	ck_assert_int_eq(conf.staleness, -1);
+	dml_conf_free(&dml_server_conf_schema, &conf);
+}
+END_TEST
+
+START_TEST(client_example_parses)
+{
+	dml_opts_t *o;
+	char path[4096], err[512] = "";
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/conf/client.conf", srcdir());
+	ck_assert_int_eq(dml_opts_new(&o), 0);
+	rc = dml_opts_load(o, path, err, sizeof(err));
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_int_eq(dml_opts_set(o, "no_such_key", "1"), DML_EINVAL);
+	ck_assert_int_eq(dml_opts_set(o, "worker_id", "x"), DML_ECONF);
+	ck_assert_int_eq(dml_opts_set(o, "worker_id", "7"), 0);
+	dml_opts_free(o);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("examples");
+	TCase *tc = tcase_create("conf");
+	SRunner *sr;
+	int failed;
+
+	tcase_add_test(tc, server_example_parses);
+	tcase_add_test(tc, client_example_parses);
+	suite_add_tcase(s, tc);
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
