@@ -684,9 +684,16 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 		else if (c->state != DML_CONN_READY)
 			err = DML_ECONN;
 	} else {
+		size_t pending = evbuffer_get_length(bufferevent_get_input(bev));
+
 		err = DML_ECONN;
-		dml_debug("peer %s: %s", c->peer, evutil_socket_error_to_string(
-				  evutil_socket_geterror(c->fd)));
+		/* Losing a peer between frames is routine; inside one, worth a line. */
+		if (pending || c->have_meta)
+			dml_warn("peer %s: %s inside a frame", c->peer,
+				 evutil_socket_error_to_string(evutil_socket_geterror(c->fd)));
+		else
+			dml_debug("peer %s: %s", c->peer, evutil_socket_error_to_string(
+					  evutil_socket_geterror(c->fd)));
 	}
 	dml_conn_abort(c, err);
 }

@@ -166,11 +166,11 @@ static float *scratch(struct dml_server *s, uint64_t floats)
 	return s->scratch;
 }
 
-/* Sparse keys must hash into this server's range (dense ranges are checked
- * by the table itself). */
+/* Sparse keys must hash into this server's range (dense keys are checked
+ * against the range by the table itself). */
 static int check_owned(const struct table_entry *te, const uint64_t *keys, uint32_t n)
 {
-	if (te->own_begin == 0 && te->own_end == DML_SHARD_HASH_SPACE)
+	if (te->info.dense || (te->own_begin == 0 && te->own_end == DML_SHARD_HASH_SPACE))
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t h = dml_shard_key_hash(keys[i]);
@@ -311,11 +311,12 @@ static struct table_entry *request_table(struct session *ss, const Dml__Meta *m)
 			    m->table);
 		return NULL;
 	}
-	if (m->value_width != te->info.width || (int)m->dense != (int)te->info.dense) {
+	/* Key lists work on both kinds; ranges only on dense tables. */
+	if (m->value_width != te->info.width || (m->dense && !te->info.dense)) {
 		reply_error(ss, m->request_id, DML_ESHAPE,
 			    "table %u is %s with width %u, request is %s with width %u",
 			    m->table, te->info.dense ? "dense" : "sparse", te->info.width,
-			    m->dense ? "dense" : "sparse", m->value_width);
+			    m->dense ? "a range" : "a key list", m->value_width);
 		return NULL;
 	}
 	return te;
@@ -329,6 +330,12 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 
 	if (!te)
 		return;
+	if (ss->role == DML__ROLE__CONTROL) {
+		/* Control clients have no clock and no push sequence: a resend
+		 * could not be told from a new push, so they may only read. */
+		reply_error(ss, m->request_id, DML_EROLE, "control clients may not push");
+		return;
+	}
 	if (w && m->seq != 0 && m->seq <= w->last_seq) {
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;

@@ -3,8 +3,9 @@
  *
  * Starts real daemons as child processes in a private temporary directory
  * and cleans up after them. It must never leave a process or a directory
- * behind, whatever way the test ends: children carry PR_SET_PDEATHSIG, and
- * the atexit handler kills and removes what a failed test left. It never
+ * behind, whatever way the test ends: children carry PR_SET_PDEATHSIG, an
+ * atexit handler cleans up after an exit(), and a guardian process after an
+ * _exit() or a SIGKILL (how Check ends failed and timed-out tests). It never
  * asserts: it reports through return codes and prints logs on failure.
  */
 #define _GNU_SOURCE
@@ -29,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "frame.h"
 #include "util.h"
 
 /* How much of a log is printed when something fails. */
@@ -50,18 +52,18 @@ struct dml_test_server {
 struct dml_test_proxy {
 	struct dml_test_proxy *next;
 	pid_t pid;
-	int ctl;          /* our end of the control socket pair */
+	int ctl; /* our end of the control socket pair */
 	uint16_t port;
 };
 
 struct dml_test_env {
 	char *dir;
 	char *secret;
-	pid_t owner;             /* only this process cleans up */
-	pid_t guardian;          /* cleans up if the owner dies first */
-	int guardian_fd;         /* its end of the pipe the guardian watches */
-	unsigned seq;            /* makes file names unique */
-	pid_t *procs;            /* children not yet reaped */
+	pid_t owner;     /* only this process cleans up */
+	pid_t guardian;  /* cleans up if the owner dies first */
+	int guardian_fd; /* its end of the pipe the guardian watches */
+	unsigned seq;    /* makes file names unique */
+	pid_t *procs;    /* children not yet reaped */
 	size_t nprocs, capprocs;
 	struct dml_test_server *servers;
 	struct dml_test_proxy *proxies;
@@ -116,7 +118,8 @@ static void procs_add(struct dml_test_env *env, pid_t pid)
 {
 	if (env->nprocs == env->capprocs) {
 		env->capprocs = env->capprocs ? env->capprocs * 2 : 8;
-		env->procs = dml_xrealloc(env->procs, env->capprocs * sizeof(*env->procs));
+		env->procs =
+			dml_xrealloc(env->procs, env->capprocs * sizeof(*env->procs));
 	}
 	env->procs[env->nprocs++] = pid;
 }
@@ -217,7 +220,8 @@ static void print_file_tail(const char *title, const char *path)
 }
 
 /* rm -rf, without following links. */
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+static int remove_entry(const char *path, const struct stat *st, int flag,
+			struct FTW *ftw)
 {
 	if (remove(path) != 0)
 		fprintf(stderr, "harness: remove %s: %s\n", path, strerror(errno));
@@ -317,8 +321,10 @@ static int guardian_start(struct dml_test_env *env)
 			n = read(3, &c, 1);
 		while (n > 0 || (n < 0 && errno == EINTR));
 		if (access(env->dir, F_OK) == 0) {
-			fprintf(stderr, "harness: the test died before cleaning up; "
-					"logs of %s follow\n", env->dir);
+			fprintf(stderr,
+				"harness: the test died before cleaning up; "
+				"logs of %s follow\n",
+				env->dir);
 			print_dir_logs(env->dir);
 			nftw(env->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 		}
@@ -347,19 +353,16 @@ static void guardian_stop(struct dml_test_env *env)
 static void cleanup_at_exit(void)
 {
 	struct dml_test_env *env, *next;
-	struct dml_test_server *s;
-	char title[64];
 
 	for (env = live_envs; env; env = next) {
 		next = env->next;
 		if (env->owner != getpid())
 			continue;
-		fprintf(stderr, "harness: test ended without dml_test_env_free; "
-				"server logs follow\n");
-		for (s = env->servers; s; s = s->next) {
-			snprintf(title, sizeof(title), "log of server node %u", s->node_id);
-			print_file_tail(title, s->log_path);
-		}
+		fprintf(stderr,
+			"harness: test ended without dml_test_env_free; "
+			"logs of %s follow\n",
+			env->dir);
+		print_dir_logs(env->dir);
 		env_cleanup(env);
 		guardian_stop(env);
 	}
@@ -406,7 +409,7 @@ int dml_test_env_new(struct dml_test_env **out)
 
 	*out = NULL;
 	if (!tmp || !*tmp)
-		tmp = "/tmp";
+		tmp = P_tmpdir;
 	env = dml_xcalloc(1, sizeof(*env));
 	env->owner = getpid();
 	env->dir = str_printf("%s/dml-test-XXXXXX", tmp);
@@ -514,20 +517,16 @@ int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
 			const char *log_name, pid_t *pid)
 {
 	char *log_path = str_printf("%s/%s", env->dir, log_name);
-	pid_t parent = getpid(), child;
 	sigset_t all;
-	int fd;
+	pid_t child;
+	int fd, rc;
 
-	fflush(NULL);
-	child = fork();
-	if (child < 0) {
-		fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+	rc = dml_test_fork(env, &child);
+	if (rc) {
 		free(log_path);
-		return DML_EIO;
+		return rc;
 	}
 	if (child == 0) {
-		if (child_bind_to_parent(parent) != 0)
-			_exit(127);
 		fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
 		if (fd < 0)
 			_exit(127);
@@ -543,17 +542,16 @@ int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		execv(argv[0], argv);
-		dprintf(STDERR_FILENO, "harness: exec %s: %s\n", argv[0], strerror(errno));
+		dprintf(STDERR_FILENO, "harness: exec %s: %s\n", argv[0],
+			strerror(errno));
 		_exit(127);
 	}
 	free(log_path);
-	procs_add(env, child);
 	*pid = child;
 	return 0;
 }
 
-int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms,
-		       int *status)
+int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms, int *status)
 {
 	int st = 0;
 
@@ -570,6 +568,11 @@ int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms,
 	return 0;
 }
 
+static uint32_t conf_node_id(const struct dml_test_server_conf *conf)
+{
+	return conf->node_id ? conf->node_id : 1 + conf->shard_index;
+}
+
 void dml_test_server_conf_text(struct dml_test_env *env,
 			       const struct dml_test_server_conf *conf, char **text,
 			       char **port_file)
@@ -577,29 +580,32 @@ void dml_test_server_conf_text(struct dml_test_env *env,
 	unsigned k = env->seq++;
 	char *port_path = str_printf("%s/server-%u.port", env->dir, k);
 	uint32_t count = conf->shard_count ? conf->shard_count : 1;
+	char dead_after[48] = "";
 
-	*text = str_printf("# written by the test harness\n"
-			   "[server]\n"
-			   "listen = 127.0.0.1:0\n"
-			   "port_file = %s\n"
-			   "node_id = %u\n"
-			   "cluster = %s\n"
-			   "secret_file = %s\n"
-			   "shard = %u/%u\n"
-			   "log_level = %s\n"
-			   "\n[job]\n"
-			   "staleness = %lld\n"
-			   "workers = %u\n"
-			   "\n%s\n%s",
-			   port_path,
-			   conf->node_id ? conf->node_id : 1 + conf->shard_index,
-			   conf->cluster ? conf->cluster : "dml",
-			   conf->secret_file ? conf->secret_file : env->secret,
-			   conf->shard_index, count,
-			   conf->log_level ? conf->log_level : "info",
-			   (long long)conf->staleness, conf->workers,
-			   conf->tables ? conf->tables : "",
-			   conf->extra ? conf->extra : "");
+	if (conf->dead_after_ms)
+		snprintf(dead_after, sizeof(dead_after), "dead_after_ms = %u\n",
+			 conf->dead_after_ms);
+
+	*text = str_printf(
+		"# written by the test harness\n"
+		"[server]\n"
+		"listen = 127.0.0.1:0\n"
+		"port_file = %s\n"
+		"node_id = %u\n"
+		"cluster = %s\n"
+		"secret_file = %s\n"
+		"shard = %u/%u\n"
+		"log_level = %s\n"
+		"\n[job]\n"
+		"staleness = %lld\n"
+		"workers = %u\n"
+		"%s"
+		"\n%s\n%s",
+		port_path, conf_node_id(conf), conf->cluster ? conf->cluster : "dml",
+		conf->secret_file ? conf->secret_file : env->secret, conf->shard_index,
+		count, conf->log_level ? conf->log_level : "info",
+		(long long)conf->staleness, conf->workers, dead_after,
+		conf->tables ? conf->tables : "", conf->extra ? conf->extra : "");
 	if (port_file)
 		*port_file = port_path;
 	else
@@ -640,13 +646,15 @@ static int server_wait_ready(struct dml_test_server *s, int timeout_ms)
 			s->running = 0;
 			procs_forget(s->env, s->pid);
 			describe_status(st, why, sizeof(why));
-			fprintf(stderr, "harness: server node %u ended before listening (%s)\n",
+			fprintf(stderr,
+				"harness: server node %u ended before listening (%s)\n",
 				s->node_id, why);
 			dml_test_server_print_log(s);
 			return DML_EIO;
 		}
 		if (ms_left(deadline) == 0) {
-			fprintf(stderr, "harness: server node %u wrote no port file in %d ms\n",
+			fprintf(stderr,
+				"harness: server node %u wrote no port file in %d ms\n",
 				s->node_id, timeout_ms);
 			dml_test_server_print_log(s);
 			dml_test_server_kill(s);
@@ -669,7 +677,7 @@ int dml_test_server_start(struct dml_test_env *env,
 	*out = NULL;
 	s = dml_xcalloc(1, sizeof(*s));
 	s->env = env;
-	s->node_id = conf->node_id ? conf->node_id : 1 + conf->shard_index;
+	s->node_id = conf_node_id(conf);
 	k = env->seq; /* conf_text numbers the port file with it */
 	dml_test_server_conf_text(env, conf, &text, &s->port_path);
 	s->conf_path = str_printf("%s/server-%u.conf", env->dir, k);
@@ -817,7 +825,8 @@ int dml_test_raw_connect(uint16_t port, int *fd)
 	sa.sin_port = htons(port);
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		fprintf(stderr, "harness: connect 127.0.0.1:%u: %s\n", port, strerror(errno));
+		fprintf(stderr, "harness: connect 127.0.0.1:%u: %s\n", port,
+			strerror(errno));
 		close(s);
 		return DML_ECONN;
 	}
@@ -877,14 +886,18 @@ static int raw_read_exact(int fd, uint8_t *buf, size_t len, uint64_t deadline_ns
 int dml_test_raw_skip_frame(int fd, int timeout_ms)
 {
 	uint64_t deadline = deadline_after(timeout_ms);
-	uint8_t hdr[16];
+	uint8_t raw[DML_FRAME_HEADER_LEN];
+	struct dml_frame_limits lim;
+	struct dml_frame_header hdr;
 	int rc;
 
-	/* Header layout: magic, version, flags, meta_len at 8, payload_len at 12. */
-	rc = raw_read_exact(fd, hdr, sizeof(hdr), deadline);
+	dml_frame_limits_default(&lim);
+	rc = raw_read_exact(fd, raw, sizeof(raw), deadline);
 	if (rc == 0)
-		rc = raw_read_exact(fd, NULL, (size_t)dml_load_le32(hdr + 8) +
-					      dml_load_le32(hdr + 12), deadline);
+		rc = dml_frame_header_decode(raw, &lim, &hdr);
+	if (rc == 0)
+		rc = raw_read_exact(fd, NULL, (size_t)hdr.meta_len + hdr.payload_len,
+				    deadline);
 	return rc;
 }
 
@@ -921,7 +934,8 @@ int dml_test_client_opts_ports(struct dml_test_env *env, const uint16_t *ports, 
 
 	*out = NULL;
 	for (i = 0; i < n; i++) {
-		next = str_printf("%s%s127.0.0.1:%u", list, i ? "," : "", (unsigned)ports[i]);
+		next = str_printf("%s%s127.0.0.1:%u", list, i ? "," : "",
+				  (unsigned)ports[i]);
 		free(list);
 		list = next;
 	}
@@ -1063,7 +1077,8 @@ static int relay(int from, int to)
 	return write_all(to, buf, (size_t)n);
 }
 
-static void proxy_accept(int lfd, uint16_t target, struct proxy_pair *pairs, size_t *npairs)
+static void proxy_accept(int lfd, uint16_t target, struct proxy_pair *pairs,
+			 size_t *npairs)
 {
 	int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC), b;
 

@@ -4,11 +4,12 @@
  * A test makes one environment (a private temporary directory holding a
  * 0600 cluster secret, configs, port files and one log per process), starts
  * real dml-server processes on 127.0.0.1 with kernel-chosen ports, drives
- * them through libdml or raw sockets, and stops them, checking how they
- * exit. Everything a test starts dies with it: children get SIGKILL when the
- * test process dies (also when Check kills it on a timeout), and an atexit
- * handler kills what is left, prints the server logs (a test that exits
- * before dml_test_env_free() has failed) and removes the directory.
+ * them through libdml, raw sockets or a fault-injecting proxy, and stops
+ * them, checking how they exit. Everything a test starts dies with it:
+ * children get SIGKILL when the test process dies. A test that ends before
+ * dml_test_env_free() has failed: an atexit handler (after exit()) or a
+ * guardian process (after the _exit() or SIGKILL with which Check ends
+ * failed and timed-out tests) prints every log and removes the directory.
  *
  * Only the process that made an environment cleans it up, so forked worker
  * children may use it freely; they must leave with _exit().
@@ -35,22 +36,23 @@ struct dml_test_server;
 
 /** What goes into a generated dml-server config. Zeroed fields get defaults. */
 struct dml_test_server_conf {
-	uint32_t node_id;      /* 0: 1 + shard_index */
-	uint32_t shard_index;
-	uint32_t shard_count;  /* 0: 1 */
-	int64_t staleness;     /* the [job] bound: 0 BSP, -1 async */
-	uint32_t workers;      /* [job] workers */
-	const char *cluster;   /* NULL: "dml" */
-	const char *log_level; /* NULL: "info" */
+	uint32_t node_id;        /* 0: 1 + shard_index */
+	uint32_t shard_index;    /* "shard = index/count" */
+	uint32_t shard_count;    /* 0: 1 */
+	int64_t staleness;       /* the [job] bound: 0 BSP, -1 async */
+	uint32_t workers;        /* [job] workers */
+	uint32_t dead_after_ms;  /* [job] dead_after_ms; 0: the server's default */
+	const char *cluster;     /* NULL: "dml" */
+	const char *log_level;   /* NULL: "info" */
 	const char *secret_file; /* NULL: the environment's secret */
-	const char *tables;    /* one or more [table] sections, as config text */
-	const char *extra;     /* appended verbatim (e.g. a [limits] section) */
+	const char *tables;      /* one or more [table] sections, as config text */
+	const char *extra;       /* appended verbatim (e.g. a [limits] section) */
 };
 
 /**
- * Make an environment: a fresh mkdtemp directory under $TMPDIR (or /tmp)
- * with a random secret file of mode 0600. Registers the atexit cleanup.
- * Returns 0, DML_EIO or DML_ENOMEM.
+ * Make an environment: a fresh mkdtemp directory under $TMPDIR (or P_tmpdir)
+ * with a random secret file of mode 0600, and its cleanup at exit.
+ * Returns 0 or DML_EIO.
  */
 int dml_test_env_new(struct dml_test_env **out);
 
@@ -139,8 +141,7 @@ int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
  * Wait up to timeout_ms for a process from dml_test_proc_spawn() and give
  * its waitpid status. On timeout it is killed and DML_ETIMEDOUT returned.
  */
-int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms,
-		       int *status);
+int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms, int *status);
 
 /**
  * fork() a worker child that dies with the test and is killed by the
@@ -161,7 +162,7 @@ int dml_test_raw_send(int fd, const void *buf, size_t len);
 /**
  * Read one whole frame (header, metadata and payload, as the header says)
  * and discard it, e.g. the CHALLENGE a server sends first. Returns 0,
- * DML_ECONN (closed first) or DML_ETIMEDOUT.
+ * DML_ECONN (closed first), DML_ETIMEDOUT or the header's decoding error.
  */
 int dml_test_raw_skip_frame(int fd, int timeout_ms);
 
@@ -195,7 +196,7 @@ int dml_test_client_opts_ports(struct dml_test_env *env, const uint16_t *ports, 
  */
 struct dml_test_proxy;
 
-/** Start a proxy to 127.0.0.1:target_port. 0, DML_EIO or DML_ECONN. */
+/** Start a proxy to 127.0.0.1:target_port. 0 or DML_EIO. */
 int dml_test_proxy_start(struct dml_test_env *env, uint16_t target_port,
 			 struct dml_test_proxy **out);
 

@@ -52,6 +52,8 @@
 #define BENCH_PORT_WAIT_MS 10000
 #define BENCH_STOP_WAIT_MS 10000
 #define BENCH_LOG_TAIL 4096
+/* A slow measurement may run this many times --seconds to count enough. */
+#define BENCH_MAX_STRETCH 10
 #define BENCH_DENSE_TABLE0 1 /* dense table of the i-th --sizes entry: 1 + i */
 
 /* The sparse tables: width, key universe (log2) and table id. */
@@ -157,10 +159,38 @@ double bench_lat_quantile_us(struct bench_lat *l, double q)
 
 /* ---- the windowed driver --------------------------------------------- */
 
+/*
+ * The counted window all threads of one measurement share. It closes at
+ * end_ns unless fewer than min_done requests were counted by then: a slow
+ * configuration (16 MiB x 32 in flight) may complete nothing in --seconds,
+ * so its window is pushed back, step by step, up to cap_ns.
+ */
+struct bench_window {
+	uint64_t begin_ns;
+	_Atomic uint64_t end_ns;
+	uint64_t step_ns, cap_ns;
+	_Atomic uint64_t done;
+	uint64_t min_done;
+};
+
+/* When the counted window closes, as seen at `now`. */
+static uint64_t bench_window_end(struct bench_window *w, uint64_t now)
+{
+	uint64_t end = atomic_load(&w->end_ns), later;
+
+	if (now < end || end >= w->cap_ns || atomic_load(&w->done) >= w->min_done)
+		return end;
+	later = now + w->step_ns < w->cap_ns ? now + w->step_ns : w->cap_ns;
+	/* On a race the other thread's extension stands and lands in end. */
+	if (atomic_compare_exchange_strong(&w->end_ns, &end, later))
+		end = later;
+	return end;
+}
+
 struct bench_thread {
 	const struct bench_driver *drv;
 	unsigned window;
-	uint64_t begin_ns, end_ns; /* the counted window */
+	struct bench_window *counted;
 	uint64_t done;
 	struct bench_lat lat;
 	int rc;
@@ -171,6 +201,7 @@ struct bench_thread {
 static int bench_thread_loop(struct bench_thread *t)
 {
 	const struct bench_driver *d = t->drv;
+	struct bench_window *w = t->counted;
 	uint64_t *sent = dml_xcalloc(t->window, sizeof(*sent));
 	unsigned head = 0, inflight = 0;
 	int rc = 0;
@@ -178,7 +209,8 @@ static int bench_thread_loop(struct bench_thread *t)
 	for (;;) {
 		uint64_t now = dml_now_ns();
 
-		if (inflight < t->window && now < t->end_ns && !bench_interrupted()) {
+		if (inflight < t->window && now < bench_window_end(w, now) &&
+		    !bench_interrupted()) {
 			unsigned slot = (head + inflight) % t->window;
 
 			sent[slot] = now;
@@ -194,8 +226,9 @@ static int bench_thread_loop(struct bench_thread *t)
 		if (rc)
 			break;
 		now = dml_now_ns();
-		if (now >= t->begin_ns && now < t->end_ns) {
+		if (now >= w->begin_ns && now < atomic_load(&w->end_ns)) {
 			t->done++;
+			atomic_fetch_add(&w->done, 1);
 			bench_lat_add(&t->lat, now - sent[head]);
 		}
 		head = (head + 1) % t->window;
@@ -218,26 +251,39 @@ static uint64_t bench_seconds_ns(double s)
 	return (uint64_t)(s * 1e9);
 }
 
+static void bench_window_init(struct bench_window *w, const struct bench_plan *plan,
+			      uint64_t min_done)
+{
+	uint64_t len = bench_seconds_ns(plan->seconds);
+
+	/* Starting the threads is part of the warm-up. */
+	w->begin_ns = dml_now_ns() + bench_seconds_ns(plan->warmup_s);
+	atomic_init(&w->end_ns, w->begin_ns + len);
+	w->step_ns = len / 10 + 1;
+	w->cap_ns = w->begin_ns + BENCH_MAX_STRETCH * len;
+	atomic_init(&w->done, 0);
+	w->min_done = min_done;
+}
+
 int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
 		      unsigned window, const struct bench_plan *plan,
 		      uint64_t value_bytes, struct bench_result *res)
 {
+	struct bench_window counted;
 	struct bench_thread *th;
 	struct bench_lat all;
-	uint64_t begin, end, stop, done = 0;
+	uint64_t end, stop, done = 0;
 	int rc = 0;
 
 	if (!drivers || !plan || !res || conns == 0 || window == 0)
 		return DML_EINVAL;
 	th = dml_xcalloc(conns, sizeof(*th));
-	/* One counted window for all threads; starting them is part of warm-up. */
-	begin = dml_now_ns() + bench_seconds_ns(plan->warmup_s);
-	end = begin + bench_seconds_ns(plan->seconds);
+	/* Every connection's window should turn over once while counted. */
+	bench_window_init(&counted, plan, (uint64_t)window * conns);
 	for (unsigned i = 0; i < conns; i++) {
 		th[i].drv = &drivers[i];
 		th[i].window = window;
-		th[i].begin_ns = begin;
-		th[i].end_ns = end;
+		th[i].counted = &counted;
 		bench_lat_init(&th[i].lat);
 		th[i].started =
 			pthread_create(&th[i].tid, NULL, bench_thread_main, &th[i]) == 0;
@@ -255,11 +301,13 @@ int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
 		bench_lat_destroy(&th[i].lat);
 	}
 	stop = dml_now_ns();
+	end = atomic_load(&counted.end_ns);
 	if (stop > end)
 		stop = end;
 	memset(res, 0, sizeof(*res));
 	res->requests = done;
-	res->seconds = stop > begin ? (double)(stop - begin) / 1e9 : 0;
+	if (stop > counted.begin_ns)
+		res->seconds = (double)(stop - counted.begin_ns) / 1e9;
 	if (res->seconds > 0) {
 		res->rps = (double)done / res->seconds;
 		res->gbps = res->rps * (double)value_bytes / 1e9;
@@ -292,7 +340,7 @@ struct bench_opts {
 	struct bench_list sizes, conns, windows;
 	unsigned ops; /* bit (1 << enum bench_op) */
 	int dense, sparse;
-	int csv, quick;
+	int csv, quick, keep;
 	enum bench_baseline { BENCH_BASELINE_YES, BENCH_BASELINE_NO,
 			      BENCH_BASELINE_ONLY } baseline;
 	int verbose; /* each -v logs one level more */
@@ -323,7 +371,8 @@ static void bench_pushpull_usage(FILE *out)
 		"  --server PATH     dml-server to run (default: $DML_SERVER, else\n"
 		"                    ../server/dml-server or dml-server next to this\n"
 		"                    program)\n"
-		"  --seconds X       counted time per measurement (default %.1f)\n"
+		"  --seconds X       counted time per measurement (default %.1f); longer,\n"
+		"                    up to %dx, until every window turned over once\n"
 		"  --warmup X        uncounted warm-up before it (default %.1f)\n"
 		"  --sizes LIST      dense request sizes, K/M suffixes (default %s)\n"
 		"  --conns LIST      client connections, one thread each (default %s)\n"
@@ -338,7 +387,9 @@ static void bench_pushpull_usage(FILE *out)
 		"                    or alone without starting a server\n"
 		"  --baseline-only   the same as --baseline only\n"
 		"  --csv             machine-readable output\n"
-		"  -v, --verbose     log libdml's informational messages (twice: debug)\n"
+		"  --keep            keep the server's directory (config, log) and say where\n"
+		"  -v, --verbose     log libdml's informational messages; twice: debug,\n"
+		"                    for the server too\n"
 		"  -h, --help        this text\n"
 		"\n"
 		"GB/s counts value bytes only (1 GB = 1e9 bytes); latency is submit to\n"
@@ -346,7 +397,7 @@ static void bench_pushpull_usage(FILE *out)
 		"second.\n"
 		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
 		"2 on bad usage, 130 when interrupted.\n",
-		bench_full.seconds, bench_full.warmup, bench_full.sizes,
+		bench_full.seconds, BENCH_MAX_STRETCH, bench_full.warmup, bench_full.sizes,
 		bench_full.conns, bench_full.windows, BENCH_SPARSE_KEYS,
 		bench_quick.sizes, bench_quick.conns, bench_quick.windows,
 		bench_quick.seconds);
@@ -477,7 +528,8 @@ static int bench_opts_finish(struct bench_opts *o, unsigned set)
 static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *help)
 {
 	enum { O_SERVER = 256, O_SECONDS, O_WARMUP, O_SIZES, O_CONNS, O_WINDOWS, O_OPS,
-	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE, O_BASELINE_ONLY };
+	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE, O_BASELINE_ONLY,
+	       O_KEEP };
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
 		{ "seconds", required_argument, NULL, O_SECONDS },
@@ -490,6 +542,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		{ "sparse", required_argument, NULL, O_SPARSE },
 		{ "quick", no_argument, NULL, O_QUICK },
 		{ "csv", no_argument, NULL, O_CSV },
+		{ "keep", no_argument, NULL, O_KEEP },
 		{ "baseline", required_argument, NULL, O_BASELINE },
 		{ "baseline-only", no_argument, NULL, O_BASELINE_ONLY },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -552,6 +605,9 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			break;
 		case O_QUICK:
 			o->quick = 1;
+			break;
+		case O_KEEP:
+			o->keep = 1;
 			break;
 		case O_CSV:
 			o->csv = 1;
@@ -799,10 +855,10 @@ static int bench_server_write_conf(const struct bench_server *s,
 		return DML_EIO;
 	}
 	fprintf(f, "[server]\nlisten = 127.0.0.1:0\nport_file = %s\nnode_id = 1\n"
-		"cluster = dml\nsecret_file = %s\nshard = 0/1\nlog_level = info\n"
+		"cluster = dml\nsecret_file = %s\nshard = 0/1\nlog_level = %s\n"
 		"\n[limits]\nmax_payload = %" PRIu64 "\n"
 		"\n[job]\nstaleness = -1\nworkers = 0\n",
-		port, secret, bench_max_payload(o));
+		port, secret, o->verbose >= 2 ? "debug" : "info", bench_max_payload(o));
 	for (size_t i = 0; o->dense && i < o->sizes.n; i++)
 		bench_conf_table(f, BENCH_DENSE_TABLE0 + (uint32_t)i, "dense", 1, "keys",
 				 o->sizes.v[i] / sizeof(float));
@@ -1528,7 +1584,10 @@ out:
 	if (rc && !bench_interrupted() && srv.pid > 0)
 		bench_server_log_tail(&srv);
 	bench_server_stop(&srv);
-	bench_server_remove_dir(&srv);
+	if (o.keep && srv.have_dir)
+		dml_warn("kept %s", srv.dir);
+	else
+		bench_server_remove_dir(&srv);
 	free(cases);
 	return bench_exit_status(rc);
 }

@@ -63,11 +63,12 @@ struct bench_driver {
 /**
  * Run drivers[0..conns-1], each on its own thread keeping `window` requests
  * in flight (submit until the window is full, then complete the oldest and
- * submit another), for plan's warm-up plus counted time, then drain. Latency
- * is submit to completion of each request completed in the counted window.
- * value_bytes is what one request moves, for GB/s. Returns 0, the first
- * driver error, DML_EIO when a thread cannot start, or DML_ECLOSED when
- * interrupted (*res is then filled from what was measured).
+ * submit another), for plan's warm-up plus counted time, then drain. The
+ * counted time is stretched (at most tenfold) until window * conns requests
+ * completed in it. Latency is submit to completion of each request completed
+ * in the counted time. value_bytes is what one request moves, for GB/s.
+ * Returns 0, the first driver error, DML_EIO when a thread cannot start, or
+ * DML_ECLOSED when interrupted (*res is then filled from what was measured).
  */
 int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
 		      unsigned window, const struct bench_plan *plan,

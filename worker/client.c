@@ -34,6 +34,9 @@
 #define BACKOFF_MAX_MS 2000
 #define CLOSE_WAIT_MS 10000
 #define MAX_SERVERS 4096
+/* A request sent this often without an answer, each time losing its
+ * connection, is what breaks the connection: fail it instead of looping. */
+#define MAX_SENDS 5
 
 enum part_kind { PART_PUSH, PART_PULL, PART_BYE };
 
@@ -47,6 +50,7 @@ struct part {
 	enum part_kind kind;
 	uint64_t wire_id;
 	uint64_t seq;
+	unsigned sends;                /* times written to a connection */
 	uint32_t table, width;
 	int dense;
 	uint64_t begin, end;
@@ -240,6 +244,7 @@ static int part_send(struct dml *d, struct part *p)
 	struct iovec iov[2];
 	int n = 0;
 
+	p->sends++;
 	m.request_id = p->wire_id;
 	m.sender = d->conf.worker_id;
 	m.job = d->conf.job;
@@ -347,7 +352,7 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 			 "server %.64s:%u is shard %u/%u but is listed at position %u of %u",
 			 l->host, l->port, w->shard_index, w->shard_count, l->index, l->d->nlinks);
 		dml_err("%s", l->d->detail);
-		l->fatal = 1;
+		l->fatal = DML_ECONF;
 		return DML_ECONF;
 	}
 	for (size_t i = 0; i < l->ntables; i++)
@@ -460,6 +465,17 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 		return;
 	l->conn = NULL;
 	l->ready = 0;
+	/* Leaving needs no answer from a server that is gone; and a request that
+	 * keeps losing its connection is failed rather than sent forever. */
+	for (struct part *p = l->head; p; ) {
+		struct part *next = p->next;
+
+		if (p->kind == PART_BYE)
+			part_finish(l->d, p, 0);
+		else if (p->sends >= MAX_SENDS)
+			part_finish(l->d, p, err ? err : DML_ECONN);
+		p = next;
+	}
 	if (err == DML_EAUTH || err == DML_ECLUSTER || err == DML_EROLE || err == DML_ECONF ||
 	    err == DML_EFRAME_VERSION)
 		l->fatal = err;
@@ -802,7 +818,7 @@ static struct part *part_new(struct dml *d, enum part_kind kind,
 	p->link = &d->links[server];
 	p->table = t->id;
 	p->width = t->width;
-	p->dense = t->dense;
+	p->dense = 1;   /* key-list requests clear it */
 	return p;
 }
 
@@ -880,6 +896,7 @@ static int submit_whole(struct dml *d, struct request *r, enum part_kind kind,
 {
 	struct part *p = part_new(d, kind, t, server);
 
+	p->dense = 0;
 	p->keys = keys;
 	p->nkeys = (uint32_t)n;
 	p->vals = vals;
@@ -943,6 +960,7 @@ static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 		if (!count[s])
 			continue;
 		parts[s] = part_new(d, kind, t, s);
+		parts[s]->dense = 0;
 		parts[s]->keys_own = dml_xmalloc(count[s] * sizeof(uint64_t));
 		parts[s]->keys = parts[s]->keys_own;
 		if (vals) {

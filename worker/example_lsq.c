@@ -30,6 +30,7 @@
 #include "dml.h"
 
 #define NOISE_STDDEV 0.1
+#define MAX_COUNT (1ull << 40) /* iterations, report interval */
 
 struct lsq_opts {
 	const char *servers;
@@ -291,11 +292,14 @@ static void usage(FILE *f)
 		"  --dim D            features (50)\n"
 		"  --iters N          iterations (200)\n"
 		"  --batch B          minibatch size (32)\n"
-		"  --lr X             scale on the pushed gradient (1: push the raw mean\n"
-		"                     gradient; the servers' optimizer applies its lr)\n"
+		"  --lr X             scale on the pushed gradient (1: push the raw\n"
+		"                     mean gradient; the servers' optimizer applies\n"
+		"                     its lr)\n"
 		"  --seed S           data set seed; same on every worker (1)\n"
-		"  --report K         print the slice loss every K iterations (50, 0 = never)\n"
-		"  --staleness-report also print how far behind the slowest worker was\n");
+		"  --report K         print the slice loss every K iterations\n"
+		"                     (50, 0 = never)\n"
+		"  --staleness-report also print how far behind the slowest\n"
+		"                     worker was\n");
 }
 
 static int parse_u64(const char *name, const char *s, uint64_t min, uint64_t max,
@@ -360,17 +364,19 @@ static int parse_opts(int argc, char **argv, struct lsq_opts *o)
 			break;
 		case 'N': rc = parse_u64("rows", optarg, 1, 1ull << 32, &o->rows); break;
 		case 'D': rc = parse_u64("dim", optarg, 1, 1u << 24, &o->dim); break;
-		case 'I': rc = parse_u64("iters", optarg, 0, 1ull << 40, &o->iters); break;
+		case 'I': rc = parse_u64("iters", optarg, 0, MAX_COUNT, &o->iters); break;
 		case 'b': rc = parse_u64("batch", optarg, 1, 1u << 24, &o->batch); break;
 		case 'S': rc = parse_u64("seed", optarg, 0, UINT64_MAX, &o->seed); break;
-		case 'r': rc = parse_u64("report", optarg, 0, 1ull << 40, &o->report); break;
+		case 'r':
+			rc = parse_u64("report", optarg, 0, MAX_COUNT, &o->report);
+			break;
 		case 'R': o->staleness_report = 1; break;
 		case 'l':
 			errno = 0;
 			o->lr = strtod(optarg, &end);
 			if (!*optarg || *end || errno || !isfinite(o->lr)) {
-				fprintf(stderr, "dml-example-lsq: --lr: bad number \"%s\"\n",
-					optarg);
+				fprintf(stderr, "dml-example-lsq: --lr: bad number "
+						"\"%s\"\n", optarg);
 				rc = -1;
 			}
 			break;
