@@ -6,10 +6,10 @@
  * same traffic over raw loopback TCP (bench_raw.c) in the same run, prints
  * one row per configuration and checks the targets of the issue.
  *
- * It must never leave a server or its temporary directory behind, on any
- * path: errors, SIGINT and SIGTERM stop the server and remove the directory,
- * and the server dies with this process if it is killed. Its exit status says
- * whether it ran, not whether a target was met.
+ * It must never leave a server running: errors, SIGINT and SIGTERM stop the
+ * server and remove its directory (unless --keep), and should dml-bench be
+ * killed outright the kernel stops the server. Its exit status says whether
+ * it ran, not whether a target was met.
  *
  * This file also holds the statistics and the windowed driver that
  * bench_raw.c shares (see bench.h), so both paths are timed by one code.
@@ -66,6 +66,15 @@ static const struct bench_sparse {
 	{ 64, 16, 1002 },
 };
 #define BENCH_NSPARSE DML_ARRAY_LEN(bench_sparse)
+
+static uint64_t bench_sparse_max_width(void)
+{
+	uint64_t w = 0;
+
+	for (size_t i = 0; i < BENCH_NSPARSE; i++)
+		w = bench_sparse[i].width > w ? bench_sparse[i].width : w;
+	return w;
+}
 
 /* ---- interruption ---------------------------------------------------- */
 
@@ -334,6 +343,13 @@ struct bench_list {
 	size_t n;
 };
 
+/* --baseline, in the order of bench_baseline_names. */
+enum bench_baseline { BENCH_BASELINE_YES, BENCH_BASELINE_NO, BENCH_BASELINE_ONLY,
+		      BENCH_NBASELINE };
+
+static const char *const bench_baseline_names[] = { "yes", "no", "only" };
+static const char *const bench_no_yes[] = { "no", "yes" };
+
 struct bench_opts {
 	const char *server;
 	double seconds, warmup;
@@ -341,25 +357,43 @@ struct bench_opts {
 	unsigned ops; /* bit (1 << enum bench_op) */
 	int dense, sparse;
 	int csv, quick, keep;
-	enum bench_baseline { BENCH_BASELINE_YES, BENCH_BASELINE_NO,
-			      BENCH_BASELINE_ONLY } baseline;
-	int verbose; /* each -v logs one level more */
+	int baseline; /* enum bench_baseline */
+	int verbose;  /* each -v logs one level more */
 };
 
-enum {
-	BENCH_SET_SECONDS = 1 << 0,
-	BENCH_SET_WARMUP = 1 << 1,
-	BENCH_SET_SIZES = 1 << 2,
-	BENCH_SET_CONNS = 1 << 3,
-	BENCH_SET_WINDOWS = 1 << 4,
+/* The list options, in the order of bench_list_specs. */
+enum bench_list_id { BENCH_SIZES, BENCH_CONNS, BENCH_WINDOWS, BENCH_NLISTS };
+
+static const struct bench_list_spec {
+	const char *opt;
+	int sizes; /* K/M/G suffixes allowed, and a multiple of 4 bytes */
+	uint64_t min, max;
+	const char *want;
+} bench_list_specs[BENCH_NLISTS] = {
+	[BENCH_SIZES] = { "--sizes", 1, 4, BENCH_MAX_SIZE,
+			  "multiples of 4 bytes up to 256M, e.g. 4K,1M" },
+	[BENCH_CONNS] = { "--conns", 0, 1, BENCH_MAX_CONNS, "1 to 64" },
+	[BENCH_WINDOWS] = { "--windows", 0, 1, BENCH_MAX_WINDOW, "1 to 4096" },
 };
 
 /* Defaults; --quick swaps in the second set for whatever was not given. */
 static const struct bench_defaults {
 	double seconds, warmup;
-	const char *sizes, *conns, *windows;
-} bench_full = { 1.0, 0.2, "4K,64K,1M,16M", "1,2,4", "1,8,32" },
-  bench_quick = { 0.3, 0.1, "4K,1M", "1", "1,8" };
+	const char *lists[BENCH_NLISTS];
+} bench_full = { 1.0, 0.2, { "4K,64K,1M,16M", "1,2,4", "1,8,32" } },
+  bench_quick = { 0.3, 0.1, { "4K,1M", "1", "1,8" } };
+
+static struct bench_list *bench_opts_list(struct bench_opts *o, enum bench_list_id id)
+{
+	switch (id) {
+	case BENCH_SIZES:
+		return &o->sizes;
+	case BENCH_CONNS:
+		return &o->conns;
+	default:
+		return &o->windows;
+	}
+}
 
 static void bench_pushpull_usage(FILE *out)
 {
@@ -371,8 +405,8 @@ static void bench_pushpull_usage(FILE *out)
 		"  --server PATH     dml-server to run (default: $DML_SERVER, else\n"
 		"                    ../server/dml-server or dml-server next to this\n"
 		"                    program)\n"
-		"  --seconds X       counted time per measurement (default %.1f); longer,\n"
-		"                    up to %dx, until every window turned over once\n"
+		"  --seconds X       counted time per measurement (default %.1f);\n"
+		"                    longer (up to %dx) until every window turned over\n"
 		"  --warmup X        uncounted warm-up before it (default %.1f)\n"
 		"  --sizes LIST      dense request sizes, K/M suffixes (default %s)\n"
 		"  --conns LIST      client connections, one thread each (default %s)\n"
@@ -387,7 +421,7 @@ static void bench_pushpull_usage(FILE *out)
 		"                    or alone without starting a server\n"
 		"  --baseline-only   the same as --baseline only\n"
 		"  --csv             machine-readable output\n"
-		"  --keep            keep the server's directory (config, log) and say where\n"
+		"  --keep            keep the server's directory (config, log)\n"
 		"  -v, --verbose     log libdml's informational messages; twice: debug,\n"
 		"                    for the server too\n"
 		"  -h, --help        this text\n"
@@ -397,10 +431,11 @@ static void bench_pushpull_usage(FILE *out)
 		"second.\n"
 		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
 		"2 on bad usage, 130 when interrupted.\n",
-		bench_full.seconds, BENCH_MAX_STRETCH, bench_full.warmup, bench_full.sizes,
-		bench_full.conns, bench_full.windows, BENCH_SPARSE_KEYS,
-		bench_quick.sizes, bench_quick.conns, bench_quick.windows,
-		bench_quick.seconds);
+		bench_full.seconds, BENCH_MAX_STRETCH, bench_full.warmup,
+		bench_full.lists[BENCH_SIZES], bench_full.lists[BENCH_CONNS],
+		bench_full.lists[BENCH_WINDOWS], BENCH_SPARSE_KEYS,
+		bench_quick.lists[BENCH_SIZES], bench_quick.lists[BENCH_CONNS],
+		bench_quick.lists[BENCH_WINDOWS], bench_quick.seconds);
 }
 
 /* Call item() on each comma-separated element of s; empty elements are bad. */
@@ -427,69 +462,56 @@ static int bench_split(const char *s, int (*item)(const char *tok, void *arg), v
 
 struct bench_list_parse {
 	struct bench_list *list;
-	int sizes; /* K/M/G suffixes allowed, and a multiple of 4 */
-	uint64_t min, max;
+	const struct bench_list_spec *spec;
 };
 
 static int bench_list_item(const char *tok, void *arg)
 {
 	struct bench_list_parse *p = arg;
+	const struct bench_list_spec *sp = p->spec;
 	uint64_t v;
 	int rc;
 
 	if (p->list->n == BENCH_MAX_LIST)
 		return DML_ERANGE;
-	rc = p->sizes ? dml_parse_size(tok, p->min, p->max, &v)
-		      : dml_parse_u64(tok, p->min, p->max, &v);
-	if (rc == 0 && p->sizes && v % sizeof(float) != 0)
+	rc = sp->sizes ? dml_parse_size(tok, sp->min, sp->max, &v)
+		       : dml_parse_u64(tok, sp->min, sp->max, &v);
+	if (rc == 0 && sp->sizes && v % sizeof(float) != 0)
 		rc = DML_EINVAL;
 	if (rc == 0)
 		p->list->v[p->list->n++] = v;
 	return rc;
 }
 
-static int bench_list_parse(const char *s, int sizes, uint64_t min, uint64_t max,
-			    struct bench_list *out)
+static int bench_list_parse(struct bench_opts *o, enum bench_list_id id, const char *s)
 {
-	struct bench_list_parse p = { out, sizes, min, max };
+	struct bench_list_parse p = { bench_opts_list(o, id), &bench_list_specs[id] };
 
-	out->n = 0;
+	p.list->n = 0;
 	return bench_split(s, bench_list_item, &p);
+}
+
+/* *out = the index of s in names[0..n). */
+static int bench_choice(const char *s, const char *const *names, size_t n, int *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (strcmp(s, names[i]) == 0) {
+			*out = (int)i;
+			return 0;
+		}
+	}
+	return DML_EINVAL;
 }
 
 static int bench_op_item(const char *tok, void *arg)
 {
 	unsigned *ops = arg;
+	int op;
 
-	for (size_t i = 0; i < DML_ARRAY_LEN(bench_op_names); i++) {
-		if (strcmp(tok, bench_op_names[i]) == 0) {
-			*ops |= 1u << i;
-			return 0;
-		}
-	}
-	return DML_EINVAL;
-}
-
-static int bench_yes_no(const char *s, int *out)
-{
-	if (strcmp(s, "yes") == 0 || strcmp(s, "no") == 0) {
-		*out = s[0] == 'y';
-		return 0;
-	}
-	return DML_EINVAL;
-}
-
-static int bench_baseline_parse(const char *s, enum bench_baseline *out)
-{
-	static const char *const names[] = { "yes", "no", "only" };
-
-	for (size_t i = 0; i < DML_ARRAY_LEN(names); i++) {
-		if (strcmp(s, names[i]) == 0) {
-			*out = (enum bench_baseline)i;
-			return 0;
-		}
-	}
-	return DML_EINVAL;
+	if (bench_choice(tok, bench_op_names, DML_ARRAY_LEN(bench_op_names), &op))
+		return DML_EINVAL;
+	*ops |= 1u << op;
+	return 0;
 }
 
 static int bench_usage_error(const char *opt, const char *value, const char *want)
@@ -500,21 +522,19 @@ static int bench_usage_error(const char *opt, const char *value, const char *wan
 }
 
 /* Fill in what the command line left unset. Returns 0 or an exit status. */
-static int bench_opts_finish(struct bench_opts *o, unsigned set)
+static int bench_opts_finish(struct bench_opts *o)
 {
 	const struct bench_defaults *d = o->quick ? &bench_quick : &bench_full;
 
-	if (!(set & BENCH_SET_SECONDS))
+	if (o->seconds < 0)
 		o->seconds = d->seconds;
-	if (!(set & BENCH_SET_WARMUP))
+	if (o->warmup < 0)
 		o->warmup = d->warmup;
-	/* The defaults are well-formed; parsing them keeps one source of truth. */
-	if (!(set & BENCH_SET_SIZES))
-		bench_list_parse(d->sizes, 1, 4, BENCH_MAX_SIZE, &o->sizes);
-	if (!(set & BENCH_SET_CONNS))
-		bench_list_parse(d->conns, 0, 1, BENCH_MAX_CONNS, &o->conns);
-	if (!(set & BENCH_SET_WINDOWS))
-		bench_list_parse(d->windows, 0, 1, BENCH_MAX_WINDOW, &o->windows);
+	/* A given list is never empty; the defaults always parse. */
+	for (int id = 0; id < BENCH_NLISTS; id++) {
+		if (bench_opts_list(o, (enum bench_list_id)id)->n == 0)
+			bench_list_parse(o, (enum bench_list_id)id, d->lists[id]);
+	}
 	if (o->ops == 0)
 		o->ops = 1u << BENCH_PUSH | 1u << BENCH_PULL;
 	if (!o->dense && !o->sparse) {
@@ -527,6 +547,7 @@ static int bench_opts_finish(struct bench_opts *o, unsigned set)
 /* Returns 0, or the exit status to end with (0 after --help). */
 static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *help)
 {
+	/* O_SIZES, O_CONNS and O_WINDOWS follow the order of enum bench_list_id. */
 	enum { O_SERVER = 256, O_SECONDS, O_WARMUP, O_SIZES, O_CONNS, O_WINDOWS, O_OPS,
 	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE, O_BASELINE_ONLY,
 	       O_KEEP };
@@ -549,10 +570,10 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	unsigned set = 0;
 	int c;
 
 	memset(o, 0, sizeof(*o));
+	o->seconds = o->warmup = -1; /* unset */
 	o->dense = o->sparse = 1;
 	*help = 0;
 	optind = 1;
@@ -567,40 +588,31 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		case O_SECONDS:
 			if (dml_parse_double(a, 0.01, 3600, &o->seconds))
 				return bench_usage_error("--seconds", a, "0.01 to 3600");
-			set |= BENCH_SET_SECONDS;
 			break;
 		case O_WARMUP:
 			if (dml_parse_double(a, 0, 600, &o->warmup))
 				return bench_usage_error("--warmup", a, "0 to 600");
-			set |= BENCH_SET_WARMUP;
 			break;
 		case O_SIZES:
-			if (bench_list_parse(a, 1, 4, BENCH_MAX_SIZE, &o->sizes))
-				return bench_usage_error("--sizes", a,
-					"multiples of 4 bytes up to 256M, e.g. 4K,1M");
-			set |= BENCH_SET_SIZES;
-			break;
 		case O_CONNS:
-			if (bench_list_parse(a, 0, 1, BENCH_MAX_CONNS, &o->conns))
-				return bench_usage_error("--conns", a, "1 to 64");
-			set |= BENCH_SET_CONNS;
+		case O_WINDOWS: {
+			const struct bench_list_spec *sp = &bench_list_specs[c - O_SIZES];
+
+			if (bench_list_parse(o, (enum bench_list_id)(c - O_SIZES), a))
+				return bench_usage_error(sp->opt, a, sp->want);
 			break;
-		case O_WINDOWS:
-			if (bench_list_parse(a, 0, 1, BENCH_MAX_WINDOW, &o->windows))
-				return bench_usage_error("--windows", a, "1 to 4096");
-			set |= BENCH_SET_WINDOWS;
-			break;
+		}
 		case O_OPS:
 			o->ops = 0;
 			if (bench_split(a, bench_op_item, &o->ops))
 				return bench_usage_error("--ops", a, "push and/or pull");
 			break;
 		case O_DENSE:
-			if (bench_yes_no(a, &o->dense))
+			if (bench_choice(a, bench_no_yes, 2, &o->dense))
 				return bench_usage_error("--dense", a, "yes or no");
 			break;
 		case O_SPARSE:
-			if (bench_yes_no(a, &o->sparse))
+			if (bench_choice(a, bench_no_yes, 2, &o->sparse))
 				return bench_usage_error("--sparse", a, "yes or no");
 			break;
 		case O_QUICK:
@@ -613,8 +625,10 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			o->csv = 1;
 			break;
 		case O_BASELINE:
-			if (bench_baseline_parse(a, &o->baseline))
-				return bench_usage_error("--baseline", a, "yes, no or only");
+			if (bench_choice(a, bench_baseline_names, BENCH_NBASELINE,
+					 &o->baseline))
+				return bench_usage_error("--baseline", a,
+							 "yes, no or only");
 			break;
 		case O_BASELINE_ONLY:
 			o->baseline = BENCH_BASELINE_ONLY;
@@ -633,7 +647,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		dml_err("pushpull: unexpected argument '%s'", argv[optind]);
 		return BENCH_EXIT_USAGE;
 	}
-	return bench_opts_finish(o, set);
+	return bench_opts_finish(o);
 }
 
 /* ---- configurations -------------------------------------------------- */
@@ -740,7 +754,8 @@ static uint64_t bench_list_max(const struct bench_list *l)
 static uint64_t bench_max_payload(const struct bench_opts *o)
 {
 	uint64_t m = bench_list_max(&o->sizes);
-	uint64_t sparse = BENCH_SPARSE_KEYS * (sizeof(uint64_t) + 64 * sizeof(float));
+	uint64_t sparse = BENCH_SPARSE_KEYS *
+			  (sizeof(uint64_t) + bench_sparse_max_width() * sizeof(float));
 
 	return (m > sparse ? m : sparse) + (64u << 10);
 }
@@ -1144,21 +1159,23 @@ static int bench_keys_generate(uint32_t universe, uint64_t seed, uint64_t **out)
 	return 0;
 }
 
-static int bench_conn_set(dml_opts_t *o, const char *key, const char *value)
-{
-	int rc = dml_opts_set(o, key, value);
-
-	if (rc)
-		dml_err("libdml option %s=%s: %s", key, value, dml_strerror(rc));
-	return rc;
-}
-
 static int bench_conn_open(struct bench_conn *c, unsigned index,
 			   const struct bench_server *s, const struct bench_opts *o)
 {
 	char servers[32], secret[PATH_MAX], id[16], payload[32];
+	/* Reconnect briefly and fail a request stuck for a minute: a
+	 * benchmark should report a broken server, not wait for it. */
+	const char *const opts[][2] = {
+		{ "servers", servers },
+		{ "secret_file", secret },
+		{ "worker_id", id },
+		{ "role", "worker" },
+		{ "max_payload", payload },
+		{ "request_timeout_ms", "60000" },
+		{ "reconnect_timeout_ms", "5000" },
+	};
 	uint64_t dense_max = bench_list_max(&o->sizes) / sizeof(float);
-	uint64_t sparse_max = BENCH_SPARSE_KEYS * 64;
+	uint64_t sparse_max = BENCH_SPARSE_KEYS * bench_sparse_max_width();
 	int rc;
 
 	memset(c, 0, sizeof(*c));
@@ -1179,21 +1196,12 @@ static int bench_conn_open(struct bench_conn *c, unsigned index,
 			return rc;
 	}
 	rc = dml_opts_new(&c->opts);
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "servers", servers);
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "secret_file", secret);
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "worker_id", id);
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "role", "worker");
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "max_payload", payload);
-	/* A request that takes this long means the server is stuck: fail it. */
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "request_timeout_ms", "60000");
-	if (rc == 0)
-		rc = bench_conn_set(c->opts, "reconnect_timeout_ms", "5000");
+	for (size_t i = 0; rc == 0 && i < DML_ARRAY_LEN(opts); i++) {
+		rc = dml_opts_set(c->opts, opts[i][0], opts[i][1]);
+		if (rc)
+			dml_err("libdml option %s=%s: %s", opts[i][0], opts[i][1],
+				dml_strerror(rc));
+	}
 	if (rc == 0) {
 		rc = dml_connect(c->opts, &c->d);
 		if (rc)
