@@ -26,6 +26,8 @@
 
 /* Payloads at least this large are read straight into their destination. */
 #define DIRECT_READ_MIN (64u * 1024)
+/* Most a direct read asks the kernel to gather before waking us. */
+#define DIRECT_LOWAT_MAX (512u * 1024)
 /* How long a closing connection may take to flush its output. */
 #define CLOSE_FLUSH_MS 2000
 #define HEAD_STACK_BYTES 512
@@ -54,6 +56,7 @@ struct dml_conn {
 	uint8_t *dest;
 	size_t got;
 	int direct;                   /* payload being read by direct_ev */
+	int lowat;                    /* SO_RCVLOWAT currently set */
 
 	uint8_t *rxbuf;               /* own payload buffer, reused */
 	size_t rxcap;
@@ -123,21 +126,54 @@ static void describe_peer(struct dml_conn *c)
 
 /* ---- sending ---------------------------------------------------------- */
 
+struct pin_release {
+	dml_conn_release_fn fn;
+	void *token;
+};
+
+/*
+ * The one send path. flags as in dml_send_flags; with pin set, the payload
+ * (all of iov) is referenced rather than copied and pin->fn is called when
+ * the last referenced byte is written or dropped.
+ */
+static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
+		      int iovcnt, int flags, const struct pin_release *pin);
+
 int dml_conn_sendv(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
 		   int iovcnt, int flags)
 {
+	return send_frame(c, meta, iov, iovcnt, flags, NULL);
+}
+
+int dml_conn_send_pinned(struct dml_conn *c, Dml__Meta *meta, const void *payload,
+			 size_t len, dml_conn_release_fn release, void *token)
+{
+	struct iovec v = { .iov_base = (void *)payload, .iov_len = len };
+	struct pin_release pin = { release, token };
+
+	return send_frame(c, meta, &v, len ? 1 : 0, DML_SEND_REF, &pin);
+}
+
+static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
+		      int iovcnt, int flags, const struct pin_release *pin)
+{
+	int pinned = 0;   /* a reference now owns the release */
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 	uint8_t stack_head[HEAD_STACK_BYTES];
 	uint8_t *head = stack_head;
 	size_t head_cap = dml_frame_head_size(meta), head_len, payload = 0, done = 0;
 	int rc = 0;
 
-	if (c->closing)
-		return DML_ECLOSED;
 	for (int i = 0; i < iovcnt; i++)
 		payload += iov[i].iov_len;
-	if (payload > c->conf.limits.max_payload)
-		return DML_EFRAME_PAYLOAD;
+	if (c->closing) {
+		rc = DML_ECLOSED;
+		goto out;
+	}
+	if (payload > c->conf.limits.max_payload) {
+		rc = DML_EFRAME_PAYLOAD;
+		goto out;
+	}
 	if (head_cap > sizeof(stack_head))
 		head = dml_xmalloc(head_cap);
 	head_len = dml_frame_encode_head(meta, (uint32_t)payload, head, head_cap);
@@ -186,10 +222,14 @@ int dml_conn_sendv(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
 		p += done;
 		len -= done;
 		done = 0;
-		if (flags & DML_SEND_REF)
+		if (pin && i == iovcnt - 1) {
+			r = evbuffer_add_reference(out, p, len, pin->fn, pin->token);
+			pinned = r == 0;
+		} else if (flags & DML_SEND_REF) {
 			r = evbuffer_add_reference(out, p, len, NULL, NULL);
-		else
+		} else {
 			r = evbuffer_add(out, p, len);
+		}
 		if (r != 0) {
 			rc = DML_ENOMEM;
 			goto out;
@@ -205,6 +245,9 @@ int dml_conn_sendv(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
 out:
 	if (head != stack_head)
 		free(head);
+	if (pin && !pinned)
+		pin->fn(iovcnt ? iov[iovcnt - 1].iov_base : NULL,
+			iovcnt ? iov[iovcnt - 1].iov_len : 0, pin->token);
 	return rc;
 }
 
@@ -523,6 +566,22 @@ static int read_head(struct dml_conn *c, struct evbuffer *in)
 	return choose_dest(c);
 }
 
+/*
+ * While a big payload streams in, ask the kernel not to wake us for every
+ * segment: with SO_RCVLOWAT the socket becomes readable only once this much
+ * is queued (capped, so the receive buffer need not grow past reason).
+ */
+static void set_lowat(struct dml_conn *c, size_t remaining)
+{
+	int want = remaining > DIRECT_LOWAT_MAX ? (int)DIRECT_LOWAT_MAX : (int)remaining;
+
+	if (want < 1)
+		want = 1;
+	if (want != c->lowat &&
+	    setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0)
+		c->lowat = want;
+}
+
 static void direct_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dml_conn *c = arg;
@@ -536,8 +595,10 @@ static void direct_read_cb(evutil_socket_t fd, short what, void *arg)
 			c->bytes_in += (uint64_t)n;
 			continue;
 		}
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+			set_lowat(c, want - c->got);
 			return;
+		}
 		dml_warn("peer %s: %s", c->peer,
 			 n == 0 ? dml_strerror(DML_EFRAME_TRUNC) : strerror(errno));
 		dml_conn_abort(c, n == 0 ? DML_EFRAME_TRUNC : DML_ECONN);
@@ -545,6 +606,7 @@ static void direct_read_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	event_del(c->direct_ev);
 	c->direct = 0;
+	set_lowat(c, 1);
 	if (!c->read_paused)
 		bufferevent_enable(c->bev, EV_READ);
 	process_input(c);
@@ -594,6 +656,7 @@ static void process_frames(struct dml_conn *c)
 			left -= take;
 			if (left >= DIRECT_READ_MIN) {
 				c->direct = 1;
+				set_lowat(c, left);
 				bufferevent_disable(c->bev, EV_READ);
 				event_add(c->direct_ev, NULL);
 				return;
@@ -707,6 +770,7 @@ static int conn_new(struct event_base *base, int fd, const struct dml_conn_conf 
 
 	c->base = base;
 	c->fd = fd;
+	c->lowat = 1;
 	c->conf = *conf;
 	c->ops = ops;
 	c->arg = arg;

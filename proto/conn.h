@@ -115,6 +115,18 @@ enum dml_send_flags {
  */
 int dml_conn_sendv(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
 		   int iovcnt, int flags);
+/** Called once when a pinned payload is no longer needed (see below). */
+typedef void (*dml_conn_release_fn)(const void *data, size_t len, void *token);
+
+/**
+ * Send one frame whose payload the caller keeps unchanged until release is
+ * called: at once if the socket takes it all, otherwise when the queued
+ * remainder is written or dropped. No copy is made. release is called on
+ * every path, errors included.
+ */
+int dml_conn_send_pinned(struct dml_conn *c, Dml__Meta *meta, const void *payload,
+			 size_t len, dml_conn_release_fn release, void *token);
+
 /** Send one frame with a single payload buffer (or none). */
 int dml_conn_send(struct dml_conn *c, Dml__Meta *meta, const void *payload,
 		  size_t len, int flags);

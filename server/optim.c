@@ -230,6 +230,23 @@ void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *
 	const size_t sw = width * dml_optim_state_floats(c);
 	struct optim_run run;
 
+	/* Scalar rows (sparse features, counters) are the common sparse case:
+	 * one value per key leaves no loop to amortise the general path. */
+	if (width == 1 && c->kind == DML_OPT_ADD) {
+		for (size_t i = 0; i < n; i++)
+			values[rows[i]] += g[i];
+		return;
+	}
+	if (width == 1 && c->kind == DML_OPT_SGD) {
+		const float lr = c->lr, wd = c->weight_decay;
+
+		for (size_t i = 0; i < n; i++) {
+			float *w = &values[rows[i]];
+
+			*w -= lr * (g[i] + wd * *w);
+		}
+		return;
+	}
 	run_init(c, &run);
 	for (size_t i = 0; i < n; i++, g += width) {
 		uint64_t r = rows[i];

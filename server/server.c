@@ -210,6 +210,21 @@ static void reply_ack(struct session *ss, uint64_t request_id)
 	(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
 }
 
+/*
+ * Pin the table for a reply when the reply is at least a quarter of the
+ * table: a push under the pin then copies at most four times what copying
+ * the reply would have cost, and a pull-heavy load copies nothing.
+ */
+static int pin_worthy(const struct table_entry *te, uint64_t floats)
+{
+	return floats * sizeof(float) * 4 >= dml_table_value_bytes(te->table);
+}
+
+static void release_pin(const void *data, size_t len, void *token)
+{
+	dml_table_unpin(token);
+}
+
 static void answer_pull(struct session *ss, uint64_t request_id, struct table_entry *te,
 			int dense, uint64_t begin, uint64_t end, const uint64_t *keys,
 			uint32_t nkeys)
@@ -218,14 +233,24 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 	uint32_t w = te->info.width;
 	uint64_t floats = (dense ? end - begin : nkeys) * w;
 	Dml__Meta m = DML__META__INIT;
+	struct dml_table_pin *pin = NULL;
 	const float *values = NULL;
 	float *out;
 	int rc;
 
-	if (dense) {
-		/* Sent from the table itself: whatever the socket does not take
-		 * at once is copied, so the reply is a snapshot. */
-		rc = dml_table_peek_range(te->table, begin, end, &values);
+	if (dense && pin_worthy(te, floats)) {
+		/* Sent from the table itself, pinned (see table.h): a reply
+		 * stays a snapshot without a copy unless a push comes first. */
+		rc = dml_table_pin_range(te->table, begin, end, &values, &pin);
+	} else if (dense) {
+		/* Small slice of a big table: copying it beats the table copy a
+		 * push under a pin would make. dml_conn_send copies what the
+		 * socket does not take at once. */
+		rc = dml_table_pin_range(te->table, begin, end, &values, &pin);
+		if (rc == 0) {
+			dml_table_unpin(pin);
+			pin = NULL;
+		}
 	} else if ((out = scratch(s, floats)) == NULL) {
 		reply_error(ss, request_id, DML_ENOMEM, "no memory for a %llu-float reply",
 			    (unsigned long long)floats);
@@ -250,7 +275,12 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 	m.num_keys = dense ? 0 : nkeys;
 	m.min_clock = dml_ssp_min_clock(&s->ssp);
 	s->st.pulls++;
-	rc = dml_conn_send(ss->conn, &m, values, floats * sizeof(float), DML_SEND_COPY);
+	if (pin)
+		rc = dml_conn_send_pinned(ss->conn, &m, values, floats * sizeof(float),
+					  release_pin, pin);
+	else
+		rc = dml_conn_send(ss->conn, &m, values, floats * sizeof(float),
+				   DML_SEND_COPY);
 	if (rc)
 		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->conn), dml_strerror(rc));
 }
@@ -734,13 +764,12 @@ void dml_server_free(struct dml_server *s)
 {
 	if (!s)
 		return;
-	/* Connections the grace period could not close are dropped now. */
-	while (s->sessions) {
-		struct session *ss = s->sessions;
-
-		s->sessions = ss->next;
-		free(ss);
-	}
+	/* Connections the grace period could not close are dropped now; their
+	 * teardown runs on the loop, so turn it until they are gone. */
+	for (struct session *ss = s->sessions; ss; ss = ss->next)
+		dml_conn_abort(ss->conn, DML_ECLOSED);
+	for (int i = 0; i < 100 && s->sessions; i++)
+		event_base_loop(s->base, EVLOOP_NONBLOCK);
 	drop_held(s, NULL, 0);
 	if (s->listener)
 		evconnlistener_free(s->listener);

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "dml_error.h"
 #include "optim.h"
@@ -29,6 +30,8 @@
 
 #define TABLE_MAX_WIDTH 65536u
 #define TABLE_ALIGN 64u
+#define TABLE_HUGE_PAGE ((size_t)2 << 20)
+#define TABLE_HUGE_MIN ((size_t)4 << 20)
 #define TABLE_GROUP 8u             /* keys per pipeline stage */
 #define TABLE_RANGE_BATCH 256u     /* rows per call on per-row optimizers */
 #define TABLE_PREFETCH_LINES 8u    /* per row; wider rows stream anyway */
@@ -47,6 +50,13 @@ struct table_slot {
 	uint64_t row1;  /* row index + 1; 0 marks an empty slot */
 };
 
+/* Dense values, with the pins of replies still being sent from them. */
+struct dml_table_pin {
+	uint64_t pins;
+	int retired;             /* the table moved on: free at the last unpin */
+	float *data;
+};
+
 struct dml_table {
 	struct dml_table_conf conf;
 	size_t width;            /* floats per row */
@@ -58,6 +68,7 @@ struct dml_table {
 	float *values;           /* row_cap * width */
 	float *state;            /* row_cap * state_width, NULL if none */
 	uint32_t *steps;         /* row_cap, ADAM only */
+	struct dml_table_pin *pin; /* dense: owner of values */
 
 	/* Sparse only. */
 	uint64_t *keys;          /* key of each row, in creation order */
@@ -75,15 +86,28 @@ static inline uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-/* count * size bytes, or NULL if that overflows or cannot be had. */
+/*
+ * count * size bytes, or NULL if that overflows or cannot be had. Big
+ * arrays are aligned to and backed by huge pages where the kernel allows:
+ * random key lookups into tens of MB otherwise miss the TLB on nearly every
+ * access, and the page walk stalls even a prefetch.
+ */
 static void *aligned_array(uint64_t count, size_t size)
 {
+	size_t bytes, align = TABLE_ALIGN;
 	void *p;
 
 	if (count == 0 || count > SIZE_MAX / size)
 		return NULL;
-	if (posix_memalign(&p, TABLE_ALIGN, (size_t)count * size) != 0)
+	bytes = (size_t)count * size;
+	if (bytes >= TABLE_HUGE_MIN)
+		align = TABLE_HUGE_PAGE;
+	if (posix_memalign(&p, align, bytes) != 0)
 		return NULL;
+#ifdef MADV_HUGEPAGE
+	if (align == TABLE_HUGE_PAGE)
+		(void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
 	return p;
 }
 
@@ -181,8 +205,10 @@ static int dense_alloc(struct dml_table *t)
 		return DML_ENOMEM;
 	t->nrows = t->row_cap = n;
 	t->values = aligned_array(n * t->width, sizeof(float));
-	if (!t->values)
+	t->pin = calloc(1, sizeof(*t->pin));
+	if (!t->values || !t->pin)
 		return DML_ENOMEM;
+	t->pin->data = t->values;
 	if (t->state_width) {
 		if (n > SIZE_MAX / t->state_width / sizeof(float))
 			return DML_ENOMEM;
@@ -254,10 +280,10 @@ static int sparse_rehash(struct dml_table *t, uint64_t nslots)
 
 	if (nslots > SIZE_MAX / sizeof(*slots))
 		return DML_ENOMEM;
-	/* calloc: large zeroed blocks come from the kernel without a memset */
-	slots = calloc((size_t)nslots, sizeof(*slots));
+	slots = aligned_array(nslots, sizeof(*slots));
 	if (!slots)
 		return DML_ENOMEM;
+	memset(slots, 0, (size_t)nslots * sizeof(*slots));
 	for (uint64_t r = 0; r < t->nrows; r++) {
 		uint64_t i = mix64(t->keys[r]) & mask;
 
@@ -342,7 +368,12 @@ void dml_table_free(struct dml_table *t)
 {
 	if (!t)
 		return;
-	free(t->values);
+	if (t->pin && t->pin->pins > 0) {
+		t->pin->retired = 1;     /* a reply still reads it */
+	} else {
+		free(t->values);
+		free(t->pin);
+	}
 	free(t->state);
 	free(t->steps);
 	free(t->keys);
@@ -384,6 +415,60 @@ static int range_check(const struct dml_table *t, uint64_t begin, uint64_t end,
 	return 0;
 }
 
+/*
+ * Before a dense table's values change: if a reply still being sent is
+ * pinned to them, move the table to a copy and leave the old memory to the
+ * pins, so every reply stays the snapshot it was when it was made.
+ */
+static int dense_writable(struct dml_table *t)
+{
+	struct dml_table_pin *old = t->pin, *fresh;
+	uint64_t floats = t->nrows * t->width;
+
+	if (!old || old->pins == 0)
+		return 0;
+	fresh = calloc(1, sizeof(*fresh));
+	if (fresh)
+		fresh->data = aligned_array(floats, sizeof(float));
+	if (!fresh || !fresh->data) {
+		free(fresh);
+		return DML_ENOMEM;
+	}
+	memcpy(fresh->data, t->values, floats * sizeof(float));
+	old->retired = 1;
+	t->pin = fresh;
+	t->values = fresh->data;
+	return 0;
+}
+
+int dml_table_pin_range(struct dml_table *t, uint64_t begin, uint64_t end,
+			const float **values, struct dml_table_pin **pin)
+{
+	int rc = range_check(t, begin, end, values);
+
+	if (rc)
+		return rc;
+	if (!pin)
+		return DML_EINVAL;
+	*values = row_values(t, begin - t->conf.key_begin);
+	t->pin->pins++;
+	*pin = t->pin;
+	return 0;
+}
+
+void dml_table_unpin(struct dml_table_pin *pin)
+{
+	if (pin && --pin->pins == 0 && pin->retired) {
+		free(pin->data);
+		free(pin);
+	}
+}
+
+uint64_t dml_table_value_bytes(const struct dml_table *t)
+{
+	return t->nrows * t->width * sizeof(float);
+}
+
 int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 			 const float *grad)
 {
@@ -392,6 +477,8 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 	int rc = range_check(t, begin, end, grad);
 
 	if (rc || begin == end)
+		return rc;
+	if ((rc = dense_writable(t)) != 0)
 		return rc;
 	oc = &t->conf.optim;
 	r = begin - t->conf.key_begin;
@@ -426,17 +513,6 @@ int dml_table_pull_range(struct dml_table *t, uint64_t begin, uint64_t end, floa
 		return rc;
 	memcpy(out, row_values(t, begin - t->conf.key_begin),
 	       (end - begin) * t->width * sizeof(float));
-	return 0;
-}
-
-int dml_table_peek_range(const struct dml_table *t, uint64_t begin, uint64_t end,
-			 const float **values)
-{
-	int rc = range_check(t, begin, end, values);
-
-	if (rc)
-		return rc;
-	*values = row_values(t, begin - t->conf.key_begin);
 	return 0;
 }
 
@@ -576,6 +652,8 @@ int dml_table_push_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 	int rc = keys_check(t, keys, n, grad);
 
 	if (rc || n == 0)
+		return rc;
+	if (t->conf.kind == DML_TABLE_DENSE && (rc = dense_writable(t)) != 0)
 		return rc;
 	return keys_batch(t, keys, n, grad, NULL);
 }

@@ -61,20 +61,32 @@ uint64_t dml_table_bytes(const struct dml_table *t);
 /**
  * Apply gradients for the dense range [begin, end): grad holds
  * (end - begin) * width floats. DML_ERANGE outside the table's range,
- * DML_EINVAL on a sparse table.
+ * DML_EINVAL on a sparse table, DML_ENOMEM if the values are pinned and
+ * cannot be copied (nothing applied).
  */
 int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 			 const float *grad);
 /** Copy the values of [begin, end) into out. Errors as above. */
 int dml_table_pull_range(struct dml_table *t, uint64_t begin, uint64_t end, float *out);
 
+/** A pin on a dense table's values; see dml_table_pin_range(). */
+struct dml_table_pin;
+
 /**
- * Dense tables: point *values at the stored values of [begin, end), so a
- * reply can be sent without first copying them. The pointer is valid until
- * the next push to the table or its free. Errors as dml_table_pull_range.
+ * Dense tables: point *values at the stored values of [begin, end) and pin
+ * them, so a reply can be sent from the table without copying it first and
+ * still be a snapshot: while any pin is held, the next push first moves the
+ * table's values to a fresh copy (at most one copy per push, and none when
+ * no reply is in flight), leaving the pinned memory unchanged. Release with
+ * dml_table_unpin(), also after dml_table_free() (the memory goes with its
+ * last pin). Errors as dml_table_pull_range.
  */
-int dml_table_peek_range(const struct dml_table *t, uint64_t begin, uint64_t end,
-			 const float **values);
+int dml_table_pin_range(struct dml_table *t, uint64_t begin, uint64_t end,
+			const float **values, struct dml_table_pin **pin);
+/** Drop a pin; NULL is fine. */
+void dml_table_unpin(struct dml_table_pin *pin);
+/** Bytes of one dense table's values (what a push under a pin copies). */
+uint64_t dml_table_value_bytes(const struct dml_table *t);
 
 /**
  * Apply gradients for n keys: grad holds n * width floats, row i for keys[i].
