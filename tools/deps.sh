@@ -4,7 +4,7 @@
 
 DML_DEPS="build-essential autoconf automake libtool pkg-config libevent-dev
 libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libopenblas-dev check
-zlib1g-dev libssl-dev libsystemd-dev"
+zlib1g-dev libssl-dev libsystemd-dev systemd"
 
 dml_install_deps() {
 	local missing=() pkg sudo=
