@@ -20,6 +20,7 @@
 #include <openssl/hmac.h>
 
 #include "auth.h"
+#include "check_run.h"
 #include "dml_error.h"
 #include "log.h"
 #include "util.h"
@@ -409,12 +410,5 @@ static Suite *auth_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(auth_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return dml_check_run(auth_suite());
 }

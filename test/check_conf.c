@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "conf.h"
 #include "dml_error.h"
 #include "util.h"
@@ -1340,12 +1341,5 @@ static Suite *conf_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(conf_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dml_check_run(conf_suite());
 }

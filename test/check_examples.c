@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check_run.h"
 #include "dml.h"
 #include "dml_error.h"
 #include "server_conf.h"
@@ -54,15 +55,9 @@ int main(void)
 {
 	Suite *s = suite_create("examples");
 	TCase *tc = tcase_create("conf");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, server_example_parses);
 	tcase_add_test(tc, client_example_parses);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dml_check_run(s);
 }

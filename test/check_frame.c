@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "dml_error.h"
 #include "frame.h"
 #include "util.h"
@@ -1178,12 +1179,5 @@ static Suite *frame_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(frame_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return dml_check_run(frame_suite());
 }

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include "check_run.h"
 #include "dml_error.h"
 #include "shardmap.h"
 
@@ -122,16 +123,10 @@ int main(void)
 {
 	Suite *s = suite_create("shardmap");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, even_split_covers_space_and_balances);
 	tcase_add_test(tc, route_dense_and_sparse);
 	tcase_add_test(tc, gaps_overlaps_and_disagreement_rejected);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dml_check_run(s);
 }

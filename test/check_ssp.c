@@ -5,6 +5,7 @@
 #include <check.h>
 #include <stdlib.h>
 
+#include "check_run.h"
 #include "ssp.h"
 
 START_TEST(bsp_waits_for_everyone)
@@ -109,8 +110,6 @@ int main(void)
 {
 	Suite *s = suite_create("ssp");
 	TCase *tc = tcase_create("core");
-	SRunner *sr;
-	int failed;
 
 	tcase_add_test(tc, bsp_waits_for_everyone);
 	tcase_add_test(tc, ssp_bound_and_clocks_only_advance);
@@ -118,9 +117,5 @@ int main(void)
 	tcase_add_test(tc, dead_and_leaving_workers_release_the_others);
 	tcase_add_test(tc, new_incarnation_resets_push_sequence);
 	suite_add_tcase(s, tc);
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dml_check_run(s);
 }

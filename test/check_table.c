@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check_run.h"
 #include "dml_error.h"
 #include "optim.h"
 #include "table.h"
@@ -1066,12 +1067,5 @@ static Suite *table_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(table_suite());
-	int failed;
-
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return dml_check_run(table_suite());
 }

@@ -2,6 +2,7 @@
 # daemons on 127.0.0.1 with free ports (see test/harness.h).
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 TEST_LIBS = $(CHECK_LIBS)
+noinst_HEADERS += test/check_run.h
 
 check_PROGRAMS += test/check_frame test/check_auth test/check_conf \
 	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster

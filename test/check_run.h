@@ -1,0 +1,22 @@
+/*
+ * The main of every Check suite: run in fork mode (a crashing test fails
+ * alone), print Check's summary, exit 1 if anything failed.
+ */
+#ifndef DML_CHECK_RUN_H
+#define DML_CHECK_RUN_H
+
+#include <check.h>
+
+static inline int dml_check_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_set_fork_status(sr, CK_FORK);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
+
+#endif
