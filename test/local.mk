@@ -29,6 +29,12 @@ test_check_shardmap_SOURCES = test/check_shardmap.c
 test_check_shardmap_CFLAGS = $(TEST_CFLAGS)
 test_check_shardmap_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS)
 
+check_PROGRAMS += test/check_assign
+TESTS += test/check_assign
+test_check_assign_SOURCES = test/check_assign.c
+test_check_assign_CFLAGS = $(TEST_CFLAGS)
+test_check_assign_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS)
+
 test_check_ssp_SOURCES = test/check_ssp.c server/ssp.c
 test_check_ssp_CFLAGS = $(TEST_CFLAGS)
 test_check_ssp_LDADD = proto/libdmlproto.la $(TEST_LIBS)
