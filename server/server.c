@@ -1,6 +1,9 @@
 /*
  * dml-server core (see server.h).
  *
+ * Metrics (metrics.h): the request paths only bump integers of struct
+ * stats and feed three histograms; everything else is read at scrape time.
+ *
  * Must never: block the event loop (a pull that is too early is parked and
  * answered when the clocks allow), apply a push twice (per-worker sequence
  * numbers), trust a count or key the peer sent without checking it against
@@ -22,6 +25,7 @@
 #include "conn.h"
 #include "dml_error.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 #include "shardmap.h"
 #include "ssp.h"
@@ -51,6 +55,7 @@ struct session {
 struct held_pull {
 	struct held_pull *next;
 	struct session *sess;
+	uint64_t received_ns;      /* for the latency and wait histograms */
 	uint64_t request_id;
 	uint64_t clock;
 	struct table_entry *te;
@@ -60,8 +65,18 @@ struct held_pull {
 	uint32_t nkeys;
 };
 
+/* Requests counted by type, in the order of req_names. */
+enum req_kind {
+	REQ_PUSH, REQ_PULL, REQ_CLOCK, REQ_STATS, REQ_HEARTBEAT, REQ_BYE, REQ_KINDS
+};
+
+static const char *const req_names[REQ_KINDS] = {
+	"push", "pull", "clock", "stats", "heartbeat", "bye"
+};
+
 struct stats {
 	uint64_t pushes, pulls, duplicates, held, bad_frames, bytes_in, bytes_out;
+	uint64_t requests[REQ_KINDS];
 };
 
 struct dml_server {
@@ -83,6 +98,8 @@ struct dml_server {
 	size_t nconns;
 	struct held_pull *held;
 	struct stats st;
+	struct dml_metrics *metrics;
+	struct dml_histogram *push_latency, *pull_latency, *held_wait;
 
 	float *scratch;            /* pull replies are assembled here */
 	size_t scratch_cap;
@@ -298,8 +315,10 @@ static void release_held(struct dml_server *s)
 			continue;
 		}
 		*pp = h->next;
+		dml_histogram_observe_since(s->held_wait, h->received_ns);
 		answer_pull(h->sess, h->request_id, h->te, h->dense, h->begin, h->end, h->keys,
 			    h->nkeys);
+		dml_histogram_observe_since(s->pull_latency, h->received_ns);
 		free(h->keys);
 		free(h);
 	}
@@ -394,7 +413,9 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	reply_ack(ss, m->request_id);
 }
 
-static void handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
+/* Answers or parks the pull; returns 1 when parked (answered later). */
+static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
+		       uint64_t received_ns)
 {
 	struct dml_server *s = ss->srv;
 	struct table_entry *te = request_table(ss, m);
@@ -402,26 +423,27 @@ static void handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	struct held_pull *h;
 
 	if (!te)
-		return;
+		return 0;
 	if (m->dense) {
 		if (m->key_begin < te->own_begin || m->key_end > te->own_end) {
 			reply_error(ss, m->request_id, DML_ERANGE,
 				    "keys %llu..%llu are not all on this server",
 				    (unsigned long long)m->key_begin,
 				    (unsigned long long)m->key_end);
-			return;
+			return 0;
 		}
 	} else if (check_owned(te, keys, m->num_keys) != 0) {
 		reply_error(ss, m->request_id, DML_ERANGE, "keys not on this server");
-		return;
+		return 0;
 	}
 	if (!ss->worker || dml_ssp_ready(&s->ssp, m->clock)) {
 		answer_pull(ss, m->request_id, te, m->dense, m->key_begin, m->key_end, keys,
 			    m->num_keys);
-		return;
+		return 0;
 	}
 	h = dml_xcalloc(1, sizeof(*h));
 	h->sess = ss;
+	h->received_ns = received_ns;
 	h->request_id = m->request_id;
 	h->clock = m->clock;
 	h->te = te;
@@ -433,7 +455,7 @@ static void handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *p
 		if (!h->keys) {
 			free(h);
 			reply_error(ss, m->request_id, DML_ENOMEM, "no memory to park a pull");
-			return;
+			return 0;
 		}
 		memcpy(h->keys, keys, m->num_keys * sizeof(uint64_t));
 		h->nkeys = m->num_keys;
@@ -441,6 +463,18 @@ static void handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	h->next = s->held;
 	s->held = h;
 	s->st.held++;
+	return 1;
+}
+
+/* Bytes moved so far: closed connections plus the open ones. */
+static void traffic(const struct dml_server *s, uint64_t *in, uint64_t *out)
+{
+	*in = s->st.bytes_in;
+	*out = s->st.bytes_out;
+	for (const struct session *x = s->sessions; x; x = x->next) {
+		*in += dml_conn_bytes_in(x->conn);
+		*out += dml_conn_bytes_out(x->conn);
+	}
 }
 
 static void handle_stats(struct session *ss, const Dml__Meta *req)
@@ -467,12 +501,7 @@ static void handle_stats(struct session *ss, const Dml__Meta *req)
 	st.staleness = s->ssp.staleness;
 	st.n_workers = s->ssp.nworkers;
 	st.workers = wcp;
-	st.bytes_in = s->st.bytes_in;
-	st.bytes_out = s->st.bytes_out;
-	for (struct session *x = s->sessions; x; x = x->next) {
-		st.bytes_in += dml_conn_bytes_in(x->conn);
-		st.bytes_out += dml_conn_bytes_out(x->conn);
-	}
+	traffic(s, &st.bytes_in, &st.bytes_out);
 	m.type = DML__MSG_TYPE__STATS_REPLY;
 	m.request_id = req->request_id;
 	m.sender = s->conf->node_id;
@@ -488,15 +517,23 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 	struct session *ss = arg;
 	struct dml_server *s = ss->srv;
 	struct dml_ssp_worker *w = session_worker(ss);
+	uint64_t t0;
 
 	switch (m->type) {
 	case DML__MSG_TYPE__PUSH:
+		s->st.requests[REQ_PUSH]++;
+		t0 = dml_now_ns();
 		handle_push(ss, m, payload);
+		dml_histogram_observe_since(s->push_latency, t0);
 		return 0;
 	case DML__MSG_TYPE__PULL:
-		handle_pull(ss, m, payload);
+		s->st.requests[REQ_PULL]++;
+		t0 = dml_now_ns();
+		if (!handle_pull(ss, m, payload, t0))
+			dml_histogram_observe_since(s->pull_latency, t0);
 		return 0;
 	case DML__MSG_TYPE__CLOCK:
+		s->st.requests[REQ_CLOCK]++;
 		if (!w)
 			return DML_EROLE;
 		dml_ssp_set_clock(&s->ssp, w, m->clock);
@@ -505,6 +542,7 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 	case DML__MSG_TYPE__HEARTBEAT: {
 		Dml__Meta r = DML__META__INIT;
 
+		s->st.requests[REQ_HEARTBEAT]++;
 		r.type = DML__MSG_TYPE__HEARTBEAT;
 		r.request_id = m->request_id;
 		r.sender = s->conf->node_id;
@@ -512,6 +550,7 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		return 0;
 	}
 	case DML__MSG_TYPE__BYE:
+		s->st.requests[REQ_BYE]++;
 		if (w) {
 			dml_ssp_leave(&s->ssp, w);
 			release_held(s);
@@ -519,6 +558,7 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		reply_ack(ss, m->request_id);
 		return 0;
 	case DML__MSG_TYPE__STATS:
+		s->st.requests[REQ_STATS]++;
 		handle_stats(ss, m);
 		return 0;
 	default:
@@ -643,6 +683,149 @@ static void grace_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(s->base, NULL);
 }
 
+/* ---- metrics ------------------------------------------------------------ */
+
+/* Read at scrape time only, on the loop: nothing here is on a request path. */
+
+static double metric_connections(void *arg)
+{
+	const struct dml_server *s = arg;
+
+	return (double)s->nconns;
+}
+
+static double metric_workers_live(void *arg)
+{
+	const struct dml_server *s = arg;
+	size_t live = 0;
+
+	for (size_t i = 0; i < s->ssp.nworkers; i++)
+		live += s->ssp.workers[i].live != 0;
+	return (double)live;
+}
+
+static double metric_min_clock(void *arg)
+{
+	const struct dml_server *s = arg;
+
+	return (double)dml_ssp_min_clock(&s->ssp);
+}
+
+static void collect_worker_clocks(struct dml_metrics_scrape *sc, void *arg)
+{
+	const struct dml_server *s = arg;
+	char id[16];
+
+	for (size_t i = 0; i < s->ssp.nworkers; i++) {
+		snprintf(id, sizeof(id), "%u", s->ssp.workers[i].id);
+		dml_metrics_emit(sc, id, (double)s->ssp.workers[i].clock);
+	}
+}
+
+static void collect_traffic(struct dml_metrics_scrape *sc, void *arg)
+{
+	uint64_t in, out;
+
+	traffic(arg, &in, &out);
+	dml_metrics_emit(sc, "in", (double)in);
+	dml_metrics_emit(sc, "out", (double)out);
+}
+
+static void emit_per_table(struct dml_metrics_scrape *sc, const struct dml_server *s,
+			   uint64_t (*get)(const struct dml_table *))
+{
+	char id[16];
+
+	for (size_t i = 0; i < s->ntables; i++) {
+		snprintf(id, sizeof(id), "%u", s->tables[i].info.id);
+		dml_metrics_emit(sc, id, (double)get(s->tables[i].table));
+	}
+}
+
+static void collect_table_rows(struct dml_metrics_scrape *sc, void *arg)
+{
+	emit_per_table(sc, arg, dml_table_rows);
+}
+
+static void collect_table_bytes(struct dml_metrics_scrape *sc, void *arg)
+{
+	emit_per_table(sc, arg, dml_table_bytes);
+}
+
+#define COUNTER DML_METRIC_COUNTER
+#define GAUGE DML_METRIC_GAUGE
+
+/* name, help, type, label (bounds only for histograms, below) */
+static const struct dml_metric_desc
+	m_requests = { "dml_server_requests_total", "Requests received, by type", COUNTER,
+		       "type", NULL, 0 },
+	m_duplicates = { "dml_server_push_duplicates_total",
+			 "Resent pushes acknowledged without applying them again", COUNTER,
+			 NULL, NULL, 0 },
+	m_held = { "dml_server_pulls_held_total",
+		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
+		   NULL, 0 },
+	m_bad = { "dml_server_connection_errors_total",
+		  "Connections closed for a bad frame or another protocol error", COUNTER,
+		  NULL, NULL, 0 },
+	m_bytes = { "dml_server_network_bytes_total", "Bytes received (in) and sent (out)",
+		    COUNTER, "direction", NULL, 0 },
+	m_conns = { "dml_server_connections", "Connections open", GAUGE, NULL, NULL, 0 },
+	m_live = { "dml_server_workers_live",
+		   "Workers in the clock set (connected, or gone less than dead_after_ms)",
+		   GAUGE, NULL, NULL, 0 },
+	m_min_clock = { "dml_server_min_clock", "Slowest clock of the live workers", GAUGE,
+			NULL, NULL, 0 },
+	m_clock = { "dml_server_worker_clock", "Clock of each worker that joined", GAUGE,
+		    "worker", NULL, 0 },
+	m_rows = { "dml_server_table_rows", "Rows (keys) held, per table", GAUGE, "table",
+		   NULL, 0 },
+	m_table_bytes = { "dml_server_table_bytes",
+			  "Memory of values and optimizer state, per table", GAUGE, "table",
+			  NULL, 0 };
+
+#undef COUNTER
+#undef GAUGE
+
+/* Every metric of the server; refusals are bugs in the table above. */
+static int register_metrics(struct dml_server *s)
+{
+	struct dml_metric_desc latency = {
+		"dml_server_request_duration_seconds",
+		"Push and pull latency from receipt to reply sent, waits included",
+		DML_METRIC_HISTOGRAM, "type", NULL, 0 };
+	struct dml_metric_desc wait = {
+		"dml_server_pull_held_seconds",
+		"How long held pulls waited for the staleness bound", DML_METRIC_HISTOGRAM,
+		NULL, NULL, 0 };
+	struct dml_metrics *m = s->metrics;
+	int bad = 0;
+
+	latency.bounds = dml_metrics_latency_buckets(&latency.nbounds);
+	wait.bounds = latency.bounds;
+	wait.nbounds = latency.nbounds;
+	for (int i = 0; i < REQ_KINDS; i++)
+		bad |= dml_metrics_add_u64(m, &m_requests, req_names[i], &s->st.requests[i]);
+	bad |= dml_metrics_add_histogram(m, &latency, "push", &s->push_latency);
+	bad |= dml_metrics_add_histogram(m, &latency, "pull", &s->pull_latency);
+	bad |= dml_metrics_add_u64(m, &m_held, NULL, &s->st.held);
+	bad |= dml_metrics_add_histogram(m, &wait, NULL, &s->held_wait);
+	bad |= dml_metrics_add_u64(m, &m_duplicates, NULL, &s->st.duplicates);
+	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
+	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
+	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
+	bad |= dml_metrics_add_fn(m, &m_live, NULL, metric_workers_live, s);
+	bad |= dml_metrics_add_fn(m, &m_min_clock, NULL, metric_min_clock, s);
+	bad |= dml_metrics_add_collector(m, &m_clock, collect_worker_clocks, s);
+	bad |= dml_metrics_add_collector(m, &m_rows, collect_table_rows, s);
+	bad |= dml_metrics_add_collector(m, &m_table_bytes, collect_table_bytes, s);
+	if (bad) {
+		dml_err("metrics: a metric was refused");
+		return DML_EINVAL;
+	}
+	return 0;
+}
+
 /* ---- lifecycle ---------------------------------------------------------- */
 
 static int write_port_file(const char *path, uint16_t port)
@@ -708,6 +891,25 @@ static int start_listening(struct dml_server *s)
 	return 0;
 }
 
+/* The HTTP endpoint, when configured; before the main port file is written,
+ * so that a ready server serves its metrics too. */
+static int start_metrics(struct dml_server *s)
+{
+	const struct dml_server_conf *c = s->conf;
+	char host[256];
+	uint16_t port, bound;
+	int rc;
+
+	if (!c->metrics_listen || !c->metrics_listen[0])
+		return 0;
+	if (dml_parse_hostport(c->metrics_listen, host, sizeof(host), &port, 1) != 0)
+		return DML_ECONF;
+	rc = dml_metrics_http_start(s->metrics, s->base, host, port, &bound);
+	if (rc == 0 && c->metrics_port_file && c->metrics_port_file[0])
+		rc = write_port_file(c->metrics_port_file, bound);
+	return rc;
+}
+
 int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 		   struct dml_server **out)
 {
@@ -735,6 +937,9 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 	if ((rc = build_tables(s)) != 0)
 		return rc;
+	s->metrics = dml_metrics_new();
+	if ((rc = register_metrics(s)) != 0 || (rc = start_metrics(s)) != 0)
+		return rc;
 	s->tick = event_new(base, -1, EV_PERSIST, tick_cb, s);
 	event_add(s->tick, &tick);
 	return start_listening(s);
@@ -752,6 +957,7 @@ void dml_server_shutdown(struct dml_server *s)
 		evconnlistener_free(s->listener);
 		s->listener = NULL;
 	}
+	dml_metrics_http_stop(s->metrics);
 	drop_held(s, NULL, DML_ECLOSED);
 	for (struct session *ss = s->sessions; ss; ss = ss->next)
 		dml_conn_close(ss->conn, 0);
@@ -782,6 +988,7 @@ void dml_server_free(struct dml_server *s)
 	free(s->tables);
 	free(s->infos);
 	free(s->scratch);
+	dml_metrics_free(s->metrics);
 	dml_ssp_destroy(&s->ssp);
 	dml_secret_free(s->secret, s->secret_len);
 	free(s);

@@ -17,6 +17,19 @@
 
 static const char *const log_levels[] = { "error", "warn", "info", "debug", NULL };
 
+/* Empty (off) or host:port with port 0 allowed. */
+static int check_metrics_listen(const void *field, char *err, size_t errlen)
+{
+	const char *const *s = field;
+	char host[256];
+	uint16_t port;
+
+	if (**s == '\0' || dml_parse_hostport(*s, host, sizeof(host), &port, 1) == 0)
+		return 0;
+	snprintf(err, errlen, "'%s' is neither empty nor host:port", *s);
+	return DML_ECONF;
+}
+
 static const struct dml_conf_section sections[] = {
 	{ "server", 0, 0, 0, 0, "identity, address and secret of this server" },
 	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
@@ -41,6 +54,11 @@ static const struct dml_conf_option options[] = {
 	  "this server's index / number of servers; each table is split evenly" },
 	{ "server", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0, log_levels, NULL,
 	  "lowest level logged to stderr" },
+	{ "server", "metrics_listen", DML_CONF_STRING, S(metrics_listen), "", 0, 0, NULL,
+	  check_metrics_listen,
+	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
+	{ "server", "metrics_port_file", DML_CONF_STRING, S(metrics_port_file), "", 0, 0, NULL,
+	  NULL, "write the metrics port here once serving (empty: don't)" },
 
 	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 64, 16777216.0, NULL, NULL,
 	  "largest frame metadata accepted" },
@@ -117,6 +135,10 @@ static int check(void *root, char *err, size_t errlen)
 
 	if (dml_server_parse_shard(c->shard, &c->shard_index, &c->shard_count)) {
 		snprintf(err, errlen, "shard: '%s' is not INDEX/COUNT with INDEX < COUNT", c->shard);
+		return DML_ECONF;
+	}
+	if (c->metrics_port_file[0] && !c->metrics_listen[0]) {
+		snprintf(err, errlen, "metrics_port_file needs metrics_listen");
 		return DML_ECONF;
 	}
 	if (c->ntables == 0) {

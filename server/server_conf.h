@@ -34,6 +34,8 @@ struct dml_server_conf {
 	char *shard;              /* "i/n", parsed into the two fields below */
 	uint32_t shard_index, shard_count;
 	int log_level;
+	char *metrics_listen;     /* "" = no metrics endpoint */
+	char *metrics_port_file;
 	/* [limits] */
 	uint64_t max_meta, max_payload, max_keys;
 	uint32_t max_connections;

@@ -596,6 +596,7 @@ void dml_test_server_conf_text(struct dml_test_env *env,
 		"secret_file = %s\n"
 		"shard = %u/%u\n"
 		"log_level = %s\n"
+		"%s"
 		"\n[job]\n"
 		"staleness = %lld\n"
 		"workers = %u\n"
@@ -604,7 +605,8 @@ void dml_test_server_conf_text(struct dml_test_env *env,
 		port_path, conf_node_id(conf), conf->cluster ? conf->cluster : "dml",
 		conf->secret_file ? conf->secret_file : env->secret, conf->shard_index,
 		count, conf->log_level ? conf->log_level : "info",
-		(long long)conf->staleness, conf->workers, dead_after,
+		conf->server_extra ? conf->server_extra : "", (long long)conf->staleness,
+		conf->workers, dead_after,
 		conf->tables ? conf->tables : "", conf->extra ? conf->extra : "");
 	if (port_file)
 		*port_file = port_path;
@@ -1215,4 +1217,78 @@ int dml_test_proxy_hold(struct dml_test_proxy *p)
 int dml_test_proxy_cut(struct dml_test_proxy *p, int *count)
 {
 	return proxy_command(p, PROXY_CMD_CUT, count);
+}
+
+/* ---- port files and HTTP ------------------------------------------------ */
+
+int dml_test_port_file_read(const char *path, uint16_t *port)
+{
+	return read_port(path, port) == 0 ? 0 : DML_EIO;
+}
+
+/* Read until EOF or the deadline into a growing NUL-terminated buffer. */
+static int read_to_eof(int fd, uint64_t deadline_ns, char **out, size_t *outlen)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = dml_xmalloc(cap);
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	for (;;) {
+		int64_t left = ms_left(deadline_ns);
+		ssize_t n;
+
+		if (left == 0) {
+			free(buf);
+			return DML_ETIMEDOUT;
+		}
+		if (poll(&pfd, 1, (int)(left < 100 ? left : 100)) <= 0)
+			continue;
+		if (len + 1 >= cap)
+			buf = dml_xrealloc(buf, cap *= 2);
+		n = read(fd, buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno != ECONNRESET) {
+			free(buf);
+			return DML_ECONN;
+		}
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+	}
+	buf[len] = '\0';
+	*out = buf;
+	*outlen = len;
+	return 0;
+}
+
+int dml_test_http_request(uint16_t port, const char *method, const char *path,
+			  int timeout_ms, int *status, char **body)
+{
+	uint64_t deadline = deadline_after(timeout_ms);
+	char *req = str_printf("%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", method, path);
+	char *reply = NULL, *sep;
+	size_t len;
+	int fd, minor, rc;
+
+	rc = dml_test_raw_connect(port, &fd);
+	if (rc == 0) {
+		rc = write_all(fd, req, strlen(req)) == 0 ? 0 : DML_ECONN;
+		if (rc == 0)
+			rc = read_to_eof(fd, deadline, &reply, &len);
+		close(fd);
+	}
+	free(req);
+	if (rc)
+		return rc;
+	sep = strstr(reply, "\r\n\r\n");
+	if (!sep || sscanf(reply, "HTTP/1.%d %d ", &minor, status) != 2) {
+		fprintf(stderr, "harness: not an HTTP reply: %.200s\n", reply);
+		free(reply);
+		return DML_EINVAL;
+	}
+	if (body)
+		*body = dml_xstrdup(sep + 4);
+	free(reply);
+	return 0;
 }

@@ -47,6 +47,7 @@ struct dml_test_server_conf {
 	const char *secret_file; /* NULL: the environment's secret */
 	const char *tables;      /* one or more [table] sections, as config text */
 	const char *extra;       /* appended verbatim (e.g. a [limits] section) */
+	const char *server_extra; /* appended to [server] (e.g. metrics_listen) */
 };
 
 /**
@@ -216,5 +217,18 @@ int dml_test_proxy_hold(struct dml_test_proxy *p);
  * gets how many connections were cut. 0 or DML_EIO.
  */
 int dml_test_proxy_cut(struct dml_test_proxy *p, int *count);
+
+/** Read a port file a server wrote (decimal and a newline). 0 or DML_EIO. */
+int dml_test_port_file_read(const char *path, uint16_t *port);
+
+/**
+ * One HTTP/1.0 request over a plain socket to 127.0.0.1:port, e.g.
+ * ("GET", "/metrics"), reading the reply until the server closes. *status
+ * gets the status code; *body (optional) the body, malloc'ed and
+ * NUL-terminated. Returns 0, DML_ECONN, DML_ETIMEDOUT or DML_EINVAL (the
+ * reply is not HTTP).
+ */
+int dml_test_http_request(uint16_t port, const char *method, const char *path,
+			  int timeout_ms, int *status, char **body);
 
 #endif

@@ -5,9 +5,11 @@ TEST_LIBS = $(CHECK_LIBS)
 noinst_HEADERS += test/check_run.h
 
 check_PROGRAMS += test/check_frame test/check_auth test/check_conf \
-	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster
+	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster \
+	test/check_metrics
 TESTS += test/check_frame test/check_auth test/check_conf \
-	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster
+	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster \
+	test/check_metrics
 
 test_check_frame_SOURCES = test/check_frame.c
 test_check_frame_CFLAGS = $(TEST_CFLAGS)
@@ -38,6 +40,10 @@ test_check_assign_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS)
 test_check_ssp_SOURCES = test/check_ssp.c server/ssp.c
 test_check_ssp_CFLAGS = $(TEST_CFLAGS)
 test_check_ssp_LDADD = proto/libdmlproto.la $(TEST_LIBS)
+
+test_check_metrics_SOURCES = test/check_metrics.c
+test_check_metrics_CFLAGS = $(TEST_CFLAGS)
+test_check_metrics_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)
