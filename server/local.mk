@@ -6,11 +6,12 @@ server_libdmlstore_la_LIBADD = -lm
 # sqrtf without errno lets the adagrad and adam loops vectorise.
 server_libdmlstore_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
 noinst_HEADERS += server/table.h server/optim.h server/server.h server/ssp.h \
-	server/server_conf.h
+	server/server_conf.h server/server_internal.h
 
 bin_PROGRAMS += server/dml-server
 server_dml_server_SOURCES = server/main.c server/server.c server/ssp.c \
-	server/server_conf.c
+	server/server_conf.c \
+	server/server_metrics.c
 server_dml_server_LDADD = server/libdmlstore.la shard/libdmlshard.la \
 	proto/libdmlproto.la $(SYSTEMD_LIBS)
 server_dml_server_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)

@@ -1,8 +1,8 @@
 /*
  * dml-server core (see server.h).
  *
- * Metrics (metrics.h): the request paths only bump integers of struct
- * stats and feed three histograms; everything else is read at scrape time.
+ * Metrics are registered in server_metrics.c; the request paths here only
+ * bump integers of struct stats and feed three histograms.
  *
  * Must never: block the event loop (a pull that is too early is parked and
  * answered when the clocks allow), apply a push twice (per-worker sequence
@@ -25,8 +25,7 @@
 #include "conn.h"
 #include "dml_error.h"
 #include "log.h"
-#include "metrics.h"
-#include "server.h"
+#include "server_internal.h"
 #include "shardmap.h"
 #include "ssp.h"
 #include "table.h"
@@ -34,79 +33,6 @@
 
 #define TICK_MS 100
 #define SHUTDOWN_GRACE_S 3
-
-struct table_entry {
-	struct dml_table *table;
-	Dml__TableInfo info;       /* what WELCOME reports */
-	uint64_t own_begin, own_end; /* keys (dense) or key hashes (sparse) */
-};
-
-struct session {
-	struct session *prev, *next;
-	struct dml_server *srv;
-	struct dml_conn *conn;
-	uint32_t role;
-	uint32_t node_id;
-	int worker;                /* counts in the clock set */
-	size_t widx;               /* index into srv->ssp.workers */
-};
-
-/* A pull that arrived before the staleness bound allowed it. */
-struct held_pull {
-	struct held_pull *next;
-	struct session *sess;
-	uint64_t received_ns;      /* for the latency and wait histograms */
-	uint64_t request_id;
-	uint64_t clock;
-	struct table_entry *te;
-	int dense;
-	uint64_t begin, end;
-	uint64_t *keys;
-	uint32_t nkeys;
-};
-
-/* Requests counted by type, in the order of req_names. */
-enum req_kind {
-	REQ_PUSH, REQ_PULL, REQ_CLOCK, REQ_STATS, REQ_HEARTBEAT, REQ_BYE, REQ_KINDS
-};
-
-static const char *const req_names[REQ_KINDS] = {
-	"push", "pull", "clock", "stats", "heartbeat", "bye"
-};
-
-struct stats {
-	uint64_t pushes, pulls, duplicates, held, bad_frames, bytes_in, bytes_out;
-	uint64_t requests[REQ_KINDS];
-};
-
-struct dml_server {
-	const struct dml_server_conf *conf;
-	struct event_base *base;
-	struct evconnlistener *listener;
-	uint16_t port;
-	struct dml_conn_conf conn_conf;
-	uint8_t *secret;
-	size_t secret_len;
-	const struct dml_conn_ops *ops;
-
-	struct table_entry *tables;
-	size_t ntables;
-	Dml__TableInfo **infos;    /* pointers into tables[], for WELCOME */
-
-	struct dml_ssp ssp;
-	struct session *sessions;
-	size_t nconns;
-	struct held_pull *held;
-	struct stats st;
-	struct dml_metrics *metrics;
-	struct dml_histogram *push_latency, *pull_latency, *held_wait;
-
-	float *scratch;            /* pull replies are assembled here */
-	size_t scratch_cap;
-	struct event *tick;
-	struct event *grace;
-	int stopping;
-};
 
 /* ---- tables ------------------------------------------------------------- */
 
@@ -467,7 +393,7 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 }
 
 /* Bytes moved so far: closed connections plus the open ones. */
-static void traffic(const struct dml_server *s, uint64_t *in, uint64_t *out)
+void dml_server_traffic(const struct dml_server *s, uint64_t *in, uint64_t *out)
 {
 	*in = s->st.bytes_in;
 	*out = s->st.bytes_out;
@@ -501,7 +427,7 @@ static void handle_stats(struct session *ss, const Dml__Meta *req)
 	st.staleness = s->ssp.staleness;
 	st.n_workers = s->ssp.nworkers;
 	st.workers = wcp;
-	traffic(s, &st.bytes_in, &st.bytes_out);
+	dml_server_traffic(s, &st.bytes_in, &st.bytes_out);
 	m.type = DML__MSG_TYPE__STATS_REPLY;
 	m.request_id = req->request_id;
 	m.sender = s->conf->node_id;
@@ -683,152 +609,9 @@ static void grace_cb(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(s->base, NULL);
 }
 
-/* ---- metrics ------------------------------------------------------------ */
-
-/* Read at scrape time only, on the loop: nothing here is on a request path. */
-
-static double metric_connections(void *arg)
-{
-	const struct dml_server *s = arg;
-
-	return (double)s->nconns;
-}
-
-static double metric_workers_live(void *arg)
-{
-	const struct dml_server *s = arg;
-	size_t live = 0;
-
-	for (size_t i = 0; i < s->ssp.nworkers; i++)
-		live += s->ssp.workers[i].live != 0;
-	return (double)live;
-}
-
-static double metric_min_clock(void *arg)
-{
-	const struct dml_server *s = arg;
-
-	return (double)dml_ssp_min_clock(&s->ssp);
-}
-
-static void collect_worker_clocks(struct dml_metrics_scrape *sc, void *arg)
-{
-	const struct dml_server *s = arg;
-	char id[16];
-
-	for (size_t i = 0; i < s->ssp.nworkers; i++) {
-		snprintf(id, sizeof(id), "%u", s->ssp.workers[i].id);
-		dml_metrics_emit(sc, id, (double)s->ssp.workers[i].clock);
-	}
-}
-
-static void collect_traffic(struct dml_metrics_scrape *sc, void *arg)
-{
-	uint64_t in, out;
-
-	traffic(arg, &in, &out);
-	dml_metrics_emit(sc, "in", (double)in);
-	dml_metrics_emit(sc, "out", (double)out);
-}
-
-static void emit_per_table(struct dml_metrics_scrape *sc, const struct dml_server *s,
-			   uint64_t (*get)(const struct dml_table *))
-{
-	char id[16];
-
-	for (size_t i = 0; i < s->ntables; i++) {
-		snprintf(id, sizeof(id), "%u", s->tables[i].info.id);
-		dml_metrics_emit(sc, id, (double)get(s->tables[i].table));
-	}
-}
-
-static void collect_table_rows(struct dml_metrics_scrape *sc, void *arg)
-{
-	emit_per_table(sc, arg, dml_table_rows);
-}
-
-static void collect_table_bytes(struct dml_metrics_scrape *sc, void *arg)
-{
-	emit_per_table(sc, arg, dml_table_bytes);
-}
-
-#define COUNTER DML_METRIC_COUNTER
-#define GAUGE DML_METRIC_GAUGE
-
-/* name, help, type, label (bounds only for histograms, below) */
-static const struct dml_metric_desc
-	m_requests = { "dml_server_requests_total", "Requests received, by type", COUNTER,
-		       "type", NULL, 0 },
-	m_duplicates = { "dml_server_push_duplicates_total",
-			 "Resent pushes acknowledged without applying them again", COUNTER,
-			 NULL, NULL, 0 },
-	m_held = { "dml_server_pulls_held_total",
-		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
-		   NULL, 0 },
-	m_bad = { "dml_server_connection_errors_total",
-		  "Connections closed for a bad frame or another protocol error", COUNTER,
-		  NULL, NULL, 0 },
-	m_bytes = { "dml_server_network_bytes_total", "Bytes received (in) and sent (out)",
-		    COUNTER, "direction", NULL, 0 },
-	m_conns = { "dml_server_connections", "Connections open", GAUGE, NULL, NULL, 0 },
-	m_live = { "dml_server_workers_live",
-		   "Workers in the clock set (connected, or gone less than dead_after_ms)",
-		   GAUGE, NULL, NULL, 0 },
-	m_min_clock = { "dml_server_min_clock", "Slowest clock of the live workers", GAUGE,
-			NULL, NULL, 0 },
-	m_clock = { "dml_server_worker_clock", "Clock of each worker that joined", GAUGE,
-		    "worker", NULL, 0 },
-	m_rows = { "dml_server_table_rows", "Rows (keys) held, per table", GAUGE, "table",
-		   NULL, 0 },
-	m_table_bytes = { "dml_server_table_bytes",
-			  "Memory of values and optimizer state, per table", GAUGE, "table",
-			  NULL, 0 };
-
-#undef COUNTER
-#undef GAUGE
-
-/* Every metric of the server; refusals are bugs in the table above. */
-static int register_metrics(struct dml_server *s)
-{
-	struct dml_metric_desc latency = {
-		"dml_server_request_duration_seconds",
-		"Push and pull latency from receipt to reply sent, waits included",
-		DML_METRIC_HISTOGRAM, "type", NULL, 0 };
-	struct dml_metric_desc wait = {
-		"dml_server_pull_held_seconds",
-		"How long held pulls waited for the staleness bound", DML_METRIC_HISTOGRAM,
-		NULL, NULL, 0 };
-	struct dml_metrics *m = s->metrics;
-	int bad = 0;
-
-	latency.bounds = dml_metrics_latency_buckets(&latency.nbounds);
-	wait.bounds = latency.bounds;
-	wait.nbounds = latency.nbounds;
-	for (int i = 0; i < REQ_KINDS; i++)
-		bad |= dml_metrics_add_u64(m, &m_requests, req_names[i], &s->st.requests[i]);
-	bad |= dml_metrics_add_histogram(m, &latency, "push", &s->push_latency);
-	bad |= dml_metrics_add_histogram(m, &latency, "pull", &s->pull_latency);
-	bad |= dml_metrics_add_u64(m, &m_held, NULL, &s->st.held);
-	bad |= dml_metrics_add_histogram(m, &wait, NULL, &s->held_wait);
-	bad |= dml_metrics_add_u64(m, &m_duplicates, NULL, &s->st.duplicates);
-	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
-	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
-	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
-	bad |= dml_metrics_add_fn(m, &m_live, NULL, metric_workers_live, s);
-	bad |= dml_metrics_add_fn(m, &m_min_clock, NULL, metric_min_clock, s);
-	bad |= dml_metrics_add_collector(m, &m_clock, collect_worker_clocks, s);
-	bad |= dml_metrics_add_collector(m, &m_rows, collect_table_rows, s);
-	bad |= dml_metrics_add_collector(m, &m_table_bytes, collect_table_bytes, s);
-	if (bad) {
-		dml_err("metrics: a metric was refused");
-		return DML_EINVAL;
-	}
-	return 0;
-}
-
 /* ---- lifecycle ---------------------------------------------------------- */
 
-static int write_port_file(const char *path, uint16_t port)
+int dml_server_write_port_file(const char *path, uint16_t port)
 {
 	char tmp[4096], text[16];
 	int fd, n, ok;
@@ -887,27 +670,8 @@ static int start_listening(struct dml_server *s)
 		 host, s->port, s->conf->shard_index, s->conf->shard_count,
 		 (long long)s->conf->staleness, s->conf->workers);
 	if (s->conf->port_file[0])
-		return write_port_file(s->conf->port_file, s->port);
+		return dml_server_write_port_file(s->conf->port_file, s->port);
 	return 0;
-}
-
-/* The HTTP endpoint, when configured; before the main port file is written,
- * so that a ready server serves its metrics too. */
-static int start_metrics(struct dml_server *s)
-{
-	const struct dml_server_conf *c = s->conf;
-	char host[256];
-	uint16_t port, bound;
-	int rc;
-
-	if (!c->metrics_listen || !c->metrics_listen[0])
-		return 0;
-	if (dml_parse_hostport(c->metrics_listen, host, sizeof(host), &port, 1) != 0)
-		return DML_ECONF;
-	rc = dml_metrics_http_start(s->metrics, s->base, host, port, &bound);
-	if (rc == 0 && c->metrics_port_file && c->metrics_port_file[0])
-		rc = write_port_file(c->metrics_port_file, bound);
-	return rc;
 }
 
 int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
@@ -937,8 +701,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 	if ((rc = build_tables(s)) != 0)
 		return rc;
-	s->metrics = dml_metrics_new();
-	if ((rc = register_metrics(s)) != 0 || (rc = start_metrics(s)) != 0)
+	if ((rc = dml_server_metrics_init(s)) != 0)
 		return rc;
 	s->tick = event_new(base, -1, EV_PERSIST, tick_cb, s);
 	event_add(s->tick, &tick);

@@ -1,0 +1,185 @@
+/*
+ * dml-server's metrics (metrics.h): what is registered and how each value
+ * is read. The request paths only bump integers of struct stats and feed
+ * three histograms; everything here runs at scrape time, on the loop.
+ */
+#include <stdio.h>
+
+#include "dml_error.h"
+#include "log.h"
+#include "server_internal.h"
+#include "util.h"
+
+static const char *const req_names[REQ_KINDS] = {
+	"push", "pull", "clock", "stats", "heartbeat", "bye"
+};
+
+/* Read at scrape time only, on the loop: nothing here is on a request path. */
+
+static double metric_connections(void *arg)
+{
+	const struct dml_server *s = arg;
+
+	return (double)s->nconns;
+}
+
+static double metric_workers_live(void *arg)
+{
+	const struct dml_server *s = arg;
+	size_t live = 0;
+
+	for (size_t i = 0; i < s->ssp.nworkers; i++)
+		live += s->ssp.workers[i].live != 0;
+	return (double)live;
+}
+
+static double metric_min_clock(void *arg)
+{
+	const struct dml_server *s = arg;
+
+	return (double)dml_ssp_min_clock(&s->ssp);
+}
+
+static void collect_worker_clocks(struct dml_metrics_scrape *sc, void *arg)
+{
+	const struct dml_server *s = arg;
+	char id[16];
+
+	for (size_t i = 0; i < s->ssp.nworkers; i++) {
+		snprintf(id, sizeof(id), "%u", s->ssp.workers[i].id);
+		dml_metrics_emit(sc, id, (double)s->ssp.workers[i].clock);
+	}
+}
+
+static void collect_traffic(struct dml_metrics_scrape *sc, void *arg)
+{
+	uint64_t in, out;
+
+	dml_server_traffic(arg, &in, &out);
+	dml_metrics_emit(sc, "in", (double)in);
+	dml_metrics_emit(sc, "out", (double)out);
+}
+
+static void emit_per_table(struct dml_metrics_scrape *sc, const struct dml_server *s,
+			   uint64_t (*get)(const struct dml_table *))
+{
+	char id[16];
+
+	for (size_t i = 0; i < s->ntables; i++) {
+		snprintf(id, sizeof(id), "%u", s->tables[i].info.id);
+		dml_metrics_emit(sc, id, (double)get(s->tables[i].table));
+	}
+}
+
+static void collect_table_rows(struct dml_metrics_scrape *sc, void *arg)
+{
+	emit_per_table(sc, arg, dml_table_rows);
+}
+
+static void collect_table_bytes(struct dml_metrics_scrape *sc, void *arg)
+{
+	emit_per_table(sc, arg, dml_table_bytes);
+}
+
+#define COUNTER DML_METRIC_COUNTER
+#define GAUGE DML_METRIC_GAUGE
+
+/* name, help, type, label (bounds only for histograms, below) */
+static const struct dml_metric_desc
+	m_requests = { "dml_server_requests_total", "Requests received, by type", COUNTER,
+		       "type", NULL, 0 },
+	m_duplicates = { "dml_server_push_duplicates_total",
+			 "Resent pushes acknowledged without applying them again", COUNTER,
+			 NULL, NULL, 0 },
+	m_held = { "dml_server_pulls_held_total",
+		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
+		   NULL, 0 },
+	m_bad = { "dml_server_connection_errors_total",
+		  "Connections closed for a bad frame or another protocol error", COUNTER,
+		  NULL, NULL, 0 },
+	m_bytes = { "dml_server_network_bytes_total", "Bytes received (in) and sent (out)",
+		    COUNTER, "direction", NULL, 0 },
+	m_conns = { "dml_server_connections", "Connections open", GAUGE, NULL, NULL, 0 },
+	m_live = { "dml_server_workers_live",
+		   "Workers in the clock set (connected, or gone less than dead_after_ms)",
+		   GAUGE, NULL, NULL, 0 },
+	m_min_clock = { "dml_server_min_clock", "Slowest clock of the live workers", GAUGE,
+			NULL, NULL, 0 },
+	m_clock = { "dml_server_worker_clock", "Clock of each worker that joined", GAUGE,
+		    "worker", NULL, 0 },
+	m_rows = { "dml_server_table_rows", "Rows (keys) held, per table", GAUGE, "table",
+		   NULL, 0 },
+	m_table_bytes = { "dml_server_table_bytes",
+			  "Memory of values and optimizer state, per table", GAUGE, "table",
+			  NULL, 0 };
+
+#undef COUNTER
+#undef GAUGE
+
+/* Every metric of the server; refusals are bugs in the table above. */
+static int register_metrics(struct dml_server *s)
+{
+	struct dml_metric_desc latency = {
+		"dml_server_request_duration_seconds",
+		"Push and pull latency from receipt to reply sent, waits included",
+		DML_METRIC_HISTOGRAM, "type", NULL, 0 };
+	struct dml_metric_desc wait = {
+		"dml_server_pull_held_seconds",
+		"How long held pulls waited for the staleness bound", DML_METRIC_HISTOGRAM,
+		NULL, NULL, 0 };
+	struct dml_metrics *m = s->metrics;
+	int bad = 0;
+
+	latency.bounds = dml_metrics_latency_buckets(&latency.nbounds);
+	wait.bounds = latency.bounds;
+	wait.nbounds = latency.nbounds;
+	for (int i = 0; i < REQ_KINDS; i++)
+		bad |= dml_metrics_add_u64(m, &m_requests, req_names[i], &s->st.requests[i]);
+	bad |= dml_metrics_add_histogram(m, &latency, "push", &s->push_latency);
+	bad |= dml_metrics_add_histogram(m, &latency, "pull", &s->pull_latency);
+	bad |= dml_metrics_add_u64(m, &m_held, NULL, &s->st.held);
+	bad |= dml_metrics_add_histogram(m, &wait, NULL, &s->held_wait);
+	bad |= dml_metrics_add_u64(m, &m_duplicates, NULL, &s->st.duplicates);
+	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
+	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
+	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
+	bad |= dml_metrics_add_fn(m, &m_live, NULL, metric_workers_live, s);
+	bad |= dml_metrics_add_fn(m, &m_min_clock, NULL, metric_min_clock, s);
+	bad |= dml_metrics_add_collector(m, &m_clock, collect_worker_clocks, s);
+	bad |= dml_metrics_add_collector(m, &m_rows, collect_table_rows, s);
+	bad |= dml_metrics_add_collector(m, &m_table_bytes, collect_table_bytes, s);
+	if (bad) {
+		dml_err("metrics: a metric was refused");
+		return DML_EINVAL;
+	}
+	return 0;
+}
+
+/* The HTTP endpoint, when configured; before the main port file is written,
+ * so that a ready server serves its metrics too. */
+static int start_metrics(struct dml_server *s)
+{
+	const struct dml_server_conf *c = s->conf;
+	char host[256];
+	uint16_t port, bound;
+	int rc;
+
+	if (!c->metrics_listen || !c->metrics_listen[0])
+		return 0;
+	if (dml_parse_hostport(c->metrics_listen, host, sizeof(host), &port, 1) != 0)
+		return DML_ECONF;
+	rc = dml_metrics_http_start(s->metrics, s->base, host, port, &bound);
+	if (rc == 0 && c->metrics_port_file && c->metrics_port_file[0])
+		rc = dml_server_write_port_file(c->metrics_port_file, bound);
+	return rc;
+}
+
+int dml_server_metrics_init(struct dml_server *s)
+{
+	int rc;
+
+	s->metrics = dml_metrics_new();
+	if ((rc = register_metrics(s)) != 0)
+		return rc;
+	return start_metrics(s);
+}
