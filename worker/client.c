@@ -172,7 +172,7 @@ static struct request *request_new(struct dml *d, int pull)
 	return r;
 }
 
-static void request_free(struct dml *d, struct request *r)
+static void request_unlink(struct dml *d, struct request *r)
 {
 	struct request **pp = &d->reqs[r->id & (d->nbuckets - 1)];
 
@@ -180,6 +180,11 @@ static void request_free(struct dml *d, struct request *r)
 		pp = &(*pp)->hnext;
 	*pp = r->hnext;
 	d->nreqs--;
+}
+
+static void request_free(struct dml *d, struct request *r)
+{
+	request_unlink(d, r);
 	free(r);
 }
 
@@ -826,30 +831,22 @@ static struct part *part_new(struct dml *d, enum part_kind kind,
 static int request_done_submitting(struct dml *d, struct request *r, int rc,
 				   dml_handle_t *h)
 {
-	if (rc) {
-		/* Parts already queued finish later and are dropped then. */
-		if (r->parts_left == 0) {
-			request_free(d, r);
-			return rc;
-		}
-		r->result = rc;
-	}
-	if (h) {
+	if (rc == 0 && h) {
 		*h = r->id;
-		return rc;
+		return 0;
 	}
-	/* No handle wanted: detach it; part_finish frees it at the end. */
-	{
-		struct request **pp = &d->reqs[r->id & (d->nbuckets - 1)];
-
-		while (*pp != r)
-			pp = &(*pp)->hnext;
-		*pp = r->hnext;
-		d->nreqs--;
-		r->id = 0;
-		if (r->parts_left == 0)
-			free(r);
-	}
+	/*
+	 * No handle for the caller (none wanted, or the submit failed): parts
+	 * already sent finish later and free the request then. After a failed
+	 * submit their own errors still surface in dml_wait_all, not this one.
+	 */
+	if (h)
+		*h = 0;
+	request_unlink(d, r);
+	r->id = 0;
+	r->result = 0;
+	if (r->parts_left == 0)
+		free(r);
 	return rc;
 }
 

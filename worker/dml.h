@@ -28,7 +28,9 @@
  *
  * Buffers: the keys and values given to a push or pull must stay valid and
  * unmodified until dml_wait() returns for its handle; a pull writes its
- * output buffer only before its dml_wait() returns 0.
+ * output buffer only before its dml_wait() returns 0. A push or pull that
+ * returns an error gives no handle; when it spans several servers, the parts
+ * already sent to the others may still be applied.
  *
  * Consistency: each pull carries the caller's clock c. A server answers it
  * only when every live worker of the job has reached clock c - s, where s is
