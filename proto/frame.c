@@ -105,7 +105,7 @@ int dml_meta_value_count(const Dml__Meta *m, uint64_t *count)
 
 static bool type_is_known(int type)
 {
-	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__STATS_REPLY;
+	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__NODES_REPLY;
 }
 
 static bool type_is_data(int type)
@@ -193,6 +193,8 @@ static int meta_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 	if (type_is_handshake(m->type) && !m->handshake)
 		return DML_EFRAME_DECODE;
 	if (m->type == DML__MSG_TYPE__ERROR && !m->error)
+		return DML_EFRAME_DECODE;
+	if (m->type == DML__MSG_TYPE__REGISTER && !m->node)
 		return DML_EFRAME_DECODE;
 	if (type_is_data(m->type) && m->dtype != DML__DTYPE__F32)
 		return DML_ESHAPE;
@@ -318,6 +320,10 @@ static const char *const msg_type_names[] = {
 	[DML__MSG_TYPE__BYE] = "bye",
 	[DML__MSG_TYPE__STATS] = "stats",
 	[DML__MSG_TYPE__STATS_REPLY] = "stats_reply",
+	[DML__MSG_TYPE__REGISTER] = "register",
+	[DML__MSG_TYPE__REGISTER_REPLY] = "register_reply",
+	[DML__MSG_TYPE__NODES] = "nodes",
+	[DML__MSG_TYPE__NODES_REPLY] = "nodes_reply",
 };
 
 const char *dml_msg_type_name(int type)

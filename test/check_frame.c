@@ -642,9 +642,61 @@ START_TEST(test_missing_submessage)
 }
 END_TEST
 
+START_TEST(test_roundtrip_register_and_nodes)
+{
+	Dml__NodeInfo n = DML__NODE_INFO__INIT, *ns[1] = { &n };
+	Dml__Profile pr = DML__PROFILE__INIT;
+	struct dml_frame f;
+	struct built b;
+	Dml__Meta m;
+
+	meta_data(&m, DML__MSG_TYPE__REGISTER, 0);
+	n.role = DML__ROLE__SERVER;
+	n.node_id = 3;
+	n.zone = "eu-1";
+	n.address = "10.0.0.3:7001";
+	n.state = DML__NODE_STATE__ALIVE;
+	n.shard_index = 1;
+	n.shard_count = 2;
+	pr.device = "cpu";
+	pr.cores = 16;
+	pr.memory_bytes = 1ull << 36;
+	pr.gflops = 123.5;
+	n.profile = &pr;
+	m.node = &n;
+	b = build_frame(&m, NULL, 0);
+	parse_ok(&b, &f);
+	ck_assert_ptr_nonnull(f.meta->node);
+	ck_assert_uint_eq(f.meta->node->node_id, 3);
+	ck_assert_str_eq(f.meta->node->zone, "eu-1");
+	ck_assert_str_eq(f.meta->node->address, "10.0.0.3:7001");
+	ck_assert_uint_eq(f.meta->node->shard_count, 2);
+	ck_assert_uint_eq(f.meta->node->profile->memory_bytes, 1ull << 36);
+	ck_assert(f.meta->node->profile->gflops == 123.5);
+	dml_frame_release(&f);
+	built_free(&b);
+
+	/* A REGISTER must say who registers. */
+	m.node = NULL;
+	b = build_raw(&m, 0);
+	ck_assert_int_eq(parse_default(&b), DML_EFRAME_DECODE);
+	built_free(&b);
+
+	meta_data(&m, DML__MSG_TYPE__NODES_REPLY, 0);
+	m.n_nodes = 1;
+	m.nodes = ns;
+	b = build_frame(&m, NULL, 0);
+	parse_ok(&b, &f);
+	ck_assert_uint_eq(f.meta->n_nodes, 1);
+	ck_assert_int_eq(f.meta->nodes[0]->state, DML__NODE_STATE__ALIVE);
+	dml_frame_release(&f);
+	built_free(&b);
+}
+END_TEST
+
 START_TEST(test_unknown_type)
 {
-	static const int types[] = { 0, 14, 99, -1 };
+	static const int types[] = { 0, 18, 99, -1 };
 
 	for (size_t i = 0; i < DML_ARRAY_LEN(types); i++) {
 		struct built b;
@@ -656,7 +708,7 @@ START_TEST(test_unknown_type)
 		built_free(&b);
 	}
 	ck_assert_str_eq(dml_msg_type_name(0), "unknown");
-	ck_assert_str_eq(dml_msg_type_name(14), "unknown");
+	ck_assert_str_eq(dml_msg_type_name(18), "unknown");
 	ck_assert_str_eq(dml_msg_type_name(-3), "unknown");
 }
 END_TEST
@@ -666,9 +718,10 @@ START_TEST(test_type_names)
 	static const char *const names[] = {
 		"challenge", "hello", "welcome", "push", "pull", "pull_reply", "ack",
 		"clock", "error", "heartbeat", "bye", "stats", "stats_reply",
+		"register", "register_reply", "nodes", "nodes_reply",
 	};
 
-	for (int t = 1; t <= 13; t++)
+	for (int t = 1; t <= 17; t++)
 		ck_assert_str_eq(dml_msg_type_name(t), names[t - 1]);
 }
 END_TEST
@@ -1144,6 +1197,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(rt, test_roundtrip_stats_reply);
 	tcase_add_test(rt, test_header_roundtrip);
 	tcase_add_test(rt, test_type_names);
+	tcase_add_test(rt, test_roundtrip_register_and_nodes);
 	tcase_add_test(rt, test_meta_decode_direct);
 	tcase_add_test(rt, test_encode_head_capacity);
 	tcase_add_test(rt, test_incremental);
