@@ -705,7 +705,9 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 		return rc;
 	s->tick = event_new(base, -1, EV_PERSIST, tick_cb, s);
 	event_add(s->tick, &tick);
-	return start_listening(s);
+	if ((rc = start_listening(s)) != 0)
+		return rc;
+	return dml_server_sched_start(s);
 }
 
 void dml_server_shutdown(struct dml_server *s)
@@ -721,6 +723,7 @@ void dml_server_shutdown(struct dml_server *s)
 		s->listener = NULL;
 	}
 	dml_metrics_http_stop(s->metrics);
+	dml_server_sched_stop(s);
 	drop_held(s, NULL, DML_ECLOSED);
 	for (struct session *ss = s->sessions; ss; ss = ss->next)
 		dml_conn_close(ss->conn, 0);
@@ -733,6 +736,7 @@ void dml_server_free(struct dml_server *s)
 {
 	if (!s)
 		return;
+	dml_server_sched_free(s);
 	/* Connections the grace period could not close are dropped now; their
 	 * teardown runs on the loop, so turn it until they are gone. */
 	for (struct session *ss = s->sessions; ss; ss = ss->next)

@@ -30,6 +30,43 @@ static int check_metrics_listen(const void *field, char *err, size_t errlen)
 	return DML_ECONF;
 }
 
+/* Empty (not set) or host:port with a real port: peers dial it. */
+static int check_optional_hostport(const void *field, char *err, size_t errlen)
+{
+	const char *const *s = field;
+	char host[256];
+	uint16_t port;
+
+	if (**s == '\0' || dml_parse_hostport(*s, host, sizeof(host), &port, 0) == 0)
+		return 0;
+	snprintf(err, errlen, "'%s' is neither empty nor host:port with a port 1..65535",
+		 *s);
+	return DML_ECONF;
+}
+
+/* Zones name racks and clouds in logs, metrics and dmlctl tables. */
+static int check_zone(const void *field, char *err, size_t errlen)
+{
+	const char *z = *(const char *const *)field;
+	size_t n = strlen(z);
+
+	if (n > 63) {
+		snprintf(err, errlen, "zone is %zu characters long, at most 63 allowed", n);
+		return DML_ECONF;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = z[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+		      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.')) {
+			snprintf(err, errlen, "zone '%s': only letters, digits, '-', '_' and "
+				 "'.' are allowed", z);
+			return DML_ECONF;
+		}
+	}
+	return 0;
+}
+
 static const struct dml_conf_section sections[] = {
 	{ "server", 0, 0, 0, 0, "identity, address and secret of this server" },
 	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
@@ -59,6 +96,14 @@ static const struct dml_conf_option options[] = {
 	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
 	{ "server", "metrics_port_file", DML_CONF_STRING, S(metrics_port_file), "", 0, 0, NULL,
 	  NULL, "write the metrics port here once serving (empty: don't)" },
+	{ "server", "scheduler", DML_CONF_STRING, S(scheduler), "", 0, 0, NULL,
+	  check_optional_hostport,
+	  "host:port of dml-sched to register with; empty: standalone" },
+	{ "server", "advertise", DML_CONF_STRING, S(advertise), "", 0, 0, NULL,
+	  check_optional_hostport,
+	  "host:port others use to reach this server; empty: listen host, bound port" },
+	{ "server", "zone", DML_CONF_STRING, S(zone), "", 0, 0, NULL, check_zone,
+	  "placement zone (rack, cloud region) reported to the scheduler" },
 
 	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 64, 16777216.0, NULL, NULL,
 	  "largest frame metadata accepted" },
@@ -129,12 +174,29 @@ int dml_server_parse_shard(const char *s, uint32_t *index, uint32_t *count)
 	return 0;
 }
 
+/* host as dml_parse_hostport() returns it: every local address, which no
+ * other machine can dial. */
+static int host_is_wildcard(const char *host)
+{
+	return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
+}
+
 static int check(void *root, char *err, size_t errlen)
 {
 	struct dml_server_conf *c = root;
+	char host[256];
+	uint16_t port;
 
 	if (dml_server_parse_shard(c->shard, &c->shard_index, &c->shard_count)) {
 		snprintf(err, errlen, "shard: '%s' is not INDEX/COUNT with INDEX < COUNT", c->shard);
+		return DML_ECONF;
+	}
+	/* Registering "0.0.0.0:7001" would send every worker to itself. */
+	if (c->scheduler[0] && !c->advertise[0] &&
+	    dml_parse_hostport(c->listen, host, sizeof(host), &port, 1) == 0 &&
+	    host_is_wildcard(host)) {
+		snprintf(err, errlen, "advertise: required with scheduler when listen (%s) "
+			 "is a wildcard address", c->listen);
 		return DML_ECONF;
 	}
 	if (c->metrics_port_file[0] && !c->metrics_listen[0]) {

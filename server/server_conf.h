@@ -36,6 +36,9 @@ struct dml_server_conf {
 	int log_level;
 	char *metrics_listen;     /* "" = no metrics endpoint */
 	char *metrics_port_file;
+	char *scheduler;          /* "" = standalone, else host:port of dml-sched */
+	char *advertise;          /* "" = the listen host and the bound port */
+	char *zone;               /* placement zone, "" when unset */
 	/* [limits] */
 	uint64_t max_meta, max_payload, max_keys;
 	uint32_t max_connections;

@@ -18,6 +18,8 @@
 #include "ssp.h"
 #include "table.h"
 
+struct dml_sched_link;
+
 struct table_entry {
 	struct dml_table *table;
 	Dml__TableInfo info;       /* what WELCOME reports */
@@ -85,6 +87,7 @@ struct dml_server {
 	struct event *tick;
 	struct event *grace;
 	int stopping;
+	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 };
 
 /** Bytes in and out over the server's life, open connections included. */
@@ -99,5 +102,19 @@ int dml_server_write_port_file(const char *path, uint16_t port);
  * metric is refused, DML_ECONF or DML_EIO for the endpoint.
  */
 int dml_server_metrics_init(struct dml_server *s);
+
+/**
+ * When the config names a scheduler: describe this server (role, id, zone,
+ * advertised address, shard, machine profile) and start registering with it
+ * (server_sched.c). Call once listening, so the bound port is known. 0 when
+ * standalone or started, DML_ECONF (unusable address) or DML_EIO.
+ */
+int dml_server_sched_start(struct dml_server *s);
+
+/** Leave the scheduler (on shutdown); safe from callbacks and when standalone. */
+void dml_server_sched_stop(struct dml_server *s);
+
+/** Free the registration; after the loop returned. */
+void dml_server_sched_free(struct dml_server *s);
 
 #endif

@@ -37,8 +37,11 @@
 #define LOG_TAIL_BYTES 8192
 #define POLL_STEP_MS 5
 
+/* A daemon started on a config file: a dml-server, or the dml-sched. */
 struct dml_test_server {
 	struct dml_test_env *env;
+	const char *kind;  /* "server" or "scheduler", for messages */
+	const char *bin;   /* relative to the build directory */
 	pid_t pid;
 	int running;
 	uint16_t port;
@@ -513,24 +516,30 @@ int dml_test_fork(struct dml_test_env *env, pid_t *pid)
 	return 0;
 }
 
-int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
-			const char *log_name, pid_t *pid)
+/*
+ * Start argv with stdout appended to out_path and stderr to err_path (the
+ * same file when they are equal). The child dies with the test.
+ */
+static int spawn_to(struct dml_test_env *env, char *const argv[], const char *out_path,
+		    const char *err_path, pid_t *pid)
 {
-	char *log_path = str_printf("%s/%s", env->dir, log_name);
 	sigset_t all;
 	pid_t child;
 	int fd, rc;
 
 	rc = dml_test_fork(env, &child);
-	if (rc) {
-		free(log_path);
+	if (rc)
 		return rc;
-	}
 	if (child == 0) {
-		fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		fd = open(out_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
 		if (fd < 0)
 			_exit(127);
 		dup2(fd, STDOUT_FILENO);
+		if (strcmp(out_path, err_path) != 0) {
+			fd = open(err_path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+			if (fd < 0)
+				_exit(127);
+		}
 		dup2(fd, STDERR_FILENO);
 		fd = open("/dev/null", O_RDONLY);
 		if (fd >= 0)
@@ -546,9 +555,18 @@ int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
 			strerror(errno));
 		_exit(127);
 	}
-	free(log_path);
 	*pid = child;
 	return 0;
+}
+
+int dml_test_proc_spawn(struct dml_test_env *env, char *const argv[],
+			const char *log_name, pid_t *pid)
+{
+	char *log_path = str_printf("%s/%s", env->dir, log_name);
+	int rc = spawn_to(env, argv, log_path, log_path, pid);
+
+	free(log_path);
+	return rc;
 }
 
 int dml_test_proc_wait(struct dml_test_env *env, pid_t pid, int timeout_ms, int *status)
@@ -649,15 +667,15 @@ static int server_wait_ready(struct dml_test_server *s, int timeout_ms)
 			procs_forget(s->env, s->pid);
 			describe_status(st, why, sizeof(why));
 			fprintf(stderr,
-				"harness: server node %u ended before listening (%s)\n",
-				s->node_id, why);
+				"harness: %s node %u ended before listening (%s)\n",
+				s->kind, s->node_id, why);
 			dml_test_server_print_log(s);
 			return DML_EIO;
 		}
 		if (ms_left(deadline) == 0) {
 			fprintf(stderr,
-				"harness: server node %u wrote no port file in %d ms\n",
-				s->node_id, timeout_ms);
+				"harness: %s node %u wrote no port file in %d ms\n",
+				s->kind, s->node_id, timeout_ms);
 			dml_test_server_print_log(s);
 			dml_test_server_kill(s);
 			return DML_ETIMEDOUT;
@@ -666,48 +684,70 @@ static int server_wait_ready(struct dml_test_server *s, int timeout_ms)
 	}
 }
 
-int dml_test_server_start(struct dml_test_env *env,
-			  const struct dml_test_server_conf *conf,
-			  struct dml_test_server **out)
+/* Run the daemon on its config (its log appended to) and wait for its port. */
+static int daemon_launch(struct dml_test_server *s)
 {
-	struct dml_test_server *s;
-	char *text, *bin, *log_name;
-	char *argv[4];
-	unsigned k;
+	char *argv[4], *bin;
+	int rc;
+
+	dml_test_bin(s->bin, &bin);
+	argv[0] = bin;
+	argv[1] = (char *)"-c";
+	argv[2] = s->conf_path;
+	argv[3] = NULL;
+	rc = spawn_to(s->env, argv, s->log_path, s->log_path, &s->pid);
+	free(bin);
+	if (rc)
+		return rc;
+	s->running = 1;
+	return server_wait_ready(s, DML_TEST_START_TIMEOUT_MS);
+}
+
+/*
+ * Start a daemon of the given kind on config text whose port file is
+ * port_path (taken over). Files are named "<prefix>-<k>.conf" and ".log".
+ */
+static int daemon_start(struct dml_test_env *env, const char *kind, const char *bin,
+			const char *prefix, unsigned k, uint32_t node_id, char *text,
+			char *port_path, struct dml_test_server **out)
+{
+	struct dml_test_server *s = dml_xcalloc(1, sizeof(*s));
 	int rc;
 
 	*out = NULL;
-	s = dml_xcalloc(1, sizeof(*s));
 	s->env = env;
-	s->node_id = conf_node_id(conf);
-	k = env->seq; /* conf_text numbers the port file with it */
-	dml_test_server_conf_text(env, conf, &text, &s->port_path);
-	s->conf_path = str_printf("%s/server-%u.conf", env->dir, k);
-	log_name = str_printf("server-%u.log", k);
-	s->log_path = str_printf("%s/%s", env->dir, log_name);
+	s->kind = kind;
+	s->bin = bin;
+	s->node_id = node_id;
+	s->port_path = port_path;
+	s->conf_path = str_printf("%s/%s-%u.conf", env->dir, prefix, k);
+	s->log_path = str_printf("%s/%s-%u.log", env->dir, prefix, k);
 	/* Owned by the environment from here on, whatever happens next. */
 	s->next = env->servers;
 	env->servers = s;
 
 	rc = write_file(s->conf_path, text, 0600);
-	free(text);
-	dml_test_bin("server/dml-server", &bin);
-	argv[0] = bin;
-	argv[1] = (char *)"-c";
-	argv[2] = s->conf_path;
-	argv[3] = NULL;
 	if (rc == 0)
-		rc = dml_test_proc_spawn(env, argv, log_name, &s->pid);
-	free(bin);
-	free(log_name);
-	if (rc)
-		return rc;
-	s->running = 1;
-	rc = server_wait_ready(s, DML_TEST_START_TIMEOUT_MS);
+		rc = daemon_launch(s);
 	if (rc)
 		return rc;
 	*out = s;
 	return 0;
+}
+
+int dml_test_server_start(struct dml_test_env *env,
+			  const struct dml_test_server_conf *conf,
+			  struct dml_test_server **out)
+{
+	unsigned k = env->seq; /* conf_text numbers the port file with it */
+	char *text, *port_path;
+	int rc;
+
+	dml_test_server_conf_text(env, conf, &text, &port_path);
+	rc = daemon_start(env, "server", "server/dml-server", "server", k,
+			  conf_node_id(conf), text, port_path, out);
+	free(text);
+	return rc;
 }
 
 uint16_t dml_test_server_port(const struct dml_test_server *s)
@@ -735,7 +775,7 @@ void dml_test_server_print_log(const struct dml_test_server *s)
 {
 	char title[64];
 
-	snprintf(title, sizeof(title), "log of server node %u", s->node_id);
+	snprintf(title, sizeof(title), "log of %s node %u", s->kind, s->node_id);
 	print_file_tail(title, s->log_path);
 }
 
@@ -745,13 +785,13 @@ int dml_test_server_stop(struct dml_test_server *s, int timeout_ms)
 	int st = 0;
 
 	if (!s->running) {
-		fprintf(stderr, "harness: server node %u was not running\n", s->node_id);
+		fprintf(stderr, "harness: %s node %u was not running\n", s->kind, s->node_id);
 		return DML_EIO;
 	}
 	kill(s->pid, SIGTERM);
 	if (!reap_within(s->pid, timeout_ms, &st)) {
-		fprintf(stderr, "harness: server node %u ignored SIGTERM for %d ms\n",
-			s->node_id, timeout_ms);
+		fprintf(stderr, "harness: %s node %u ignored SIGTERM for %d ms\n",
+			s->kind, s->node_id, timeout_ms);
 		dml_test_server_print_log(s);
 		dml_test_server_kill(s);
 		return DML_ETIMEDOUT;
@@ -761,7 +801,7 @@ int dml_test_server_stop(struct dml_test_server *s, int timeout_ms)
 	if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
 		return 0;
 	describe_status(st, why, sizeof(why));
-	fprintf(stderr, "harness: server node %u stopped with %s\n", s->node_id, why);
+	fprintf(stderr, "harness: %s node %u stopped with %s\n", s->kind, s->node_id, why);
 	dml_test_server_print_log(s);
 	return DML_EIO;
 }
@@ -805,7 +845,7 @@ int dml_test_server_log_wait(const struct dml_test_server *s, size_t from,
 			break;
 		sleep_ms(20);
 	}
-	fprintf(stderr, "harness: server node %u logged none of:", s->node_id);
+	fprintf(stderr, "harness: %s node %u logged none of:", s->kind, s->node_id);
 	for (i = 0; needles[i]; i++)
 		fprintf(stderr, " \"%s\"", needles[i]);
 	fprintf(stderr, "\n");
@@ -1291,4 +1331,134 @@ int dml_test_http_request(uint16_t port, const char *method, const char *path,
 		*body = dml_xstrdup(sep + 4);
 	free(reply);
 	return 0;
+}
+
+/* ---- dml-sched, restarts and dmlctl --------------------------------------- */
+
+int dml_test_sched_start(struct dml_test_env *env, const struct dml_test_sched_conf *conf,
+			 struct dml_test_server **out)
+{
+	unsigned k = env->seq++;
+	char *port_path = str_printf("%s/sched-%u.port", env->dir, k);
+	char timing[160] = "";
+	size_t n = 0;
+	char *text;
+	int rc;
+
+	/* Zero keeps the scheduler's own default. */
+	if (conf->heartbeat_interval_ms)
+		n += (size_t)snprintf(timing + n, sizeof(timing) - n,
+				      "heartbeat_interval_ms = %u\n", conf->heartbeat_interval_ms);
+	if (conf->suspect_after_ms)
+		n += (size_t)snprintf(timing + n, sizeof(timing) - n,
+				      "suspect_after_ms = %u\n", conf->suspect_after_ms);
+	if (conf->dead_after_ms)
+		snprintf(timing + n, sizeof(timing) - n, "dead_after_ms = %u\n",
+			 conf->dead_after_ms);
+	text = str_printf("# written by the test harness\n"
+			  "[sched]\n"
+			  "listen = 127.0.0.1:%u\n"
+			  "port_file = %s\n"
+			  "cluster = dml\n"
+			  "secret_file = %s\n"
+			  "log_level = %s\n"
+			  "%s"
+			  "\n%s",
+			  (unsigned)conf->port, port_path,
+			  conf->secret_file ? conf->secret_file : env->secret,
+			  conf->log_level ? conf->log_level : "info", timing,
+			  conf->extra ? conf->extra : "");
+	rc = daemon_start(env, "scheduler", "sched/dml-sched", "sched", k, 1, text, port_path,
+			  out);
+	free(text);
+	return rc;
+}
+
+int dml_test_server_restart(struct dml_test_server *s)
+{
+	if (dml_test_server_alive(s)) {
+		fprintf(stderr, "harness: %s node %u is still running\n", s->kind, s->node_id);
+		return DML_EIO;
+	}
+	/* The old port file would make the new process look ready at once. */
+	if (unlink(s->port_path) != 0 && errno != ENOENT) {
+		fprintf(stderr, "harness: unlink %s: %s\n", s->port_path, strerror(errno));
+		return DML_EIO;
+	}
+	return daemon_launch(s);
+}
+
+int dml_test_server_signal(struct dml_test_server *s, int sig)
+{
+	if (!s->running || kill(s->pid, sig) != 0) {
+		fprintf(stderr, "harness: %s node %u: cannot send signal %d\n", s->kind,
+			s->node_id, sig);
+		return DML_EIO;
+	}
+	return 0;
+}
+
+char *dml_test_scheduler_line(const struct dml_test_server *sched)
+{
+	return str_printf("scheduler = 127.0.0.1:%u\n", (unsigned)sched->port);
+}
+
+int dml_test_run(struct dml_test_env *env, char *const argv[], int timeout_ms,
+		 struct dml_test_output *res)
+{
+	unsigned k = env->seq++;
+	char *out_path = str_printf("%s/run-%u.stdout", env->dir, k);
+	char *err_path = str_printf("%s/run-%u.stderr", env->dir, k);
+	pid_t pid;
+	int st = 0, rc;
+
+	memset(res, 0, sizeof(*res));
+	res->status = -1;
+	rc = spawn_to(env, argv, out_path, err_path, &pid);
+	if (rc == 0)
+		rc = dml_test_proc_wait(env, pid, timeout_ms, &st);
+	if (rc == 0 && WIFEXITED(st))
+		res->status = WEXITSTATUS(st);
+	/* A program that printed nothing never created its files. */
+	if (dml_test_file_read(out_path, &res->out) != 0)
+		res->out = dml_xstrdup("");
+	if (dml_test_file_read(err_path, &res->err) != 0)
+		res->err = dml_xstrdup("");
+	unlink(out_path);
+	unlink(err_path);
+	free(out_path);
+	free(err_path);
+	return rc;
+}
+
+void dml_test_output_free(struct dml_test_output *res)
+{
+	free(res->out);
+	free(res->err);
+	res->out = res->err = NULL;
+}
+
+int dml_test_dmlctl(struct dml_test_env *env, uint16_t sched_port, const char *secret_file,
+		    const char *const *args, struct dml_test_output *res)
+{
+	size_t nargs = 0, i = 0;
+	char **argv, *bin, *addr = str_printf("127.0.0.1:%u", (unsigned)sched_port);
+	int rc;
+
+	while (args && args[nargs])
+		nargs++;
+	argv = dml_xcalloc(nargs + 6, sizeof(*argv));
+	dml_test_bin("tools/dmlctl", &bin);
+	argv[i++] = bin;
+	argv[i++] = (char *)"-s";
+	argv[i++] = addr;
+	argv[i++] = (char *)"--secret";
+	argv[i++] = (char *)(secret_file ? secret_file : env->secret);
+	for (size_t j = 0; j < nargs; j++)
+		argv[i++] = (char *)args[j];
+	rc = dml_test_run(env, argv, DML_TEST_DMLCTL_TIMEOUT_MS, res);
+	free(argv);
+	free(bin);
+	free(addr);
+	return rc;
 }

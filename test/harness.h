@@ -3,9 +3,10 @@
  *
  * A test makes one environment (a private temporary directory holding a
  * 0600 cluster secret, configs, port files and one log per process), starts
- * real dml-server processes on 127.0.0.1 with kernel-chosen ports, drives
- * them through libdml, raw sockets or a fault-injecting proxy, and stops
- * them, checking how they exit. Everything a test starts dies with it:
+ * real dml-server and dml-sched processes on 127.0.0.1 with kernel-chosen
+ * ports, drives them through libdml, raw sockets, a fault-injecting proxy or
+ * programs such as dmlctl whose output it captures, and stops them, checking
+ * how they exit. Everything a test starts dies with it:
  * children get SIGKILL when the test process dies. A test that ends before
  * dml_test_env_free() has failed: an atexit handler (after exit()) or a
  * guardian process (after the _exit() or SIGKILL with which Check ends
@@ -230,5 +231,80 @@ int dml_test_port_file_read(const char *path, uint16_t *port);
  */
 int dml_test_http_request(uint16_t port, const char *method, const char *path,
 			  int timeout_ms, int *status, char **body);
+
+/* ---- dml-sched, restarts and dmlctl ------------------------------------- */
+
+/** Most a dmlctl run may take (it gives up by itself after 5 s). */
+#define DML_TEST_DMLCTL_TIMEOUT_MS 15000
+
+/** What goes into a generated dml-sched config. Zeroed fields get defaults. */
+struct dml_test_sched_conf {
+	uint16_t port;                  /* 0: a kernel-chosen port */
+	uint32_t heartbeat_interval_ms; /* 0: the scheduler's default */
+	uint32_t suspect_after_ms;      /* 0: the scheduler's default */
+	uint32_t dead_after_ms;         /* 0: the scheduler's default */
+	const char *log_level;          /* NULL: "info" */
+	const char *secret_file;        /* NULL: the environment's secret */
+	const char *extra;              /* appended verbatim (e.g. a [limits] section) */
+};
+
+/**
+ * Write a config ([sched] on 127.0.0.1, port_file, cluster "dml", the
+ * environment's secret), start sched/dml-sched on it and wait for its port
+ * file, as dml_test_server_start() does. The scheduler is handled like a
+ * server: dml_test_server_port(), _log(), _alive(), _stop(), _kill(),
+ * _log_wait() and _restart() work on the handle, which the environment owns.
+ * Returns 0, DML_EIO or DML_ETIMEDOUT.
+ */
+int dml_test_sched_start(struct dml_test_env *env, const struct dml_test_sched_conf *conf,
+			 struct dml_test_server **out);
+
+/**
+ * Start a daemon that was stopped or killed again, on the same config file,
+ * appending to the same log, and wait for its new port file. One that
+ * listens on port 0 gets a new port. Returns 0, DML_EIO (still running, or
+ * could not start) or DML_ETIMEDOUT.
+ */
+int dml_test_server_restart(struct dml_test_server *s);
+
+/**
+ * Send sig to a running daemon (SIGSTOP and SIGCONT to pause and resume it).
+ * Returns 0, or DML_EIO when it is not running.
+ */
+int dml_test_server_signal(struct dml_test_server *s, int sig);
+
+/**
+ * "scheduler = 127.0.0.1:PORT\n" for a started scheduler, to put in a
+ * server's server_extra. malloc'ed.
+ */
+char *dml_test_scheduler_line(const struct dml_test_server *sched);
+
+/** What a program printed and how it ended. */
+struct dml_test_output {
+	char *out;   /* stdout, NUL-terminated, malloc'ed */
+	char *err;   /* stderr, NUL-terminated, malloc'ed */
+	int status;  /* exit status, or -1 if it did not exit normally */
+};
+
+/**
+ * Run a program (argv[0] is its path) to its end with stdout and stderr
+ * captured apart, waiting at most timeout_ms (then it is killed). res is
+ * always filled (empty strings for what could not be read); release it with
+ * dml_test_output_free(). Returns 0, DML_EIO (could not start) or
+ * DML_ETIMEDOUT.
+ */
+int dml_test_run(struct dml_test_env *env, char *const argv[], int timeout_ms,
+		 struct dml_test_output *res);
+
+/** Free what dml_test_run() filled in; safe twice. */
+void dml_test_output_free(struct dml_test_output *res);
+
+/**
+ * Run tools/dmlctl -s 127.0.0.1:sched_port --secret FILE, then args
+ * (NULL-terminated, e.g. {"--json", "nodes", NULL}), with dml_test_run()
+ * and DML_TEST_DMLCTL_TIMEOUT_MS. secret_file NULL: the environment's.
+ */
+int dml_test_dmlctl(struct dml_test_env *env, uint16_t sched_port, const char *secret_file,
+		    const char *const *args, struct dml_test_output *res);
 
 #endif

@@ -63,3 +63,17 @@ EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/README
 
 # The serial harness (kept so Check's summaries show) reads TESTS_ENVIRONMENT.
 TESTS_ENVIRONMENT = env DML_BUILDDIR='$(abs_top_builddir)' DML_SRCDIR='$(abs_top_srcdir)'
+
+# The scheduler's node table and its state machine, with a fake clock.
+check_PROGRAMS += test/check_nodes
+TESTS += test/check_nodes
+test_check_nodes_SOURCES = test/check_nodes.c sched/nodes.c
+test_check_nodes_CFLAGS = $(TEST_CFLAGS)
+test_check_nodes_LDADD = proto/libdmlproto.la $(TEST_LIBS)
+
+# Integration: dml-sched, dml-servers registering with it, dmlctl.
+check_PROGRAMS += test/check_sched
+TESTS += test/check_sched
+test_check_sched_SOURCES = test/check_sched.c test/harness.c test/harness.h
+test_check_sched_CFLAGS = $(TEST_CFLAGS)
+test_check_sched_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)

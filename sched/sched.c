@@ -1,0 +1,589 @@
+/*
+ * dml-sched core (see sched.h): membership over the connection layer.
+ *
+ * A node (server, worker, aggregator) authenticates, then must REGISTER
+ * before anything else; from then on its session owns the node's entry in
+ * the table, heartbeats keep it alive, and closing the connection makes it
+ * suspect. A control client (dmlctl) may list the nodes but not register.
+ * When a node registers again from a new connection, the newer connection
+ * owns the entry and the older one is closed; when the failure detector
+ * declares a connected node dead, its connection is closed so that the node
+ * registers afresh.
+ *
+ * Must never: block the loop, let a request change a node other than the
+ * one its connection authenticated as, or let one bad peer cost more than
+ * its own connection.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/listener.h>
+#include <event2/util.h>
+
+#include "auth.h"
+#include "conn.h"
+#include "dml_error.h"
+#include "log.h"
+#include "nodes.h"
+#include "sched.h"
+#include "util.h"
+
+#define SHUTDOWN_GRACE_S 3
+#define TICK_MIN_MS 10
+#define TICK_MAX_MS 100
+
+struct session {
+	struct session *prev, *next;
+	struct dml_sched *sched;
+	struct dml_conn *conn;
+	uint32_t role;             /* authenticated in the handshake */
+	uint32_t node_id;
+	uint64_t incarnation;
+	int registered;            /* this connection owns (role, node_id) */
+};
+
+struct dml_sched {
+	const struct dml_sched_conf *conf;
+	struct event_base *base;
+	struct evconnlistener *listener;
+	uint16_t port;
+	struct dml_conn_conf conn_conf;
+	uint8_t *secret;
+	size_t secret_len;
+	struct dml_nodes *nodes;
+	struct session *sessions;
+	size_t nconns;
+	struct event *tick;
+	struct event *grace;
+	int stopping;
+};
+
+static uint64_t now_ms(void)
+{
+	return dml_now_ns() / 1000000u;
+}
+
+/* ---- node state changes ------------------------------------------------- */
+
+/* "server 2 at 10.0.0.5:7001" or "worker 7". */
+static void node_name(const struct dml_node *n, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s %u%s%s", dml_node_role_name(n->role), n->node_id,
+		 n->address[0] ? " at " : "", n->address);
+}
+
+static struct session *owner_of(struct dml_sched *s, uint32_t role, uint32_t node_id)
+{
+	for (struct session *ss = s->sessions; ss; ss = ss->next)
+		if (ss->registered && ss->role == role && ss->node_id == node_id)
+			return ss;
+	return NULL;
+}
+
+/* Give up a node's connection: it stops owning the node, is told why, closes. */
+static void drop_owner(struct session *ss, int code, const char *why)
+{
+	ss->registered = 0;
+	(void)dml_conn_send_error(ss->conn, 0, code, why);
+	dml_conn_close(ss->conn, 0);
+}
+
+/* The one log line per transition; a node declared dead loses its connection. */
+static void on_node_change(const struct dml_node *n, Dml__NodeState old, void *arg)
+{
+	struct dml_sched *s = arg;
+	struct session *owner;
+	char name[DML_NODE_ADDRESS_MAX + 64];
+
+	node_name(n, name, sizeof(name));
+	/* Only a registration makes a node ALIVE at its registration time (a
+	 * heartbeat revives a SUSPECT node, which needs time to pass). */
+	if (n->state == DML__NODE_STATE__ALIVE && n->changed_ms == n->registered_ms) {
+		dml_info("%s: %s -> alive: %s; shard %u/%u, zone '%s', device '%s', %u cores, "
+			 "%llu MiB, incarnation %llu", name,
+			 old == DML__NODE_STATE__NODE_UNKNOWN ? "new" : dml_node_state_name(old),
+			 n->reason, n->shard_index, n->shard_count, n->zone, n->profile.device,
+			 n->profile.cores, (unsigned long long)(n->profile.memory_bytes >> 20),
+			 (unsigned long long)n->incarnation);
+		return;
+	}
+	/* Failures are warnings; coming back, or leaving cleanly, is not. */
+	DML_LOG(n->state == DML__NODE_STATE__ALIVE || strcmp(n->reason, "left") == 0
+			? DML_LOG_INFO : DML_LOG_WARN,
+		"%s: %s -> %s: %s", name, dml_node_state_name(old),
+		dml_node_state_name(n->state), n->reason);
+	if (n->state == DML__NODE_STATE__DEAD &&
+	    (owner = owner_of(s, n->role, n->node_id)) != NULL) {
+		char why[DML_NODE_REASON_MAX + 64];
+
+		snprintf(why, sizeof(why), "declared dead (%s); register again", n->reason);
+		drop_owner(owner, DML_ETIMEDOUT, why);
+	}
+}
+
+/* ---- replies ------------------------------------------------------------ */
+
+static void reply_error(struct session *ss, uint64_t request_id, int code, const char *fmt,
+			...) __attribute__((format(printf, 4, 5)));
+
+static void reply_error(struct session *ss, uint64_t request_id, int code, const char *fmt,
+			...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->conn),
+		  (unsigned long long)request_id, msg);
+	(void)dml_conn_send_error(ss->conn, request_id, code, msg);
+}
+
+/* A reply with nothing but its type (HEARTBEAT echo, ACK, ...). */
+static void reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_id)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = type;
+	m.request_id = request_id;
+	m.sender = ss->sched->conf->node_id;
+	(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
+}
+
+/* ---- request handlers --------------------------------------------------- */
+
+static int is_control(const struct session *ss)
+{
+	return ss->role == DML__ROLE__CONTROL;
+}
+
+static void handle_register(struct session *ss, const Dml__Meta *m)
+{
+	struct dml_sched *s = ss->sched;
+	Dml__NodeInfo info;
+	Dml__Meta r = DML__META__INIT;
+	struct session *old;
+	char why[160];
+	int rc;
+
+	if (is_control(ss)) {
+		reply_error(ss, m->request_id, DML_EROLE, "control clients may not register");
+		return;
+	}
+	info = *m->node;
+	if (info.role != ss->role || info.node_id != ss->node_id) {
+		reply_error(ss, m->request_id, info.role != ss->role ? DML_EROLE : DML_EINVAL,
+			    "register as %s %u on a connection authenticated as %s %u",
+			    dml_node_role_name(info.role), info.node_id,
+			    dml_node_role_name(ss->role), ss->node_id);
+		return;
+	}
+	if (info.incarnation == 0)
+		info.incarnation = ss->incarnation;
+	if ((rc = dml_node_info_check(&info, why, sizeof(why))) != 0) {
+		dml_warn("peer %s: %s %u: registration refused: %s", dml_conn_peer(ss->conn),
+			 dml_node_role_name(ss->role), ss->node_id, why);
+		reply_error(ss, m->request_id, rc, "registration refused: %s", why);
+		return;
+	}
+	old = owner_of(s, ss->role, ss->node_id);
+	if (old && old != ss) {
+		dml_warn("%s %u registered again from %s; closing its older connection from %s",
+			 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(ss->conn),
+			 dml_conn_peer(old->conn));
+		drop_owner(old, DML_ESTATE, "replaced by a newer registration of this node");
+	}
+	rc = dml_nodes_register(s->nodes, &info, now_ms(), NULL);
+	if (rc) {
+		/* The check above passed, so this is a bug in nodes.c. */
+		reply_error(ss, m->request_id, rc, "registration failed: %s", dml_strerror(rc));
+		return;
+	}
+	ss->registered = 1;
+	r.type = DML__MSG_TYPE__REGISTER_REPLY;
+	r.request_id = m->request_id;
+	r.sender = s->conf->node_id;
+	r.heartbeat_interval_ms = s->conf->heartbeat_interval_ms;
+	(void)dml_conn_send(ss->conn, &r, NULL, 0, DML_SEND_COPY);
+}
+
+static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
+{
+	int rc;
+
+	if (ss->registered) {
+		rc = dml_nodes_heartbeat(ss->sched->nodes, ss->role, ss->node_id, now_ms());
+		if (rc) {
+			reply_error(ss, m->request_id, DML_ESTATE,
+				    "not alive here: register again");
+			return;
+		}
+	}
+	reply_plain(ss, DML__MSG_TYPE__HEARTBEAT, m->request_id);
+}
+
+static void node_to_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
+			 Dml__Profile *p)
+{
+	dml__node_info__init(info);
+	dml__profile__init(p);
+	info->role = n->role;
+	info->node_id = n->node_id;
+	info->zone = (char *)n->zone;
+	info->address = (char *)n->address;
+	info->state = n->state;
+	info->reason = (char *)n->reason;
+	info->last_heartbeat_ms = now > n->last_heartbeat_ms ? now - n->last_heartbeat_ms : 0;
+	info->shard_index = n->shard_index;
+	info->shard_count = n->shard_count;
+	info->incarnation = n->incarnation;
+	p->device = (char *)n->profile.device;
+	p->cores = n->profile.cores;
+	p->memory_bytes = n->profile.memory_bytes;
+	p->gflops = n->profile.gflops;
+	p->examples_per_s = n->profile.examples_per_s;
+	p->link_mbps = n->profile.link_mbps;
+	info->profile = p;
+}
+
+static void handle_nodes(struct session *ss, const Dml__Meta *req)
+{
+	struct dml_sched *s = ss->sched;
+	size_t n = dml_nodes_count(s->nodes), size;
+	Dml__NodeInfo *infos = dml_xcalloc(n + 1, sizeof(*infos));
+	Dml__NodeInfo **ptrs = dml_xcalloc(n + 1, sizeof(*ptrs));
+	Dml__Profile *profiles = dml_xcalloc(n + 1, sizeof(*profiles));
+	Dml__Meta m = DML__META__INIT;
+	uint64_t now = now_ms();
+
+	for (size_t i = 0; i < n; i++) {
+		node_to_info(dml_nodes_at(s->nodes, i), now, &infos[i], &profiles[i]);
+		ptrs[i] = &infos[i];
+	}
+	m.type = DML__MSG_TYPE__NODES_REPLY;
+	m.request_id = req->request_id;
+	m.sender = s->conf->node_id;
+	m.n_nodes = n;
+	m.nodes = ptrs;
+	size = dml__meta__get_packed_size(&m);
+	/* Peers apply the same limit to what they read. */
+	if (size > s->conf->max_meta)
+		reply_error(ss, req->request_id, DML_EFRAME_META,
+			    "%zu nodes need %zu bytes of metadata, over max_meta (%llu)", n, size,
+			    (unsigned long long)s->conf->max_meta);
+	else
+		(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
+	free(infos);
+	free(ptrs);
+	free(profiles);
+}
+
+static void handle_bye(struct session *ss, const Dml__Meta *m)
+{
+	if (ss->registered) {
+		/* Released first, so that the node's death does not close the
+		 * connection before the ACK is sent. */
+		ss->registered = 0;
+		(void)dml_nodes_leave(ss->sched->nodes, ss->role, ss->node_id, now_ms());
+	}
+	reply_plain(ss, DML__MSG_TYPE__ACK, m->request_id);
+}
+
+static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *payload,
+		    size_t len, void *arg)
+{
+	struct session *ss = arg;
+
+	if (m->type == DML__MSG_TYPE__REGISTER) {
+		handle_register(ss, m);
+		return 0;
+	}
+	if (!ss->registered && !is_control(ss)) {
+		reply_error(ss, m->request_id, DML_ESTATE, "register before sending %s",
+			    dml_msg_type_name(m->type));
+		return 0;
+	}
+	switch (m->type) {
+	case DML__MSG_TYPE__HEARTBEAT:
+		handle_heartbeat(ss, m);
+		return 0;
+	case DML__MSG_TYPE__NODES:
+		handle_nodes(ss, m);
+		return 0;
+	case DML__MSG_TYPE__BYE:
+		handle_bye(ss, m);
+		return 0;
+	default:
+		/* Data requests, replies and handshakes have no business here. */
+		dml_warn("peer %s: the scheduler does not serve %s; closing connection",
+			 dml_conn_peer(c), dml_msg_type_name(m->type));
+		reply_error(ss, m->request_id, DML_ESTATE, "the scheduler does not serve %s",
+			    dml_msg_type_name(m->type));
+		dml_conn_close(c, DML_ESTATE);
+		return 0;
+	}
+}
+
+/* ---- sessions ----------------------------------------------------------- */
+
+static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handshake *welcome,
+		    void *arg)
+{
+	struct session *ss = arg;
+
+	switch (hello->role) {
+	case DML__ROLE__SERVER:
+	case DML__ROLE__WORKER:
+	case DML__ROLE__AGGREGATOR:
+	case DML__ROLE__CONTROL:
+		break;
+	default:
+		dml_warn("peer %s: role %s may not connect to the scheduler", dml_conn_peer(c),
+			 dml_node_role_name(hello->role));
+		return DML_EROLE;
+	}
+	ss->role = hello->role;
+	ss->node_id = hello->node_id;
+	ss->incarnation = hello->incarnation;
+	dml_debug("peer %s: %s %u authenticated", dml_conn_peer(c),
+		  dml_node_role_name(hello->role), hello->node_id);
+	return 0;
+}
+
+static void maybe_finish_shutdown(struct dml_sched *s)
+{
+	if (s->stopping && s->nconns == 0)
+		event_base_loopexit(s->base, NULL);
+}
+
+static void on_close(struct dml_conn *c, int err, void *arg)
+{
+	struct session *ss = arg;
+	struct dml_sched *s = ss->sched;
+
+	/* On a clean stop the nodes did not fail: leave them as they were. */
+	if (ss->registered && !s->stopping)
+		(void)dml_nodes_disconnect(s->nodes, ss->role, ss->node_id, now_ms());
+	if (ss->prev)
+		ss->prev->next = ss->next;
+	else
+		s->sessions = ss->next;
+	if (ss->next)
+		ss->next->prev = ss->prev;
+	free(ss);
+	s->nconns--;
+	maybe_finish_shutdown(s);
+}
+
+static const struct dml_conn_ops sched_ops = {
+	.on_hello = on_hello,
+	.on_frame = on_frame,
+	.on_close = on_close,
+};
+
+static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *addr,
+		      int addrlen, void *arg)
+{
+	struct dml_sched *s = arg;
+	struct session *ss;
+
+	if (s->stopping || s->nconns >= s->conf->max_connections) {
+		dml_warn("refusing a connection: %s", s->stopping ? "shutting down"
+				 : "max_connections reached");
+		close(fd);
+		return;
+	}
+	ss = dml_xcalloc(1, sizeof(*ss));
+	ss->sched = s;
+	if (dml_conn_accept(s->base, fd, &s->conn_conf, &sched_ops, ss, &ss->conn) != 0) {
+		free(ss);
+		return;
+	}
+	ss->next = s->sessions;
+	if (s->sessions)
+		s->sessions->prev = ss;
+	s->sessions = ss;
+	s->nconns++;
+}
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_sched *s = arg;
+
+	dml_nodes_tick(s->nodes, now_ms(), NULL);
+}
+
+static void grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_sched *s = arg;
+
+	dml_warn("%zu connection(s) still open after %d s; stopping anyway", s->nconns,
+		 SHUTDOWN_GRACE_S);
+	event_base_loopexit(s->base, NULL);
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+/* The port, then a newline, written to a temporary file renamed into place,
+ * so that a reader never sees a partial number. */
+static int write_port_file(const char *path, uint16_t port)
+{
+	char tmp[4096], text[16];
+	int fd, n, ok;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return DML_EINVAL;
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		dml_err("port_file %s: %s", tmp, strerror(errno));
+		return DML_EIO;
+	}
+	n = snprintf(text, sizeof(text), "%u\n", port);
+	ok = write(fd, text, (size_t)n) == n;
+	ok = close(fd) == 0 && ok;
+	if (!ok || rename(tmp, path) != 0) {
+		dml_err("port_file %s: %s", path, strerror(errno));
+		unlink(tmp);
+		return DML_EIO;
+	}
+	return 0;
+}
+
+static int start_listening(struct dml_sched *s)
+{
+	struct evutil_addrinfo hints = { 0 }, *res = NULL;
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+	char host[256], portstr[8];
+	uint16_t port;
+
+	if (dml_parse_hostport(s->conf->listen, host, sizeof(host), &port, 1) != 0)
+		return DML_ECONF;
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE;
+	snprintf(portstr, sizeof(portstr), "%u", port);
+	if (evutil_getaddrinfo(host, portstr, &hints, &res) != 0 || !res) {
+		dml_err("listen %s: cannot resolve %s", s->conf->listen, host);
+		return DML_EIO;
+	}
+	s->listener = evconnlistener_new_bind(s->base, accept_cb, s,
+					      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+					      LEV_OPT_CLOSE_ON_EXEC, 512, res->ai_addr,
+					      (int)res->ai_addrlen);
+	evutil_freeaddrinfo(res);
+	if (!s->listener) {
+		dml_err("listen %s: %s", s->conf->listen, strerror(errno));
+		return DML_EIO;
+	}
+	if (getsockname(evconnlistener_get_fd(s->listener), (struct sockaddr *)&sa, &sl) == 0)
+		s->port = ntohs(sa.ss_family == AF_INET6
+					? ((struct sockaddr_in6 *)&sa)->sin6_port
+					: ((struct sockaddr_in *)&sa)->sin_port);
+	dml_info("listening on %s port %u (heartbeat every %u ms, suspect after %u ms, "
+		 "dead after %u ms)", host, s->port, s->conf->heartbeat_interval_ms,
+		 s->conf->suspect_after_ms, s->conf->dead_after_ms);
+	if (s->conf->port_file[0])
+		return write_port_file(s->conf->port_file, s->port);
+	return 0;
+}
+
+int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
+		  struct dml_sched **out)
+{
+	struct dml_sched *s;
+	struct timeval tick = { 0, 0 };
+	uint32_t tick_ms;
+	int rc;
+
+	if (!conf || !base || !out)
+		return DML_EINVAL;
+	s = dml_xcalloc(1, sizeof(*s));
+	s->conf = conf;
+	s->base = base;
+	*out = s;
+	rc = dml_nodes_new(conf->suspect_after_ms, conf->dead_after_ms, on_node_change, s,
+			   &s->nodes);
+	if (rc)
+		return rc;
+	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
+	if (rc)
+		return rc;
+	dml_conn_conf_default(&s->conn_conf);
+	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
+	/* Nothing the scheduler serves carries a payload. */
+	s->conn_conf.limits.max_payload = 0;
+	s->conn_conf.secret = s->secret;
+	s->conn_conf.secret_len = s->secret_len;
+	s->conn_conf.cluster = conf->cluster;
+	s->conn_conf.role = DML__ROLE__SCHEDULER;
+	s->conn_conf.node_id = conf->node_id;
+	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
+	if ((rc = dml_random_bytes(&s->conn_conf.incarnation,
+				   sizeof(s->conn_conf.incarnation))) != 0)
+		return rc;
+	/* A tenth of suspect_after_ms: a state change is at most that late. */
+	tick_ms = conf->suspect_after_ms / 10;
+	tick_ms = tick_ms < TICK_MIN_MS ? TICK_MIN_MS : tick_ms > TICK_MAX_MS ? TICK_MAX_MS
+									: tick_ms;
+	tick.tv_usec = (suseconds_t)tick_ms * 1000;
+	s->tick = event_new(base, -1, EV_PERSIST, tick_cb, s);
+	event_add(s->tick, &tick);
+	return start_listening(s);
+}
+
+void dml_sched_shutdown(struct dml_sched *s)
+{
+	struct timeval grace = { SHUTDOWN_GRACE_S, 0 };
+
+	if (s->stopping)
+		return;
+	s->stopping = 1;
+	dml_info("stopping: %zu connection(s) to close", s->nconns);
+	if (s->listener) {
+		evconnlistener_free(s->listener);
+		s->listener = NULL;
+	}
+	if (s->tick)
+		event_del(s->tick);
+	for (struct session *ss = s->sessions; ss; ss = ss->next)
+		dml_conn_close(ss->conn, 0);
+	s->grace = evtimer_new(s->base, grace_cb, s);
+	evtimer_add(s->grace, &grace);
+	maybe_finish_shutdown(s);
+}
+
+void dml_sched_free(struct dml_sched *s)
+{
+	if (!s)
+		return;
+	/* Connections the grace period could not close are dropped now; their
+	 * teardown runs on the loop, so turn it until they are gone. */
+	s->stopping = 1;
+	for (struct session *ss = s->sessions; ss; ss = ss->next)
+		dml_conn_abort(ss->conn, DML_ECLOSED);
+	for (int i = 0; i < 100 && s->sessions; i++)
+		event_base_loop(s->base, EVLOOP_NONBLOCK);
+	if (s->listener)
+		evconnlistener_free(s->listener);
+	if (s->tick)
+		event_free(s->tick);
+	if (s->grace)
+		event_free(s->grace);
+	dml_nodes_free(s->nodes);
+	dml_secret_free(s->secret, s->secret_len);
+	free(s);
+}
+
+uint16_t dml_sched_port(const struct dml_sched *s)
+{
+	return s->port;
+}

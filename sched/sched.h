@@ -1,0 +1,41 @@
+/*
+ * dml-sched's core: the listener, one session per connection, the handlers
+ * for REGISTER, HEARTBEAT, NODES and BYE, and the timer that moves nodes
+ * whose heartbeats stopped to suspect and dead (nodes.h). Runs on one
+ * libevent loop, which owns the node table, so no locks are needed.
+ */
+#ifndef DML_SCHED_H
+#define DML_SCHED_H
+
+#include <stdint.h>
+
+#include <event2/event.h>
+
+#include "sched_conf.h"
+
+struct dml_sched;
+
+/**
+ * Load the secret, listen, start the failure detector and write the port
+ * file. The conf and base must outlive the scheduler. On failure *out may
+ * still be set: free it with dml_sched_free(). Returns DML_ESECRET,
+ * DML_ECONF (listen is not host:port), DML_EINVAL (timeouts the node table
+ * refuses) or DML_EIO (cannot listen or write the port file); the log says
+ * which.
+ */
+int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
+		  struct dml_sched **out);
+
+/**
+ * Begin a clean stop: stop accepting, flush and close every connection; the
+ * loop exits when the last one is gone (at most a few seconds).
+ */
+void dml_sched_shutdown(struct dml_sched *s);
+
+/** Free everything; call after the loop returned. NULL is fine. */
+void dml_sched_free(struct dml_sched *s);
+
+/** The port actually bound (useful with port 0). */
+uint16_t dml_sched_port(const struct dml_sched *s);
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * dml-server's registration with dml-sched: describe this server (role SERVER,
+ * node id, zone, the address others should dial, its shard and a profile of
+ * the machine) and hand it to the scheduler link (sched/link.h), which
+ * registers, heartbeats and reconnects on the server's own loop.
+ *
+ * Must never: hold up or fail serving because the scheduler is slow or gone
+ * (the server serves standalone meanwhile and the link keeps retrying), or
+ * advertise an address nobody else can dial.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dml_error.h"
+#include "link.h"
+#include "log.h"
+#include "server_internal.h"
+#include "util.h"
+
+#define HOSTPORT_MAX 300
+
+/* "host:port", with brackets around an IPv6 host. */
+static void format_hostport(char *buf, size_t len, const char *host, uint16_t port)
+{
+	snprintf(buf, len, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
+}
+
+/* What the scheduler will weigh servers by; sysconf failing is not fatal. */
+static void machine_profile(Dml__Profile *p)
+{
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	long pages = sysconf(_SC_PHYS_PAGES);
+	long page_size = sysconf(_SC_PAGESIZE);
+
+	p->device = (char *)"cpu";
+	p->cores = cores > 0 ? (uint32_t)cores : 0;
+	if (pages > 0 && page_size > 0)
+		p->memory_bytes = (uint64_t)pages * (uint64_t)page_size;
+}
+
+int dml_server_sched_start(struct dml_server *s)
+{
+	const struct dml_server_conf *c = s->conf;
+	Dml__NodeInfo self = DML__NODE_INFO__INIT;
+	Dml__Profile profile = DML__PROFILE__INIT;
+	char host[256], address[HOSTPORT_MAX];
+	uint16_t port;
+	int rc;
+
+	if (!c->scheduler[0])
+		return 0;
+	if (c->advertise[0]) {
+		snprintf(address, sizeof(address), "%s", c->advertise);
+	} else {
+		if (dml_parse_hostport(c->listen, host, sizeof(host), &port, 1) != 0)
+			return DML_ECONF;
+		format_hostport(address, sizeof(address), host, s->port);
+	}
+	if (dml_parse_hostport(c->scheduler, host, sizeof(host), &port, 0) != 0)
+		return DML_ECONF;
+	machine_profile(&profile);
+	self.role = DML__ROLE__SERVER;
+	self.node_id = c->node_id;
+	self.zone = c->zone;
+	self.address = address;
+	self.shard_index = c->shard_index;
+	self.shard_count = c->shard_count;
+	self.profile = &profile;
+	/* Tells the scheduler a restarted process from a reconnecting one. */
+	if (dml_random_bytes(&self.incarnation, sizeof(self.incarnation)) != 0)
+		return DML_EIO;
+	if (self.incarnation == 0)
+		self.incarnation = 1;
+	rc = dml_sched_link_new(s->base, &s->conn_conf, host, port, &self, &s->sched);
+	if (rc) {
+		dml_err("scheduler %s: %s", c->scheduler, dml_strerror(rc));
+		return rc == DML_EINVAL ? DML_ECONF : rc;
+	}
+	dml_info("registering with scheduler %s as %s (zone '%s', %u cores, %llu MiB)",
+		 c->scheduler, address, c->zone, profile.cores,
+		 (unsigned long long)(profile.memory_bytes >> 20));
+	return 0;
+}
+
+void dml_server_sched_stop(struct dml_server *s)
+{
+	dml_sched_link_stop(s->sched);
+}
+
+void dml_server_sched_free(struct dml_server *s)
+{
+	dml_sched_link_free(s->sched);
+	s->sched = NULL;
+}
