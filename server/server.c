@@ -24,6 +24,7 @@
 #include "auth.h"
 #include "conn.h"
 #include "dml_error.h"
+#include "listen.h"
 #include "log.h"
 #include "server_internal.h"
 #include "shardmap.h"
@@ -611,66 +612,19 @@ static void grace_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
-int dml_server_write_port_file(const char *path, uint16_t port)
-{
-	char tmp[4096], text[16];
-	int fd, n, ok;
-
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
-		return DML_EINVAL;
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		dml_err("port_file %s: %s", tmp, strerror(errno));
-		return DML_EIO;
-	}
-	n = snprintf(text, sizeof(text), "%u\n", port);
-	ok = write(fd, text, (size_t)n) == n;
-	ok = close(fd) == 0 && ok;
-	if (!ok || rename(tmp, path) != 0) {
-		dml_err("port_file %s: %s", path, strerror(errno));
-		unlink(tmp);
-		return DML_EIO;
-	}
-	return 0;
-}
 
 static int start_listening(struct dml_server *s)
 {
-	struct evutil_addrinfo hints = { 0 }, *res = NULL;
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char host[256];
-	char portstr[8];
-	uint16_t port;
+	int rc = dml_listen_tcp(s->base, s->conf->listen, accept_cb, s, &s->listener,
+				&s->port);
 
-	if (dml_parse_hostport(s->conf->listen, host, sizeof(host), &port, 1) != 0)
-		return DML_ECONF;
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE;
-	snprintf(portstr, sizeof(portstr), "%u", port);
-	if (evutil_getaddrinfo(host, portstr, &hints, &res) != 0 || !res) {
-		dml_err("listen %s: cannot resolve %s", s->conf->listen, host);
-		return DML_EIO;
-	}
-	s->listener = evconnlistener_new_bind(s->base, accept_cb, s,
-					      LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-					      LEV_OPT_CLOSE_ON_EXEC, 512, res->ai_addr,
-					      (int)res->ai_addrlen);
-	evutil_freeaddrinfo(res);
-	if (!s->listener) {
-		dml_err("listen %s: %s", s->conf->listen, strerror(errno));
-		return DML_EIO;
-	}
-	if (getsockname(evconnlistener_get_fd(s->listener), (struct sockaddr *)&ss, &sl) == 0)
-		s->port = ntohs(ss.ss_family == AF_INET6
-					? ((struct sockaddr_in6 *)&ss)->sin6_port
-					: ((struct sockaddr_in *)&ss)->sin_port);
-	dml_info("listening on %s port %u (shard %u/%u, staleness %lld, %u workers expected)",
-		 host, s->port, s->conf->shard_index, s->conf->shard_count,
+	if (rc)
+		return rc;
+	dml_info("listening on %s, port %u (shard %u/%u, staleness %lld, %u workers expected)",
+		 s->conf->listen, s->port, s->conf->shard_index, s->conf->shard_count,
 		 (long long)s->conf->staleness, s->conf->workers);
 	if (s->conf->port_file[0])
-		return dml_server_write_port_file(s->conf->port_file, s->port);
+		return dml_write_port_file(s->conf->port_file, s->port);
 	return 0;
 }
 

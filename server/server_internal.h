@@ -93,9 +93,6 @@ struct dml_server {
 /** Bytes in and out over the server's life, open connections included. */
 void dml_server_traffic(const struct dml_server *s, uint64_t *in, uint64_t *out);
 
-/** Write port followed by a newline to path, atomically (rename). */
-int dml_server_write_port_file(const char *path, uint16_t port);
-
 /**
  * Create the registry, register every metric and, when metrics_listen is
  * set, serve it over HTTP (writing metrics_port_file). DML_EINVAL if a

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "dml_error.h"
+#include "listen.h"
 #include "log.h"
 #include "server_internal.h"
 #include "util.h"
@@ -170,7 +171,7 @@ static int start_metrics(struct dml_server *s)
 		return DML_ECONF;
 	rc = dml_metrics_http_start(s->metrics, s->base, host, port, &bound);
 	if (rc == 0 && c->metrics_port_file && c->metrics_port_file[0])
-		rc = dml_server_write_port_file(c->metrics_port_file, bound);
+		rc = dml_write_port_file(c->metrics_port_file, bound);
 	return rc;
 }
 

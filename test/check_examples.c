@@ -9,6 +9,7 @@
 #include "check_run.h"
 #include "dml.h"
 #include "dml_error.h"
+#include "sched_conf.h"
 #include "server_conf.h"
 
 static const char *srcdir(void)
@@ -31,6 +32,20 @@ START_TEST(server_example_parses)
 	ck_assert_uint_eq(conf.shard_count, 1);
 	ck_assert_int_eq(conf.staleness, -1);
 	dml_conf_free(&dml_server_conf_schema, &conf);
+}
+END_TEST
+
+START_TEST(sched_example_parses)
+{
+	struct dml_sched_conf conf = { 0 };
+	char path[4096], err[512] = "";
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/conf/sched.conf", srcdir());
+	rc = dml_conf_load(&dml_sched_conf_schema, path, &conf, err, sizeof(err));
+	ck_assert_msg(rc == 0, "%s", err);
+	ck_assert_uint_gt(conf.dead_after_ms, conf.suspect_after_ms);
+	dml_conf_free(&dml_sched_conf_schema, &conf);
 }
 END_TEST
 
@@ -58,6 +73,7 @@ int main(void)
 
 	tcase_add_test(tc, server_example_parses);
 	tcase_add_test(tc, client_example_parses);
+	tcase_add_test(tc, sched_example_parses);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }

@@ -45,7 +45,8 @@ test_check_metrics_SOURCES = test/check_metrics.c
 test_check_metrics_CFLAGS = $(TEST_CFLAGS)
 test_check_metrics_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
-test_check_examples_SOURCES = test/check_examples.c server/server_conf.c
+test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
+	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)
 test_check_examples_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la \
 	$(TEST_LIBS)
