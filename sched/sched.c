@@ -196,6 +196,21 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 		return;
 	}
 	old = owner_of(s, ss->role, ss->node_id);
+	if (old && old != ss && old->incarnation != info.incarnation) {
+		const struct dml_node *n = dml_nodes_find(s->nodes, ss->role, ss->node_id);
+
+		/* Another process still holds this id: two nodes configured with
+		 * the same id must not take turns evicting each other. */
+		if (n && n->state != DML__NODE_STATE__DEAD) {
+			dml_warn("peer %s: %s %u: registration refused: the id is held by a "
+				 "live process at %s", dml_conn_peer(ss->conn),
+				 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(old->conn));
+			reply_error(ss, m->request_id, DML_ECONF,
+				    "%s %u is already registered by another live process",
+				    dml_node_role_name(ss->role), ss->node_id);
+			return;
+		}
+	}
 	if (old && old != ss) {
 		dml_warn("%s %u registered again from %s; closing its older connection from %s",
 			 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(ss->conn),

@@ -727,6 +727,40 @@ START_TEST(test_paused_server_registers_again)
 }
 END_TEST
 
+/*
+ * Regression: two live servers configured with the same node id used to
+ * evict each other every couple of seconds, forever. The first keeps the id;
+ * the second is refused and says so in its log.
+ */
+START_TEST(test_duplicate_node_id_is_refused)
+{
+	static const char *const refused[] = { "registration refused", NULL };
+	struct dml_test_server *sched, *first, *second;
+	struct dml_test_env *env;
+	struct jval doc;
+	uint16_t sp;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	sched = sched_start(env, 0);
+	sp = dml_test_server_port(sched);
+	first = server_start(env, sp, 0, 1, "");
+	wait_server_state(env, sp, 1, "alive", &doc, NULL);
+	json_free(&doc);
+	second = server_start(env, sp, 0, 1, "");
+	ck_assert_int_eq(dml_test_server_log_wait(second, 0, refused, WAIT_MS), 0);
+	/* Long enough for several retries of the second one. */
+	sleep_ms(3 * DEAD_MS);
+	nodes_json(env, sp, &doc);
+	check_server_node(&doc, 1, 0, 1, dml_test_server_port(first), "");
+	ck_assert_str_eq(jstr(find_node(&doc, "server", 1), "state"), "alive");
+	json_free(&doc);
+	stop_ok(second);
+	stop_ok(first);
+	stop_ok(sched);
+	dml_test_env_free(env);
+}
+END_TEST
+
 START_TEST(test_dmlctl_usage_and_unreachable)
 {
 	static const char *const help[] = { "--help", NULL };
@@ -846,6 +880,7 @@ static Suite *sched_suite(void)
 	tcase_add_test(tc, test_servers_register_die_and_return);
 	tcase_add_test(tc, test_link_outlives_the_scheduler);
 	tcase_add_test(tc, test_paused_server_registers_again);
+	tcase_add_test(tc, test_duplicate_node_id_is_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
