@@ -16,3 +16,11 @@ proto/dml.pb-c.c proto/dml.pb-c.h: $(top_srcdir)/proto/dml.proto
 	$(PROTOC_C) --proto_path=$(top_srcdir)/proto --c_out=proto $(top_srcdir)/proto/dml.proto
 BUILT_SOURCES += proto/dml.pb-c.c proto/dml.pb-c.h
 CLEANFILES += proto/dml.pb-c.c proto/dml.pb-c.h
+
+# The daemon life cycle (options, signals, systemd readiness): daemons only,
+# so libdml does not depend on libsystemd.
+noinst_LTLIBRARIES += proto/libdmldaemon.la
+proto_libdmldaemon_la_SOURCES = proto/daemon.c
+proto_libdmldaemon_la_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)
+proto_libdmldaemon_la_LIBADD = $(SYSTEMD_LIBS)
+noinst_HEADERS += proto/daemon.h

@@ -6,5 +6,4 @@ noinst_HEADERS += sched/link.h sched/nodes.h sched/sched.h sched/sched_conf.h
 
 bin_PROGRAMS += sched/dml-sched
 sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c
-sched_dml_sched_LDADD = proto/libdmlproto.la $(SYSTEMD_LIBS)
-sched_dml_sched_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)
+sched_dml_sched_LDADD = proto/libdmldaemon.la proto/libdmlproto.la

@@ -13,5 +13,4 @@ server_dml_server_SOURCES = server/main.c server/server.c server/ssp.c \
 	server/server_conf.c \
 	server/server_metrics.c server/server_sched.c
 server_dml_server_LDADD = server/libdmlstore.la shard/libdmlshard.la \
-	sched/libdmlschedlink.la proto/libdmlproto.la $(SYSTEMD_LIBS)
-server_dml_server_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)
+	sched/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
