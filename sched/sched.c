@@ -33,6 +33,7 @@
 #include "listen.h"
 #include "log.h"
 #include "nodes.h"
+#include "peers.h"
 #include "sched.h"
 #include "util.h"
 
@@ -41,9 +42,8 @@
 #define TICK_MAX_MS 100
 
 struct session {
-	struct session *prev, *next;
+	struct dml_peer peer;      /* first: the set's list walks sessions */
 	struct dml_sched *sched;
-	struct dml_conn *conn;
 	uint32_t role;             /* authenticated in the handshake */
 	uint32_t node_id;
 	uint64_t incarnation;
@@ -59,11 +59,8 @@ struct dml_sched {
 	uint8_t *secret;
 	size_t secret_len;
 	struct dml_nodes *nodes;
-	struct session *sessions;
-	size_t nconns;
+	struct dml_peers peers;    /* struct session each */
 	struct event *tick;
-	struct event *grace;
-	int stopping;
 };
 
 static uint64_t now_ms(void)
@@ -82,9 +79,12 @@ static void node_name(const struct dml_node *n, char *buf, size_t len)
 
 static struct session *owner_of(struct dml_sched *s, uint32_t role, uint32_t node_id)
 {
-	for (struct session *ss = s->sessions; ss; ss = ss->next)
+	for (struct dml_peer *p = s->peers.head; p; p = p->next) {
+		struct session *ss = (struct session *)p;
+
 		if (ss->registered && ss->role == role && ss->node_id == node_id)
 			return ss;
+	}
 	return NULL;
 }
 
@@ -92,8 +92,8 @@ static struct session *owner_of(struct dml_sched *s, uint32_t role, uint32_t nod
 static void drop_owner(struct session *ss, int code, const char *why)
 {
 	ss->registered = 0;
-	(void)dml_conn_send_error(ss->conn, 0, code, why);
-	dml_conn_close(ss->conn, 0);
+	(void)dml_conn_send_error(ss->peer.conn, 0, code, why);
+	dml_conn_close(ss->peer.conn, 0);
 }
 
 /* The one log line per transition; a node declared dead loses its connection. */
@@ -143,9 +143,9 @@ static void reply_error(struct session *ss, uint64_t request_id, int code, const
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->conn),
+	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
 		  (unsigned long long)request_id, msg);
-	(void)dml_conn_send_error(ss->conn, request_id, code, msg);
+	(void)dml_conn_send_error(ss->peer.conn, request_id, code, msg);
 }
 
 /* A reply with nothing but its type (HEARTBEAT echo, ACK, ...). */
@@ -156,7 +156,7 @@ static void reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_
 	m.type = type;
 	m.request_id = request_id;
 	m.sender = ss->sched->conf->node_id;
-	(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
+	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
 }
 
 /* ---- request handlers --------------------------------------------------- */
@@ -190,7 +190,7 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 	if (info.incarnation == 0)
 		info.incarnation = ss->incarnation;
 	if ((rc = dml_node_info_check(&info, why, sizeof(why))) != 0) {
-		dml_warn("peer %s: %s %u: registration refused: %s", dml_conn_peer(ss->conn),
+		dml_warn("peer %s: %s %u: registration refused: %s", dml_conn_peer(ss->peer.conn),
 			 dml_node_role_name(ss->role), ss->node_id, why);
 		reply_error(ss, m->request_id, rc, "registration refused: %s", why);
 		return;
@@ -203,8 +203,8 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 		 * the same id must not take turns evicting each other. */
 		if (n && n->state != DML__NODE_STATE__DEAD) {
 			dml_warn("peer %s: %s %u: registration refused: the id is held by a "
-				 "live process at %s", dml_conn_peer(ss->conn),
-				 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(old->conn));
+				 "live process at %s", dml_conn_peer(ss->peer.conn),
+				 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(old->peer.conn));
 			reply_error(ss, m->request_id, DML_ECONF,
 				    "%s %u is already registered by another live process",
 				    dml_node_role_name(ss->role), ss->node_id);
@@ -213,8 +213,8 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 	}
 	if (old && old != ss) {
 		dml_warn("%s %u registered again from %s; closing its older connection from %s",
-			 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(ss->conn),
-			 dml_conn_peer(old->conn));
+			 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(ss->peer.conn),
+			 dml_conn_peer(old->peer.conn));
 		drop_owner(old, DML_ESTATE, "replaced by a newer registration of this node");
 	}
 	rc = dml_nodes_register(s->nodes, &info, now_ms(), NULL);
@@ -228,7 +228,7 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 	r.request_id = m->request_id;
 	r.sender = s->conf->node_id;
 	r.heartbeat_interval_ms = s->conf->heartbeat_interval_ms;
-	(void)dml_conn_send(ss->conn, &r, NULL, 0, DML_SEND_COPY);
+	(void)dml_conn_send(ss->peer.conn, &r, NULL, 0, DML_SEND_COPY);
 }
 
 static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
@@ -296,7 +296,7 @@ static void handle_nodes(struct session *ss, const Dml__Meta *req)
 			    "%zu nodes need %zu bytes of metadata, over max_meta (%llu)", n, size,
 			    (unsigned long long)s->conf->max_meta);
 	else
-		(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
+		(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
 	free(infos);
 	free(ptrs);
 	free(profiles);
@@ -374,29 +374,16 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	return 0;
 }
 
-static void maybe_finish_shutdown(struct dml_sched *s)
-{
-	if (s->stopping && s->nconns == 0)
-		event_base_loopexit(s->base, NULL);
-}
-
 static void on_close(struct dml_conn *c, int err, void *arg)
 {
 	struct session *ss = arg;
 	struct dml_sched *s = ss->sched;
 
 	/* On a clean stop the nodes did not fail: leave them as they were. */
-	if (ss->registered && !s->stopping)
+	if (ss->registered && !s->peers.stopping)
 		(void)dml_nodes_disconnect(s->nodes, ss->role, ss->node_id, now_ms());
-	if (ss->prev)
-		ss->prev->next = ss->next;
-	else
-		s->sessions = ss->next;
-	if (ss->next)
-		ss->next->prev = ss->prev;
+	dml_peers_remove(&s->peers, &ss->peer);
 	free(ss);
-	s->nconns--;
-	maybe_finish_shutdown(s);
 }
 
 static const struct dml_conn_ops sched_ops = {
@@ -411,23 +398,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	struct dml_sched *s = arg;
 	struct session *ss;
 
-	if (s->stopping || s->nconns >= s->conf->max_connections) {
-		dml_warn("refusing a connection: %s", s->stopping ? "shutting down"
-				 : "max_connections reached");
-		close(fd);
-		return;
-	}
 	ss = dml_xcalloc(1, sizeof(*ss));
 	ss->sched = s;
-	if (dml_conn_accept(s->base, fd, &s->conn_conf, &sched_ops, ss, &ss->conn) != 0) {
+	if (dml_peers_accept(&s->peers, fd, &ss->peer, &s->conn_conf, &sched_ops, ss) != 0)
 		free(ss);
-		return;
-	}
-	ss->next = s->sessions;
-	if (s->sessions)
-		s->sessions->prev = ss;
-	s->sessions = ss;
-	s->nconns++;
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -437,14 +411,6 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	dml_nodes_tick(s->nodes, now_ms(), NULL);
 }
 
-static void grace_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct dml_sched *s = arg;
-
-	dml_warn("%zu connection(s) still open after %d s; stopping anyway", s->nconns,
-		 SHUTDOWN_GRACE_S);
-	event_base_loopexit(s->base, NULL);
-}
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -477,6 +443,7 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 	s = dml_xcalloc(1, sizeof(*s));
 	s->conf = conf;
 	s->base = base;
+	dml_peers_init(&s->peers, base, conf->max_connections);
 	*out = s;
 	rc = dml_nodes_new(conf->suspect_after_ms, conf->dead_after_ms, on_node_change, s,
 			   &s->nodes);
@@ -510,42 +477,27 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 
 void dml_sched_shutdown(struct dml_sched *s)
 {
-	struct timeval grace = { SHUTDOWN_GRACE_S, 0 };
-
-	if (s->stopping)
+	if (s->peers.stopping)
 		return;
-	s->stopping = 1;
-	dml_info("stopping: %zu connection(s) to close", s->nconns);
 	if (s->listener) {
 		evconnlistener_free(s->listener);
 		s->listener = NULL;
 	}
 	if (s->tick)
 		event_del(s->tick);
-	for (struct session *ss = s->sessions; ss; ss = ss->next)
-		dml_conn_close(ss->conn, 0);
-	s->grace = evtimer_new(s->base, grace_cb, s);
-	evtimer_add(s->grace, &grace);
-	maybe_finish_shutdown(s);
+	dml_peers_shutdown(&s->peers, SHUTDOWN_GRACE_S);
 }
 
 void dml_sched_free(struct dml_sched *s)
 {
 	if (!s)
 		return;
-	/* Connections the grace period could not close are dropped now; their
-	 * teardown runs on the loop, so turn it until they are gone. */
-	s->stopping = 1;
-	for (struct session *ss = s->sessions; ss; ss = ss->next)
-		dml_conn_abort(ss->conn, DML_ECLOSED);
-	for (int i = 0; i < 100 && s->sessions; i++)
-		event_base_loop(s->base, EVLOOP_NONBLOCK);
+	/* Connections the grace period could not close are dropped now. */
+	dml_peers_destroy(&s->peers);
 	if (s->listener)
 		evconnlistener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
-	if (s->grace)
-		event_free(s->grace);
 	dml_nodes_free(s->nodes);
 	dml_secret_free(s->secret, s->secret_len);
 	free(s);

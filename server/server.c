@@ -139,9 +139,9 @@ static void reply_error(struct session *ss, uint64_t request_id, int code, const
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->conn),
+	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
 		  (unsigned long long)request_id, msg);
-	(void)dml_conn_send_error(ss->conn, request_id, code, msg);
+	(void)dml_conn_send_error(ss->peer.conn, request_id, code, msg);
 }
 
 static void reply_ack(struct session *ss, uint64_t request_id)
@@ -151,7 +151,7 @@ static void reply_ack(struct session *ss, uint64_t request_id)
 	m.type = DML__MSG_TYPE__ACK;
 	m.request_id = request_id;
 	m.sender = ss->srv->conf->node_id;
-	(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
+	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
 }
 
 /*
@@ -220,13 +220,13 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 	m.min_clock = dml_ssp_min_clock(&s->ssp);
 	s->st.pulls++;
 	if (pin)
-		rc = dml_conn_send_pinned(ss->conn, &m, values, floats * sizeof(float),
+		rc = dml_conn_send_pinned(ss->peer.conn, &m, values, floats * sizeof(float),
 					  release_pin, pin);
 	else
-		rc = dml_conn_send(ss->conn, &m, values, floats * sizeof(float),
+		rc = dml_conn_send(ss->peer.conn, &m, values, floats * sizeof(float),
 				   DML_SEND_COPY);
 	if (rc)
-		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->conn), dml_strerror(rc));
+		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->peer.conn), dml_strerror(rc));
 }
 
 /* Answer every parked pull the clocks now allow. */
@@ -398,7 +398,7 @@ void dml_server_traffic(const struct dml_server *s, uint64_t *in, uint64_t *out)
 {
 	*in = s->st.bytes_in;
 	*out = s->st.bytes_out;
-	for (const struct session *x = s->sessions; x; x = x->next) {
+	for (const struct dml_peer *x = s->peers.head; x; x = x->next) {
 		*in += dml_conn_bytes_in(x->conn);
 		*out += dml_conn_bytes_out(x->conn);
 	}
@@ -433,7 +433,7 @@ static void handle_stats(struct session *ss, const Dml__Meta *req)
 	m.request_id = req->request_id;
 	m.sender = s->conf->node_id;
 	m.stats = &st;
-	(void)dml_conn_send(ss->conn, &m, NULL, 0, DML_SEND_COPY);
+	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
 	free(wc);
 	free(wcp);
 }
@@ -529,12 +529,6 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	return 0;
 }
 
-static void maybe_finish_shutdown(struct dml_server *s)
-{
-	if (s->stopping && s->nconns == 0)
-		event_base_loopexit(s->base, NULL);
-}
-
 static void on_close(struct dml_conn *c, int err, void *arg)
 {
 	struct session *ss = arg;
@@ -548,15 +542,8 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 	drop_held(s, ss, 0);
 	if (w)
 		dml_ssp_disconnect(&s->ssp, w, dml_now_ns());
-	if (ss->prev)
-		ss->prev->next = ss->next;
-	else
-		s->sessions = ss->next;
-	if (ss->next)
-		ss->next->prev = ss->prev;
+	dml_peers_remove(&s->peers, &ss->peer);
 	free(ss);
-	s->nconns--;
-	maybe_finish_shutdown(s);
 }
 
 static const struct dml_conn_ops server_ops = {
@@ -571,23 +558,10 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	struct dml_server *s = arg;
 	struct session *ss;
 
-	if (s->stopping || s->nconns >= s->conf->max_connections) {
-		dml_warn("refusing a connection: %s", s->stopping ? "shutting down"
-				 : "max_connections reached");
-		close(fd);
-		return;
-	}
 	ss = dml_xcalloc(1, sizeof(*ss));
 	ss->srv = s;
-	if (dml_conn_accept(s->base, fd, &s->conn_conf, s->ops, ss, &ss->conn) != 0) {
+	if (dml_peers_accept(&s->peers, fd, &ss->peer, &s->conn_conf, s->ops, ss) != 0)
 		free(ss);
-		return;
-	}
-	ss->next = s->sessions;
-	if (s->sessions)
-		s->sessions->prev = ss;
-	s->sessions = ss;
-	s->nconns++;
 }
 
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -601,14 +575,6 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-static void grace_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct dml_server *s = arg;
-
-	dml_warn("%zu connection(s) still open after %d s; stopping anyway", s->nconns,
-		 SHUTDOWN_GRACE_S);
-	event_base_loopexit(s->base, NULL);
-}
 
 /* ---- lifecycle ---------------------------------------------------------- */
 
@@ -639,6 +605,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->base = base;
 	s->ops = &server_ops;
 	dml_ssp_init(&s->ssp, conf->staleness, conf->workers);
+	dml_peers_init(&s->peers, base, conf->max_connections);
 	*out = s;
 	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
 	if (rc)
@@ -666,12 +633,8 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 
 void dml_server_shutdown(struct dml_server *s)
 {
-	struct timeval grace = { SHUTDOWN_GRACE_S, 0 };
-
-	if (s->stopping)
+	if (s->peers.stopping)
 		return;
-	s->stopping = 1;
-	dml_info("stopping: %zu connection(s) to close", s->nconns);
 	if (s->listener) {
 		evconnlistener_free(s->listener);
 		s->listener = NULL;
@@ -679,11 +642,7 @@ void dml_server_shutdown(struct dml_server *s)
 	dml_metrics_http_stop(s->metrics);
 	dml_server_sched_stop(s);
 	drop_held(s, NULL, DML_ECLOSED);
-	for (struct session *ss = s->sessions; ss; ss = ss->next)
-		dml_conn_close(ss->conn, 0);
-	s->grace = evtimer_new(s->base, grace_cb, s);
-	evtimer_add(s->grace, &grace);
-	maybe_finish_shutdown(s);
+	dml_peers_shutdown(&s->peers, SHUTDOWN_GRACE_S);
 }
 
 void dml_server_free(struct dml_server *s)
@@ -691,19 +650,13 @@ void dml_server_free(struct dml_server *s)
 	if (!s)
 		return;
 	dml_server_sched_free(s);
-	/* Connections the grace period could not close are dropped now; their
-	 * teardown runs on the loop, so turn it until they are gone. */
-	for (struct session *ss = s->sessions; ss; ss = ss->next)
-		dml_conn_abort(ss->conn, DML_ECLOSED);
-	for (int i = 0; i < 100 && s->sessions; i++)
-		event_base_loop(s->base, EVLOOP_NONBLOCK);
+	/* Connections the grace period could not close are dropped now. */
+	dml_peers_destroy(&s->peers);
 	drop_held(s, NULL, 0);
 	if (s->listener)
 		evconnlistener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
-	if (s->grace)
-		event_free(s->grace);
 	for (size_t i = 0; i < s->ntables; i++)
 		dml_table_free(s->tables[i].table);
 	free(s->tables);

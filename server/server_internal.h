@@ -14,6 +14,7 @@
 
 #include "conn.h"
 #include "metrics.h"
+#include "peers.h"
 #include "server.h"
 #include "ssp.h"
 #include "table.h"
@@ -27,9 +28,8 @@ struct table_entry {
 };
 
 struct session {
-	struct session *prev, *next;
+	struct dml_peer peer;      /* first: the set's list walks sessions */
 	struct dml_server *srv;
-	struct dml_conn *conn;
 	uint32_t role;
 	uint32_t node_id;
 	int worker;                /* counts in the clock set */
@@ -75,8 +75,7 @@ struct dml_server {
 	Dml__TableInfo **infos;    /* pointers into tables[], for WELCOME */
 
 	struct dml_ssp ssp;
-	struct session *sessions;
-	size_t nconns;
+	struct dml_peers peers;    /* struct session each */
 	struct held_pull *held;
 	struct stats st;
 	struct dml_metrics *metrics;
@@ -85,8 +84,6 @@ struct dml_server {
 	float *scratch;            /* pull replies are assembled here */
 	size_t scratch_cap;
 	struct event *tick;
-	struct event *grace;
-	int stopping;
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 };
 

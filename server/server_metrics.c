@@ -21,7 +21,7 @@ static double metric_connections(void *arg)
 {
 	const struct dml_server *s = arg;
 
-	return (double)s->nconns;
+	return (double)s->peers.count;
 }
 
 static double metric_workers_live(void *arg)

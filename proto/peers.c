@@ -1,0 +1,95 @@
+/*
+ * A daemon's set of accepted connections (see peers.h). Must never free a
+ * connection itself: teardown always goes through the connection layer, so
+ * the owner's on_close runs for every peer exactly once.
+ */
+#include <unistd.h>
+
+#include "dml_error.h"
+#include "log.h"
+#include "peers.h"
+
+void dml_peers_init(struct dml_peers *ps, struct event_base *base, size_t max)
+{
+	ps->base = base;
+	ps->max = max;
+	ps->count = 0;
+	ps->head = NULL;
+	ps->grace = NULL;
+	ps->stopping = 0;
+}
+
+int dml_peers_accept(struct dml_peers *ps, int fd, struct dml_peer *p,
+		     const struct dml_conn_conf *conf, const struct dml_conn_ops *ops,
+		     void *arg)
+{
+	int rc;
+
+	if (ps->stopping || ps->count >= ps->max) {
+		dml_warn("refusing a connection: %s", ps->stopping ? "shutting down"
+				 : "max_connections reached");
+		close(fd);
+		return ps->stopping ? DML_ECLOSED : DML_ECONN;
+	}
+	rc = dml_conn_accept(ps->base, fd, conf, ops, arg, &p->conn);
+	if (rc)
+		return rc;
+	p->prev = NULL;
+	p->next = ps->head;
+	if (ps->head)
+		ps->head->prev = p;
+	ps->head = p;
+	ps->count++;
+	return 0;
+}
+
+void dml_peers_remove(struct dml_peers *ps, struct dml_peer *p)
+{
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		ps->head = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	ps->count--;
+	if (ps->stopping && ps->count == 0)
+		event_base_loopexit(ps->base, NULL);
+}
+
+static void grace_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_peers *ps = arg;
+
+	dml_warn("%zu connection(s) still open after the grace period; stopping anyway",
+		 ps->count);
+	event_base_loopexit(ps->base, NULL);
+}
+
+void dml_peers_shutdown(struct dml_peers *ps, int grace_s)
+{
+	struct timeval grace = { grace_s, 0 };
+
+	if (ps->stopping)
+		return;
+	ps->stopping = 1;
+	dml_info("stopping: %zu connection(s) to close", ps->count);
+	for (struct dml_peer *p = ps->head; p; p = p->next)
+		dml_conn_close(p->conn, 0);
+	ps->grace = evtimer_new(ps->base, grace_cb, ps);
+	evtimer_add(ps->grace, &grace);
+	if (ps->count == 0)
+		event_base_loopexit(ps->base, NULL);
+}
+
+void dml_peers_destroy(struct dml_peers *ps)
+{
+	ps->stopping = 1;
+	for (struct dml_peer *p = ps->head; p; p = p->next)
+		dml_conn_abort(p->conn, DML_ECLOSED);
+	/* Teardown is deferred to the loop: turn it until every peer is gone. */
+	for (int i = 0; i < 100 && ps->head; i++)
+		event_base_loop(ps->base, EVLOOP_NONBLOCK);
+	if (ps->grace)
+		event_free(ps->grace);
+	ps->grace = NULL;
+}
