@@ -88,4 +88,19 @@ void dml_conf_print_help(const struct dml_conf_schema *schema, FILE *out);
 /** Print the effective configuration in the file format. */
 void dml_conf_print(const struct dml_conf_schema *schema, const void *root, FILE *out);
 
+/*
+ * Checks that several daemons' option tables share (the validate member of
+ * a row; each takes a char * field).
+ */
+/** log_level choices, in enum dml_log_level order. */
+extern const char *const dml_conf_log_levels[];
+/** host:port with a port 1..65535: an address this process dials. */
+int dml_conf_check_dial(const void *field, char *err, size_t errlen);
+/** Empty, or host:port with a port 1..65535 (e.g. an advertised address). */
+int dml_conf_check_dial_optional(const void *field, char *err, size_t errlen);
+/** Empty (off), or host:port to listen on; port 0 picks a free one. */
+int dml_conf_check_listen_optional(const void *field, char *err, size_t errlen);
+/** A placement zone: at most 63 letters, digits, '-', '_' or '.'. */
+int dml_conf_check_zone(const void *field, char *err, size_t errlen);
+
 #endif

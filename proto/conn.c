@@ -376,6 +376,7 @@ static int send_handshake(struct dml_conn *c, Dml__MsgType type, Dml__Handshake 
 	hs->cluster = (char *)c->conf.cluster;
 	hs->incarnation = c->conf.incarnation;
 	hs->job = c->conf.job;
+	hs->clock = c->conf.clock;
 	m.handshake = hs;
 	return dml_conn_send(c, &m, NULL, 0, DML_SEND_COPY);
 }

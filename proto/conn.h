@@ -84,6 +84,7 @@ struct dml_conn_conf {
 	uint32_t node_id;
 	uint64_t incarnation;
 	uint32_t job;
+	uint64_t clock;             /* HELLO: a worker's clock when it (re)connects */
 	uint32_t handshake_timeout_ms;
 	size_t output_high_wm;      /* stop reading the peer above this much queued */
 };

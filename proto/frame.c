@@ -105,13 +105,13 @@ int dml_meta_value_count(const Dml__Meta *m, uint64_t *count)
 
 static bool type_is_known(int type)
 {
-	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__NODES_REPLY;
+	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__MIGRATE;
 }
 
 static bool type_is_data(int type)
 {
 	return type == DML__MSG_TYPE__PUSH || type == DML__MSG_TYPE__PULL ||
-	       type == DML__MSG_TYPE__PULL_REPLY;
+	       type == DML__MSG_TYPE__PULL_REPLY || type == DML__MSG_TYPE__MIGRATE;
 }
 
 static bool type_is_handshake(int type)
@@ -121,7 +121,9 @@ static bool type_is_handshake(int type)
 }
 
 /*
- * The payload a PUSH, PULL or PULL_REPLY must carry, from its counts.
+ * The payload a PUSH, PULL, PULL_REPLY or MIGRATE must carry, from its
+ * counts. MIGRATE is laid out as a PUSH whose rows hold values and optimizer
+ * state; a sparse one may carry no rows (a hash range that is empty).
  * Sets *reply_bytes to the size of the values the request names, which
  * bounds what a PULL's answer will need.
  */
@@ -133,6 +135,10 @@ static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_limi
 
 	if (m->value_width == 0)
 		return DML_EFRAME_COUNT;
+	if (m->type == DML__MSG_TYPE__MIGRATE && !m->dense && m->num_keys == 0) {
+		*expected = *reply_bytes = 0;
+		return 0;
+	}
 	if (m->dense) {
 		if (m->num_keys != 0)
 			return DML_EFRAME_COUNT;
@@ -151,6 +157,7 @@ static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_limi
 
 	switch (m->type) {
 	case DML__MSG_TYPE__PUSH:
+	case DML__MSG_TYPE__MIGRATE:
 		if (__builtin_add_overflow(key_bytes, *reply_bytes, expected))
 			return DML_EFRAME_COUNT;
 		break;
@@ -195,6 +202,11 @@ static int meta_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 	if (m->type == DML__MSG_TYPE__ERROR && !m->error)
 		return DML_EFRAME_DECODE;
 	if (m->type == DML__MSG_TYPE__REGISTER && !m->node)
+		return DML_EFRAME_DECODE;
+	if ((m->type == DML__MSG_TYPE__SUBMIT && !m->job_spec) ||
+	    (m->type == DML__MSG_TYPE__ASSIGN && (!m->job_spec || !m->assignment)) ||
+	    (m->type == DML__MSG_TYPE__PROGRESS && !m->progress) ||
+	    (m->type == DML__MSG_TYPE__SHARDMAP_REPLY && (!m->shard_map || !m->job_spec)))
 		return DML_EFRAME_DECODE;
 	if (type_is_data(m->type) && m->dtype != DML__DTYPE__F32)
 		return DML_ESHAPE;
@@ -324,6 +336,16 @@ static const char *const msg_type_names[] = {
 	[DML__MSG_TYPE__REGISTER_REPLY] = "register_reply",
 	[DML__MSG_TYPE__NODES] = "nodes",
 	[DML__MSG_TYPE__NODES_REPLY] = "nodes_reply",
+	[DML__MSG_TYPE__SUBMIT] = "submit",
+	[DML__MSG_TYPE__SUBMIT_REPLY] = "submit_reply",
+	[DML__MSG_TYPE__JOBS] = "jobs",
+	[DML__MSG_TYPE__JOBS_REPLY] = "jobs_reply",
+	[DML__MSG_TYPE__JOB_CONTROL] = "job_control",
+	[DML__MSG_TYPE__ASSIGN] = "assign",
+	[DML__MSG_TYPE__PROGRESS] = "progress",
+	[DML__MSG_TYPE__SHARDMAP] = "shardmap",
+	[DML__MSG_TYPE__SHARDMAP_REPLY] = "shardmap_reply",
+	[DML__MSG_TYPE__MIGRATE] = "migrate",
 };
 
 const char *dml_msg_type_name(int type)

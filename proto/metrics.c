@@ -23,6 +23,7 @@
 #include <event2/http.h>
 
 #include "dml_error.h"
+#include "listen.h"
 #include "log.h"
 #include "metrics.h"
 #include "util.h"
@@ -596,4 +597,21 @@ void dml_metrics_http_stop(struct dml_metrics *m)
 		evhttp_free(m->http);
 		m->http = NULL;
 	}
+}
+
+int dml_metrics_serve(struct dml_metrics *m, struct event_base *base, const char *listen,
+		      const char *port_file)
+{
+	char host[256];
+	uint16_t port, bound;
+	int rc;
+
+	if (!listen || !listen[0])
+		return 0;
+	if (dml_parse_hostport(listen, host, sizeof(host), &port, 1) != 0)
+		return DML_ECONF;
+	rc = dml_metrics_http_start(m, base, host, port, &bound);
+	if (rc == 0 && port_file && port_file[0])
+		rc = dml_write_port_file(port_file, bound);
+	return rc;
 }

@@ -126,6 +126,15 @@ int dml_metrics_render(const struct dml_metrics *m, char **text, size_t *len);
 int dml_metrics_http_start(struct dml_metrics *m, struct event_base *base, const char *host,
 			   uint16_t port, uint16_t *bound_port);
 
+/**
+ * What every daemon's metrics_listen / metrics_port_file options mean: serve
+ * on listen (host:port; "" or NULL: don't), then write the bound port to
+ * port_file when it is set. 0, DML_ECONF (listen is not host:port), or
+ * dml_metrics_http_start's and dml_write_port_file's errors.
+ */
+int dml_metrics_serve(struct dml_metrics *m, struct event_base *base, const char *listen,
+		      const char *port_file);
+
 /** Stop serving: close the listener and every HTTP connection. Idempotent. */
 void dml_metrics_http_stop(struct dml_metrics *m);
 

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/random.h>
@@ -211,4 +212,16 @@ int dml_parse_hostport(const char *s, char *host, size_t hostlen, uint16_t *port
 	host[hl] = '\0';
 	*port = (uint16_t)p;
 	return 0;
+}
+
+int dml_fail(int code, char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
 }

@@ -75,4 +75,11 @@ static inline uint64_t dml_load_le64(const void *p)
 
 #define DML_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/**
+ * Write a formatted reason into err (when err and errlen are set) and
+ * return code: the one-line way for checks that explain what they refuse.
+ */
+int dml_fail(int code, char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
 #endif

@@ -37,6 +37,9 @@
 /* A registration that lasted this long resets the backoff: one that keeps
  * being lost at once (two nodes with one id) is retried ever more slowly. */
 #define STABLE_MS BACKOFF_MAX_MS
+/* Request ids of frames the owner sends have this bit set, so an ERROR
+ * answering one of them is told from one refusing the link's own. */
+#define OWNER_ID_BIT (UINT64_C(1) << 63)
 /* Loop turns dml_sched_link_free() allows the connection's teardown. */
 #define FREE_TURNS 100
 
@@ -65,12 +68,15 @@ struct dml_sched_link {
 	struct event *timer;
 	uint32_t backoff_ms;
 	uint32_t heartbeat_ms;
-	uint64_t next_request;
+	uint64_t next_request;     /* the link's own request ids */
+	uint64_t next_owner_request; /* ids of the owner's frames (OWNER_ID_BIT) */
 	uint64_t register_id;      /* request id of the pending REGISTER */
 	uint64_t last_rx_ns;       /* last frame from the scheduler */
 	uint64_t registered_ns;    /* when the live registration was accepted */
 	int was_registered;        /* registered at least once since the last log */
 	int logged_err;            /* failure last logged; not logged again */
+	dml_sched_link_frame_fn handler;
+	void *handler_arg;
 };
 
 static const char *role_name(uint32_t role)
@@ -204,6 +210,32 @@ static void on_register_reply(struct dml_sched_link *l, const Dml__Meta *m)
 	timer_arm(l, ms);
 }
 
+/* The scheduler refused the registration or a heartbeat. */
+static void on_refused(struct dml_sched_link *l, struct dml_conn *c, const Dml__Meta *m)
+{
+	int code = m->error->code < 0 && m->error->code > DML_ERR_MIN ? m->error->code
+								       : DML_EIO;
+	int refused = m->request_id == l->register_id;
+	const char *why = m->error->message && *m->error->message ? m->error->message
+								  : dml_strerror(code);
+
+	/*
+	 * Either way the link starts over on a new connection, the reason
+	 * logged here, once, rather than by the state change. A refused
+	 * registration needs an operator; a node the scheduler gave up on
+	 * (declared dead) just registers again.
+	 */
+	if (code != l->logged_err && refused)
+		dml_err("scheduler %s: registration refused: %s", l->name, why);
+	else if (code != l->logged_err)
+		dml_warn("scheduler %s: %s; registering again", l->name, why);
+	l->logged_err = code;
+	l->was_registered = 0;
+	if (refused)
+		l->backoff_ms = BACKOFF_MAX_MS / 2;
+	dml_conn_close(c, code);
+}
+
 static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *payload,
 		    size_t len, void *arg)
 {
@@ -220,31 +252,20 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		return 0;
 	case DML__MSG_TYPE__HEARTBEAT:
 		return 0;
-	case DML__MSG_TYPE__ERROR: {
-		int code = m->error->code < 0 && m->error->code > DML_ERR_MIN
-				   ? m->error->code : DML_EIO;
-		int refused = m->request_id == l->register_id;
-		const char *why = m->error->message && *m->error->message
-					  ? m->error->message : dml_strerror(code);
-
-		/*
-		 * Either way the link starts over on a new connection, the reason
-		 * logged here, once, rather than by the state change. A refused
-		 * registration needs an operator; a node the scheduler gave up on
-		 * (declared dead) just registers again.
-		 */
-		if (code != l->logged_err && refused)
-			dml_err("scheduler %s: registration refused: %s", l->name, why);
-		else if (code != l->logged_err)
-			dml_warn("scheduler %s: %s; registering again", l->name, why);
-		l->logged_err = code;
-		l->was_registered = 0;
-		if (refused)
-			l->backoff_ms = BACKOFF_MAX_MS / 2;
-		dml_conn_close(c, code);
+	case DML__MSG_TYPE__ERROR:
+		if ((m->request_id & OWNER_ID_BIT) && l->handler &&
+		    l->state == LINK_REGISTERED) {
+			/* It answers something the owner sent, not the link. */
+			l->handler(l, m, l->handler_arg);
+			return 0;
+		}
+		on_refused(l, c, m);
 		return 0;
-	}
 	default:
+		if (l->handler && l->state == LINK_REGISTERED) {
+			l->handler(l, m, l->handler_arg);
+			return 0;
+		}
 		/* Newer schedulers may tell nodes more; this one has no use for it. */
 		dml_debug("scheduler %s: ignoring a %s frame", l->name,
 			  dml_msg_type_name((int)m->type));
@@ -393,6 +414,27 @@ int dml_sched_link_new(struct event_base *base, const struct dml_conn_conf *conn
 	timer_arm(l, 0);
 	*out = l;
 	return 0;
+}
+
+void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_fn fn,
+				void *arg)
+{
+	if (!l)
+		return;
+	l->handler = fn;
+	l->handler_arg = arg;
+}
+
+int dml_sched_link_send(struct dml_sched_link *l, Dml__Meta *m)
+{
+	if (!l || !m)
+		return DML_EINVAL;
+	if (l->state != LINK_REGISTERED || !l->conn)
+		return DML_ECONN;
+	m->sender = l->self->node_id;
+	if (m->request_id == 0)
+		m->request_id = OWNER_ID_BIT | ++l->next_owner_request;
+	return dml_conn_send(l->conn, m, NULL, 0, DML_SEND_COPY);
 }
 
 int dml_sched_link_registered(const struct dml_sched_link *l)

@@ -46,6 +46,32 @@ int dml_sched_link_new(struct event_base *base, const struct dml_conn_conf *conn
 		       const char *host, uint16_t port, const Dml__NodeInfo *self,
 		       struct dml_sched_link **out);
 
+/**
+ * What the scheduler sends a node beyond the registration's own replies
+ * (ASSIGN to workers, SHARDMAP to servers, ACKs and replies to what the node
+ * sent with dml_sched_link_send): handed to the owner on the loop, only
+ * while registered. m is valid during the call. An ERROR reaches the
+ * handler only when it answers a frame the owner sent (with a request id
+ * dml_sched_link_send chose); one refusing the registration or a heartbeat
+ * is the link's own business: it registers again.
+ */
+typedef void (*dml_sched_link_frame_fn)(struct dml_sched_link *l, const Dml__Meta *m,
+					void *arg);
+
+/** Set (or clear, with NULL) the frame handler. */
+void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_fn fn,
+				void *arg);
+
+/**
+ * Send a frame (no payload) to the scheduler on the registered connection;
+ * m->sender is set to the node id, and m->request_id, when 0, to a fresh id
+ * of the owner's (the scheduler echoes it in its reply; replies to frames
+ * the scheduler sent, such as an ACK of a SHARDMAP, carry its id instead). DML_ECONN when not registered now:
+ * the scheduler resends what a node needs after it registers again, so the
+ * caller just tries again later.
+ */
+int dml_sched_link_send(struct dml_sched_link *l, Dml__Meta *m);
+
 /** 1 while the scheduler has accepted the registration on the live connection. */
 int dml_sched_link_registered(const struct dml_sched_link *l);
 

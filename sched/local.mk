@@ -2,8 +2,17 @@
 # servers and workers use to register with it.
 noinst_LTLIBRARIES += sched/libdmlschedlink.la
 sched_libdmlschedlink_la_SOURCES = sched/link.c
-noinst_HEADERS += sched/link.h sched/nodes.h sched/sched.h sched/sched_conf.h
+noinst_HEADERS += sched/link.h sched/nodes.h sched/sched.h sched/sched_conf.h \
+	sched/sched_internal.h
+
+# Job files and specs: read by dmlctl, checked by dml-sched, run by dml-worker.
+noinst_LTLIBRARIES += sched/libdmljobconf.la
+sched_libdmljobconf_la_SOURCES = sched/job_conf.c
+noinst_HEADERS += sched/job_conf.h sched/jobs.h
+EXTRA_DIST += conf/jobs/lsq.conf
 
 bin_PROGRAMS += sched/dml-sched
-sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c
-sched_dml_sched_LDADD = proto/libdmldaemon.la proto/libdmlproto.la
+sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c \
+	sched/sched_jobs.c sched/sched_metrics.c sched/jobs.c
+sched_dml_sched_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
+	proto/libdmldaemon.la proto/libdmlproto.la

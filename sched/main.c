@@ -26,8 +26,10 @@ int main(int argc, char **argv)
 {
 	static const struct dml_daemon d = {
 		.name = "dml-sched",
-		.description = "Keeps the dml cluster's membership: nodes register and heartbeat,\n"
-			       "and each is alive, suspect or dead (see `dmlctl nodes`).",
+		.description = "Runs the dml cluster: nodes register and heartbeat (alive, suspect\n"
+			       "or dead, see `dmlctl nodes`); jobs are submitted with dmlctl, get\n"
+			       "their shard map on the servers and their data partitions on the\n"
+			       "workers, and move work when nodes die or join.",
 		.example = "conf/sched.conf",
 		.schema = &dml_sched_conf_schema,
 		.conf_size = sizeof(struct dml_sched_conf),

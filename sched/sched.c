@@ -1,18 +1,22 @@
 /*
- * dml-sched core (see sched.h): membership over the connection layer.
+ * dml-sched core (see sched.h): membership over the connection layer, and
+ * the dispatch of every request (the job side is in sched_jobs.c).
  *
  * A node (server, worker, aggregator) authenticates, then must REGISTER
- * before anything else; from then on its session owns the node's entry in
- * the table, heartbeats keep it alive, and closing the connection makes it
- * suspect. A control client (dmlctl) may list the nodes but not register.
- * When a node registers again from a new connection, the newer connection
- * owns the entry and the older one is closed; when the failure detector
- * declares a connected node dead, its connection is closed so that the node
+ * before anything else (except asking for a shard map: libdml does that on
+ * a worker-role connection of its own that never registers); from then on
+ * its session owns the node's entry in the table, heartbeats keep it alive,
+ * and closing the connection makes it suspect. A control client (dmlctl)
+ * may list nodes and jobs, submit and control jobs, but not register. When
+ * a node registers again from a new connection, the newer connection owns
+ * the entry and the older one is closed; when the failure detector declares
+ * a connected node dead, its connection is closed so that the node
  * registers afresh.
  *
  * Must never: block the loop, let a request change a node other than the
- * one its connection authenticated as, or let one bad peer cost more than
- * its own connection.
+ * one its connection authenticated as, answer a PROGRESS with an ERROR (the
+ * link would register again), or let one bad peer cost more than its own
+ * connection.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,37 +39,21 @@
 #include "nodes.h"
 #include "peers.h"
 #include "sched.h"
+#include "sched_internal.h"
 #include "util.h"
 
 #define SHUTDOWN_GRACE_S 3
 #define TICK_MIN_MS 10
 #define TICK_MAX_MS 100
 
-struct session {
-	struct dml_peer peer;      /* first: the set's list walks sessions */
-	struct dml_sched *sched;
-	uint32_t role;             /* authenticated in the handshake */
-	uint32_t node_id;
-	uint64_t incarnation;
-	int registered;            /* this connection owns (role, node_id) */
-};
-
-struct dml_sched {
-	const struct dml_sched_conf *conf;
-	struct event_base *base;
-	struct evconnlistener *listener;
-	uint16_t port;
-	struct dml_conn_conf conn_conf;
-	uint8_t *secret;
-	size_t secret_len;
-	struct dml_nodes *nodes;
-	struct dml_peers peers;    /* struct session each */
-	struct event *tick;
-};
+uint64_t dml_sched_now_ms(void)
+{
+	return dml_now_ns() / 1000000u;
+}
 
 static uint64_t now_ms(void)
 {
-	return dml_now_ns() / 1000000u;
+	return dml_sched_now_ms();
 }
 
 /* ---- node state changes ------------------------------------------------- */
@@ -77,7 +65,7 @@ static void node_name(const struct dml_node *n, char *buf, size_t len)
 		 n->address[0] ? " at " : "", n->address);
 }
 
-static struct session *owner_of(struct dml_sched *s, uint32_t role, uint32_t node_id)
+struct session *dml_sched_owner(struct dml_sched *s, uint32_t role, uint32_t node_id)
 {
 	for (struct dml_peer *p = s->peers.head; p; p = p->next) {
 		struct session *ss = (struct session *)p;
@@ -104,6 +92,8 @@ static void on_node_change(const struct dml_node *n, Dml__NodeState old, void *a
 	char name[DML_NODE_ADDRESS_MAX + 64];
 
 	node_name(n, name, sizeof(name));
+	/* Queued: the jobs react from the loop, after this change is done. */
+	dml_sched_jobs_node_changed(s, n, old);
 	/* Only a registration makes a node ALIVE at its registration time (a
 	 * heartbeat revives a SUSPECT node, which needs time to pass). */
 	if (n->state == DML__NODE_STATE__ALIVE && n->changed_ms == n->registered_ms) {
@@ -121,7 +111,7 @@ static void on_node_change(const struct dml_node *n, Dml__NodeState old, void *a
 		"%s: %s -> %s: %s", name, dml_node_state_name(old),
 		dml_node_state_name(n->state), n->reason);
 	if (n->state == DML__NODE_STATE__DEAD &&
-	    (owner = owner_of(s, n->role, n->node_id)) != NULL) {
+	    (owner = dml_sched_owner(s, n->role, n->node_id)) != NULL) {
 		char why[DML_NODE_REASON_MAX + 64];
 
 		snprintf(why, sizeof(why), "declared dead (%s); register again", n->reason);
@@ -131,11 +121,8 @@ static void on_node_change(const struct dml_node *n, Dml__NodeState old, void *a
 
 /* ---- replies ------------------------------------------------------------ */
 
-static void reply_error(struct session *ss, uint64_t request_id, int code, const char *fmt,
-			...) __attribute__((format(printf, 4, 5)));
-
-static void reply_error(struct session *ss, uint64_t request_id, int code, const char *fmt,
-			...)
+void dml_sched_reply_error(struct session *ss, uint64_t request_id, int code,
+			   const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;
@@ -148,15 +135,27 @@ static void reply_error(struct session *ss, uint64_t request_id, int code, const
 	(void)dml_conn_send_error(ss->peer.conn, request_id, code, msg);
 }
 
-/* A reply with nothing but its type (HEARTBEAT echo, ACK, ...). */
-static void reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_id)
+void dml_sched_reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_id)
 {
 	Dml__Meta m = DML__META__INIT;
 
 	m.type = type;
 	m.request_id = request_id;
-	m.sender = ss->sched->conf->node_id;
-	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
+	(void)dml_sched_send(ss, &m, NULL);
+}
+
+int dml_sched_send(struct session *ss, Dml__Meta *m, size_t *size)
+{
+	size_t len;
+
+	m->sender = ss->sched->conf->node_id;
+	len = dml__meta__get_packed_size(m);
+	if (size)
+		*size = len;
+	/* Peers apply the same kind of limit to what they read. */
+	if (len > ss->sched->conf->max_meta)
+		return DML_EFRAME_META;
+	return dml_conn_send(ss->peer.conn, m, NULL, 0, DML_SEND_COPY);
 }
 
 /* ---- request handlers --------------------------------------------------- */
@@ -176,15 +175,18 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 	int rc;
 
 	if (is_control(ss)) {
-		reply_error(ss, m->request_id, DML_EROLE, "control clients may not register");
+		dml_sched_reply_error(ss, m->request_id, DML_EROLE,
+				      "control clients may not register");
 		return;
 	}
 	info = *m->node;
 	if (info.role != ss->role || info.node_id != ss->node_id) {
-		reply_error(ss, m->request_id, info.role != ss->role ? DML_EROLE : DML_EINVAL,
-			    "register as %s %u on a connection authenticated as %s %u",
-			    dml_node_role_name(info.role), info.node_id,
-			    dml_node_role_name(ss->role), ss->node_id);
+		dml_sched_reply_error(ss, m->request_id,
+				      info.role != ss->role ? DML_EROLE : DML_EINVAL,
+				      "register as %s %u on a connection authenticated as "
+				      "%s %u",
+				      dml_node_role_name(info.role), info.node_id,
+				      dml_node_role_name(ss->role), ss->node_id);
 		return;
 	}
 	if (info.incarnation == 0)
@@ -192,10 +194,10 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 	if ((rc = dml_node_info_check(&info, why, sizeof(why))) != 0) {
 		dml_warn("peer %s: %s %u: registration refused: %s", dml_conn_peer(ss->peer.conn),
 			 dml_node_role_name(ss->role), ss->node_id, why);
-		reply_error(ss, m->request_id, rc, "registration refused: %s", why);
+		dml_sched_reply_error(ss, m->request_id, rc, "registration refused: %s", why);
 		return;
 	}
-	old = owner_of(s, ss->role, ss->node_id);
+	old = dml_sched_owner(s, ss->role, ss->node_id);
 	if (old && old != ss && old->incarnation != info.incarnation) {
 		const struct dml_node *n = dml_nodes_find(s->nodes, ss->role, ss->node_id);
 
@@ -205,9 +207,10 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 			dml_warn("peer %s: %s %u: registration refused: the id is held by a "
 				 "live process at %s", dml_conn_peer(ss->peer.conn),
 				 dml_node_role_name(ss->role), ss->node_id, dml_conn_peer(old->peer.conn));
-			reply_error(ss, m->request_id, DML_ECONF,
-				    "%s %u is already registered by another live process",
-				    dml_node_role_name(ss->role), ss->node_id);
+			dml_sched_reply_error(ss, m->request_id, DML_ECONF,
+					      "%s %u is already registered by another live "
+					      "process", dml_node_role_name(ss->role),
+					      ss->node_id);
 			return;
 		}
 	}
@@ -220,15 +223,15 @@ static void handle_register(struct session *ss, const Dml__Meta *m)
 	rc = dml_nodes_register(s->nodes, &info, now_ms(), NULL);
 	if (rc) {
 		/* The check above passed, so this is a bug in nodes.c. */
-		reply_error(ss, m->request_id, rc, "registration failed: %s", dml_strerror(rc));
+		dml_sched_reply_error(ss, m->request_id, rc, "registration failed: %s",
+				      dml_strerror(rc));
 		return;
 	}
 	ss->registered = 1;
 	r.type = DML__MSG_TYPE__REGISTER_REPLY;
 	r.request_id = m->request_id;
-	r.sender = s->conf->node_id;
 	r.heartbeat_interval_ms = s->conf->heartbeat_interval_ms;
-	(void)dml_conn_send(ss->peer.conn, &r, NULL, 0, DML_SEND_COPY);
+	(void)dml_sched_send(ss, &r, NULL);
 }
 
 static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
@@ -238,12 +241,12 @@ static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
 	if (ss->registered) {
 		rc = dml_nodes_heartbeat(ss->sched->nodes, ss->role, ss->node_id, now_ms());
 		if (rc) {
-			reply_error(ss, m->request_id, DML_ESTATE,
-				    "not alive here: register again");
+			dml_sched_reply_error(ss, m->request_id, DML_ESTATE,
+					      "not alive here: register again");
 			return;
 		}
 	}
-	reply_plain(ss, DML__MSG_TYPE__HEARTBEAT, m->request_id);
+	dml_sched_reply_plain(ss, DML__MSG_TYPE__HEARTBEAT, m->request_id);
 }
 
 static void node_to_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
@@ -274,6 +277,7 @@ static void handle_nodes(struct session *ss, const Dml__Meta *req)
 {
 	struct dml_sched *s = ss->sched;
 	size_t n = dml_nodes_count(s->nodes), size;
+	int rc;
 	Dml__NodeInfo *infos = dml_xcalloc(n + 1, sizeof(*infos));
 	Dml__NodeInfo **ptrs = dml_xcalloc(n + 1, sizeof(*ptrs));
 	Dml__Profile *profiles = dml_xcalloc(n + 1, sizeof(*profiles));
@@ -286,17 +290,14 @@ static void handle_nodes(struct session *ss, const Dml__Meta *req)
 	}
 	m.type = DML__MSG_TYPE__NODES_REPLY;
 	m.request_id = req->request_id;
-	m.sender = s->conf->node_id;
 	m.n_nodes = n;
 	m.nodes = ptrs;
-	size = dml__meta__get_packed_size(&m);
-	/* Peers apply the same limit to what they read. */
-	if (size > s->conf->max_meta)
-		reply_error(ss, req->request_id, DML_EFRAME_META,
-			    "%zu nodes need %zu bytes of metadata, over max_meta (%llu)", n, size,
-			    (unsigned long long)s->conf->max_meta);
-	else
-		(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
+	rc = dml_sched_send(ss, &m, &size);
+	if (rc == DML_EFRAME_META)
+		dml_sched_reply_error(ss, req->request_id, DML_EFRAME_META,
+				      "%zu nodes need %zu bytes of metadata, over max_meta "
+				      "(%llu)", n, size,
+				      (unsigned long long)s->conf->max_meta);
 	free(infos);
 	free(ptrs);
 	free(profiles);
@@ -310,7 +311,49 @@ static void handle_bye(struct session *ss, const Dml__Meta *m)
 		ss->registered = 0;
 		(void)dml_nodes_leave(ss->sched->nodes, ss->role, ss->node_id, now_ms());
 	}
-	reply_plain(ss, DML__MSG_TYPE__ACK, m->request_id);
+	dml_sched_reply_plain(ss, DML__MSG_TYPE__ACK, m->request_id);
+}
+
+static enum sched_req request_kind(int type)
+{
+	switch (type) {
+	case DML__MSG_TYPE__REGISTER: return SREQ_REGISTER;
+	case DML__MSG_TYPE__HEARTBEAT: return SREQ_HEARTBEAT;
+	case DML__MSG_TYPE__NODES: return SREQ_NODES;
+	case DML__MSG_TYPE__BYE: return SREQ_BYE;
+	case DML__MSG_TYPE__SUBMIT: return SREQ_SUBMIT;
+	case DML__MSG_TYPE__JOBS: return SREQ_JOBS;
+	case DML__MSG_TYPE__JOB_CONTROL: return SREQ_JOB_CONTROL;
+	case DML__MSG_TYPE__SHARDMAP: return SREQ_SHARDMAP;
+	case DML__MSG_TYPE__PROGRESS: return SREQ_PROGRESS;
+	case DML__MSG_TYPE__ACK: return SREQ_ACK;
+	case DML__MSG_TYPE__ERROR: return SREQ_ERROR;
+	default: return SREQ_OTHER;
+	}
+}
+
+/* Frames any authenticated peer may send, registered or not. */
+static int handle_unregistered(struct session *ss, const Dml__Meta *m)
+{
+	switch (m->type) {
+	case DML__MSG_TYPE__REGISTER:
+		handle_register(ss, m);
+		return 1;
+	case DML__MSG_TYPE__SHARDMAP:
+		dml_sched_handle_shardmap(ss, m);
+		return 1;
+	case DML__MSG_TYPE__PROGRESS:
+		if (ss->registered) {
+			dml_sched_handle_progress(ss, m);
+		} else {
+			/* Never an ERROR: it would make a link register again. */
+			dml_debug("peer %s: progress from an unregistered %s ignored",
+				  dml_conn_peer(ss->peer.conn), dml_node_role_name(ss->role));
+		}
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *payload,
@@ -318,13 +361,13 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 {
 	struct session *ss = arg;
 
-	if (m->type == DML__MSG_TYPE__REGISTER) {
-		handle_register(ss, m);
+	ss->sched->st.requests[request_kind(m->type)]++;
+	if (handle_unregistered(ss, m))
 		return 0;
-	}
 	if (!ss->registered && !is_control(ss)) {
-		reply_error(ss, m->request_id, DML_ESTATE, "register before sending %s",
-			    dml_msg_type_name(m->type));
+		dml_sched_reply_error(ss, m->request_id, DML_ESTATE,
+				      "register before sending %s",
+				      dml_msg_type_name(m->type));
 		return 0;
 	}
 	switch (m->type) {
@@ -337,12 +380,28 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 	case DML__MSG_TYPE__BYE:
 		handle_bye(ss, m);
 		return 0;
+	case DML__MSG_TYPE__SUBMIT:
+		dml_sched_handle_submit(ss, m);
+		return 0;
+	case DML__MSG_TYPE__JOBS:
+		dml_sched_handle_jobs(ss, m);
+		return 0;
+	case DML__MSG_TYPE__JOB_CONTROL:
+		dml_sched_handle_job_control(ss, m);
+		return 0;
+	case DML__MSG_TYPE__ACK:
+	case DML__MSG_TYPE__ERROR:
+		/* Replies to what the scheduler sent; a control client sends none. */
+		if (ss->registered)
+			dml_sched_handle_reply(ss, m);
+		return 0;
 	default:
 		/* Data requests, replies and handshakes have no business here. */
 		dml_warn("peer %s: the scheduler does not serve %s; closing connection",
 			 dml_conn_peer(c), dml_msg_type_name(m->type));
-		reply_error(ss, m->request_id, DML_ESTATE, "the scheduler does not serve %s",
-			    dml_msg_type_name(m->type));
+		dml_sched_reply_error(ss, m->request_id, DML_ESTATE,
+				      "the scheduler does not serve %s",
+				      dml_msg_type_name(m->type));
 		dml_conn_close(c, DML_ESTATE);
 		return 0;
 	}
@@ -409,6 +468,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	struct dml_sched *s = arg;
 
 	dml_nodes_tick(s->nodes, now_ms(), NULL);
+	dml_sched_jobs_tick(s);
 }
 
 
@@ -465,6 +525,11 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 	if ((rc = dml_random_bytes(&s->conn_conf.incarnation,
 				   sizeof(s->conn_conf.incarnation))) != 0)
 		return rc;
+	if ((rc = dml_sched_jobs_init(s)) != 0)
+		return rc;
+	/* Before the port file: a ready scheduler serves its metrics too. */
+	if ((rc = dml_sched_metrics_init(s)) != 0)
+		return rc;
 	/* A tenth of suspect_after_ms: a state change is at most that late. */
 	tick_ms = conf->suspect_after_ms / 10;
 	tick_ms = tick_ms < TICK_MIN_MS ? TICK_MIN_MS : tick_ms > TICK_MAX_MS ? TICK_MAX_MS
@@ -485,6 +550,7 @@ void dml_sched_shutdown(struct dml_sched *s)
 	}
 	if (s->tick)
 		event_del(s->tick);
+	dml_metrics_http_stop(s->metrics);
 	dml_peers_shutdown(&s->peers, SHUTDOWN_GRACE_S);
 }
 
@@ -498,6 +564,8 @@ void dml_sched_free(struct dml_sched *s)
 		evconnlistener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
+	dml_sched_jobs_free(s);
+	dml_metrics_free(s->metrics);
 	dml_nodes_free(s->nodes);
 	dml_secret_free(s->secret, s->secret_len);
 	free(s);

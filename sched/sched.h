@@ -1,8 +1,10 @@
 /*
- * dml-sched's core: the listener, one session per connection, the handlers
- * for REGISTER, HEARTBEAT, NODES and BYE, and the timer that moves nodes
- * whose heartbeats stopped to suspect and dead (nodes.h). Runs on one
- * libevent loop, which owns the node table, so no locks are needed.
+ * dml-sched's core: the listener, one session per connection, membership
+ * (REGISTER, HEARTBEAT, NODES, BYE, and the timer that moves nodes whose
+ * heartbeats stopped to suspect and dead, nodes.h), jobs (SUBMIT, JOBS,
+ * JOB_CONTROL, SHARDMAP, PROGRESS; shard maps sent to servers and
+ * assignments to workers, jobs.h) and the Prometheus endpoint. Runs on one
+ * libevent loop, which owns the node and job tables, so no locks are needed.
  */
 #ifndef DML_SCHED_H
 #define DML_SCHED_H
@@ -17,11 +19,12 @@ struct dml_sched;
 
 /**
  * Load the secret, listen, start the failure detector and write the port
- * file. The conf and base must outlive the scheduler. On failure *out may
- * still be set: free it with dml_sched_free(). Returns DML_ESECRET,
- * DML_ECONF (listen is not host:port), DML_EINVAL (timeouts the node table
- * refuses) or DML_EIO (cannot listen or write the port file); the log says
- * which.
+ * file, after the metrics endpoint (when metrics_listen is set) serves.
+ * The conf and base must outlive the scheduler. On failure *out may still
+ * be set: free it with dml_sched_free(). Returns DML_ESECRET, DML_ECONF
+ * (listen or metrics_listen is not host:port), DML_EINVAL (timeouts the
+ * node table refuses), DML_ENOMEM or DML_EIO (cannot listen or write a port
+ * file); the log says which.
  */
 int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 		  struct dml_sched **out);

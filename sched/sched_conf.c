@@ -12,8 +12,6 @@
 #define S(field) offsetof(struct dml_sched_conf, field)
 #define DAY_MS 86400000.0
 
-static const char *const log_levels[] = { "error", "warn", "info", "debug", NULL };
-
 static const struct dml_conf_section sections[] = {
 	{ "sched", 0, 0, 0, 0, "identity, address, secret and failure detection" },
 	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
@@ -30,17 +28,22 @@ static const struct dml_conf_option options[] = {
 	  "cluster name; peers must use the same" },
 	{ "sched", "secret_file", DML_CONF_STRING, S(secret_file), NULL, 0, 0, NULL, NULL,
 	  "file holding the cluster secret (mode 0600)" },
-	{ "sched", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0, log_levels, NULL,
-	  "lowest level logged to stderr" },
+	{ "sched", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0,
+	  dml_conf_log_levels, NULL, "lowest level logged to stderr" },
 	{ "sched", "heartbeat_interval_ms", DML_CONF_U32, S(heartbeat_interval_ms), "1000", 10,
 	  600000, NULL, NULL, "nodes heartbeat this often (told to them at registration)" },
 	{ "sched", "suspect_after_ms", DML_CONF_U32, S(suspect_after_ms), "3000", 11, DAY_MS,
 	  NULL, NULL, "a node without a heartbeat this long is suspect" },
 	{ "sched", "dead_after_ms", DML_CONF_U32, S(dead_after_ms), "10000", 12, DAY_MS, NULL,
 	  NULL, "a node without a heartbeat this long is dead until it registers again" },
+	{ "sched", "metrics_listen", DML_CONF_STRING, S(metrics_listen), "", 0, 0, NULL,
+	  dml_conf_check_listen_optional,
+	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
+	{ "sched", "metrics_port_file", DML_CONF_STRING, S(metrics_port_file), "", 0, 0, NULL,
+	  NULL, "write the metrics port here once serving (empty: don't)" },
 
 	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 1024, 16777216.0, NULL, NULL,
-	  "largest frame metadata accepted or sent (a node list must fit)" },
+	  "largest frame metadata accepted or sent (node and job lists must fit)" },
 	{ "limits", "max_connections", DML_CONF_U32, S(max_connections), "1024", 1, 1000000,
 	  NULL, NULL, "connections beyond this are refused" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
@@ -60,6 +63,10 @@ static int check(void *root, char *err, size_t errlen)
 	if (c->dead_after_ms <= c->suspect_after_ms) {
 		snprintf(err, errlen, "dead_after_ms (%u) must be greater than "
 			 "suspect_after_ms (%u)", c->dead_after_ms, c->suspect_after_ms);
+		return DML_ECONF;
+	}
+	if (c->metrics_port_file[0] && !c->metrics_listen[0]) {
+		snprintf(err, errlen, "metrics_port_file needs metrics_listen");
 		return DML_ECONF;
 	}
 	return 0;

@@ -21,6 +21,8 @@ struct dml_sched_conf {
 	uint32_t heartbeat_interval_ms;
 	uint32_t suspect_after_ms;
 	uint32_t dead_after_ms;
+	char *metrics_listen;      /* "" = no metrics endpoint */
+	char *metrics_port_file;
 	/* [limits] */
 	uint64_t max_meta;
 	uint32_t max_connections;
@@ -28,7 +30,8 @@ struct dml_sched_conf {
 };
 
 /* Parse with dml_conf_load(); the cross-field check enforces
- * dead_after_ms > suspect_after_ms > heartbeat_interval_ms. */
+ * dead_after_ms > suspect_after_ms > heartbeat_interval_ms, and
+ * metrics_port_file only with metrics_listen. */
 extern const struct dml_conf_schema dml_sched_conf_schema;
 
 #endif

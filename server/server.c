@@ -1,13 +1,19 @@
 /*
- * dml-server core (see server.h).
+ * dml-server core (see server.h): sessions and the request handlers. Which
+ * tables exist and which of their keys are served is decided by the config
+ * file (build_tables) or by the scheduler's shard maps (server_job.c); the
+ * handlers here only check every request against that before applying it.
  *
  * Metrics are registered in server_metrics.c; the request paths here only
  * bump integers of struct stats and feed three histograms.
  *
  * Must never: block the event loop (a pull that is too early is parked and
  * answered when the clocks allow), apply a push twice (per-worker sequence
- * numbers), trust a count or key the peer sent without checking it against
- * the table, or let one bad peer cost more than its own connection.
+ * numbers, checked before the key ranges so a resend of a push applied
+ * before its keys moved is still acknowledged), apply any of a request
+ * whose keys are not all served here, trust a count or key the peer sent
+ * without checking it against the table, or let one bad peer cost more than
+ * its own connection.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,55 +51,127 @@ static struct table_entry *find_table(struct dml_server *s, uint32_t id)
 	return NULL;
 }
 
+/* A [table] section as the table storage wants it. */
+static void table_conf_from(const struct dml_server_table_conf *tc, uint64_t begin,
+			    uint64_t end, struct dml_table_conf *t)
+{
+	int dense = tc->kind == DML_TABLE_DENSE;
+
+	memset(t, 0, sizeof(*t));
+	t->id = tc->id;
+	t->width = tc->width;
+	t->kind = (enum dml_table_kind)tc->kind;
+	t->key_begin = dense ? begin : 0;
+	t->key_end = dense ? end : 0;
+	t->capacity_hint = tc->capacity;
+	t->init = (enum dml_init_kind)tc->init;
+	t->init_scale = (float)tc->init_scale;
+	t->seed = tc->seed;
+	t->optim.kind = (enum dml_optim_kind)tc->optimizer;
+	t->optim.lr = (float)tc->lr;
+	t->optim.weight_decay = (float)tc->weight_decay;
+	t->optim.momentum = (float)tc->momentum;
+	t->optim.beta1 = (float)tc->beta1;
+	t->optim.beta2 = (float)tc->beta2;
+	t->optim.eps = (float)tc->epsilon;
+}
+
+/* The config file's tables: each split evenly by "shard = i/n". */
 static int build_tables(struct dml_server *s)
 {
 	const struct dml_server_conf *c = s->conf;
 
 	s->tables = dml_xcalloc(c->ntables, sizeof(*s->tables));
-	s->infos = dml_xcalloc(c->ntables, sizeof(*s->infos));
 	for (size_t i = 0; i < c->ntables; i++) {
 		const struct dml_server_table_conf *tc = &c->tables[i];
 		struct table_entry *te = &s->tables[i];
-		struct dml_table_conf t = { 0 };
+		struct dml_table_conf t;
 		int dense = tc->kind == DML_TABLE_DENSE, rc;
+		uint64_t begin, end;
 
 		dml_shard_even_range(dense ? tc->keys : DML_SHARD_HASH_SPACE, c->shard_index,
-				     c->shard_count, &te->own_begin, &te->own_end);
-		t.id = tc->id;
-		t.width = tc->width;
-		t.kind = (enum dml_table_kind)tc->kind;
-		t.key_begin = dense ? te->own_begin : 0;
-		t.key_end = dense ? te->own_end : 0;
-		t.capacity_hint = tc->capacity;
-		t.init = (enum dml_init_kind)tc->init;
-		t.init_scale = (float)tc->init_scale;
-		t.seed = tc->seed;
-		t.optim.kind = (enum dml_optim_kind)tc->optimizer;
-		t.optim.lr = (float)tc->lr;
-		t.optim.weight_decay = (float)tc->weight_decay;
-		t.optim.momentum = (float)tc->momentum;
-		t.optim.beta1 = (float)tc->beta1;
-		t.optim.beta2 = (float)tc->beta2;
-		t.optim.eps = (float)tc->epsilon;
+				     c->shard_count, &begin, &end);
+		table_conf_from(tc, begin, end, &t);
 		rc = dml_table_new(&t, &te->table);
 		if (rc) {
 			dml_err("table %u: %s", tc->id, dml_strerror(rc));
 			return rc;
 		}
+		s->ntables++;
 		dml__table_info__init(&te->info);
 		te->info.id = tc->id;
 		te->info.dense = dense;
 		te->info.width = tc->width;
 		te->info.keys = dense ? tc->keys : 0;
-		te->info.key_begin = te->own_begin;
-		te->info.key_end = te->own_end;
-		s->infos[i] = &te->info;
-		s->ntables++;
+		dml_server_ranges_add(&te->served, begin, end);
 		dml_info("table %u: %s, width %u, %s %llu..%llu", tc->id,
 			 dense ? "dense" : "sparse", tc->width, dense ? "keys" : "key hashes",
-			 (unsigned long long)te->own_begin, (unsigned long long)te->own_end);
+			 (unsigned long long)begin, (unsigned long long)end);
 	}
+	s->shard_index = c->shard_index;
+	s->shard_count = c->shard_count;
+	dml_server_welcome_rebuild(s);
 	return 0;
+}
+
+void dml_server_tables_free(struct dml_server *s)
+{
+	for (size_t i = 0; i < s->ntables; i++) {
+		dml_table_free(s->tables[i].table);
+		dml_server_ranges_clear(&s->tables[i].served);
+		dml_server_ranges_clear(&s->tables[i].pending);
+	}
+	free(s->tables);
+	s->tables = NULL;
+	s->ntables = 0;
+}
+
+/* Append one TableInfo for [begin, end) of te. */
+static void welcome_add(struct dml_server *s, const struct table_entry *te, uint64_t begin,
+			uint64_t end, size_t *cap)
+{
+	Dml__TableInfo *t;
+
+	if (s->nwinfos == *cap) {
+		*cap = *cap ? *cap * 2 : 8;
+		s->winfo = dml_xrealloc(s->winfo, *cap * sizeof(*s->winfo));
+	}
+	t = &s->winfo[s->nwinfos++];
+	*t = te->info;
+	t->key_begin = begin;
+	t->key_end = end;
+}
+
+void dml_server_welcome_rebuild(struct dml_server *s)
+{
+	const Dml__ShardMap *map = s->job.map;
+	size_t cap = 0;
+
+	free(s->winfo);
+	free(s->winfos);
+	s->winfo = NULL;
+	s->winfos = NULL;
+	s->nwinfos = 0;
+	for (size_t i = 0; i < s->ntables; i++) {
+		const struct table_entry *te = &s->tables[i];
+
+		if (!s->job_mode) {
+			for (size_t j = 0; j < te->served.n; j++)
+				welcome_add(s, te, te->served.r[j].begin, te->served.r[j].end,
+					    &cap);
+			continue;
+		}
+		for (size_t j = 0; map && j < map->n_ranges; j++) {
+			const Dml__ShardRange *r = map->ranges[j];
+
+			if (r->table == te->info.id && r->server == s->conf->node_id)
+				welcome_add(s, te, r->begin, r->end, &cap);
+		}
+	}
+	/* Pointers last: the array above may have moved while it grew. */
+	s->winfos = dml_xcalloc(s->nwinfos ? s->nwinfos : 1, sizeof(*s->winfos));
+	for (size_t i = 0; i < s->nwinfos; i++)
+		s->winfos[i] = &s->winfo[i];
 }
 
 static float *scratch(struct dml_server *s, uint64_t floats)
@@ -110,29 +188,13 @@ static float *scratch(struct dml_server *s, uint64_t floats)
 	return s->scratch;
 }
 
-/* Sparse keys must hash into this server's range (dense keys are checked
- * against the range by the table itself). */
-static int check_owned(const struct table_entry *te, const uint64_t *keys, uint32_t n)
-{
-	if (te->info.dense || (te->own_begin == 0 && te->own_end == DML_SHARD_HASH_SPACE))
-		return 0;
-	for (uint32_t i = 0; i < n; i++) {
-		uint64_t h = dml_shard_key_hash(keys[i]);
-
-		if (h < te->own_begin || h >= te->own_end)
-			return DML_ERANGE;
-	}
-	return 0;
-}
-
 /* ---- replies ------------------------------------------------------------ */
 
-static void reply_error(struct session *ss, uint64_t request_id, int code, const char *fmt,
-			...) __attribute__((format(printf, 4, 5)));
-
-static void reply_error(struct session *ss, uint64_t request_id, int code, const char *fmt,
-			...)
+void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
+			    const char *fmt, ...)
 {
+	Dml__Meta m = DML__META__INIT;
+	Dml__Error e = DML__ERROR__INIT;
 	char msg[256];
 	va_list ap;
 
@@ -141,10 +203,19 @@ static void reply_error(struct session *ss, uint64_t request_id, int code, const
 	va_end(ap);
 	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
 		  (unsigned long long)request_id, msg);
-	(void)dml_conn_send_error(ss->peer.conn, request_id, code, msg);
+	m.type = DML__MSG_TYPE__ERROR;
+	m.request_id = request_id;
+	m.sender = ss->srv->conf->node_id;
+	/* The client compares it with its map to know whether to fetch a newer one. */
+	if (code == DML_ERANGE)
+		m.map_version = ss->srv->job.version;
+	e.code = code;
+	e.message = msg;
+	m.error = &e;
+	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
 }
 
-static void reply_ack(struct session *ss, uint64_t request_id)
+void dml_server_reply_ack(struct session *ss, uint64_t request_id)
 {
 	Dml__Meta m = DML__META__INIT;
 
@@ -196,16 +267,17 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 			pin = NULL;
 		}
 	} else if ((out = scratch(s, floats)) == NULL) {
-		reply_error(ss, request_id, DML_ENOMEM, "no memory for a %llu-float reply",
-			    (unsigned long long)floats);
+		dml_server_reply_error(ss, request_id, DML_ENOMEM,
+				       "no memory for a %llu-float reply",
+				       (unsigned long long)floats);
 		return;
 	} else {
 		rc = dml_table_pull_keys(te->table, keys, nkeys, out);
 		values = out;
 	}
 	if (rc) {
-		reply_error(ss, request_id, rc, "pull from table %u: %s", te->info.id,
-			    dml_strerror(rc));
+		dml_server_reply_error(ss, request_id, rc, "pull from table %u: %s",
+				       te->info.id, dml_strerror(rc));
 		return;
 	}
 	m.type = DML__MSG_TYPE__PULL_REPLY;
@@ -251,7 +323,8 @@ static void release_held(struct dml_server *s)
 	}
 }
 
-static void drop_held(struct dml_server *s, struct session *ss, int code)
+/* Drop the parked pulls of ss (NULL: all), answering them with code unless 0. */
+static void drop_held(struct dml_server *s, struct session *ss, int code, const char *why)
 {
 	struct held_pull **pp = &s->held;
 
@@ -264,7 +337,33 @@ static void drop_held(struct dml_server *s, struct session *ss, int code)
 		}
 		*pp = h->next;
 		if (code)
-			reply_error(h->sess, h->request_id, code, "server is shutting down");
+			dml_server_reply_error(h->sess, h->request_id, code, "%s", why);
+		free(h->keys);
+		free(h);
+	}
+}
+
+void dml_server_held_fail_all(struct dml_server *s, int code, const char *why)
+{
+	drop_held(s, NULL, code, why);
+}
+
+void dml_server_held_recheck(struct dml_server *s)
+{
+	struct held_pull **pp = &s->held;
+
+	while (*pp) {
+		struct held_pull *h = *pp;
+
+		if (dml_server_serves(h->te, h->dense, h->begin, h->end, h->keys,
+				      h->nkeys) == 0) {
+			pp = &h->next;
+			continue;
+		}
+		*pp = h->next;
+		dml_server_reply_error(h->sess, h->request_id, DML_ERANGE,
+				       "keys of table %u moved to another server (map v%llu)",
+				       h->te->info.id, (unsigned long long)s->job.version);
 		free(h->keys);
 		free(h);
 	}
@@ -277,67 +376,104 @@ static struct dml_ssp_worker *session_worker(struct session *ss)
 	return ss->worker ? &ss->srv->ssp.workers[ss->widx] : NULL;
 }
 
-/* Common checks of push and pull: the table exists and the shape matches. */
+/*
+ * Common checks of push and pull: the request is for the job this server
+ * holds, the table exists and the shape matches.
+ */
 static struct table_entry *request_table(struct session *ss, const Dml__Meta *m)
 {
-	struct table_entry *te = find_table(ss->srv, m->table);
+	struct dml_server *s = ss->srv;
+	struct table_entry *te;
 
+	/* Job 0 is the config file's tables; a server waiting for the
+	 * scheduler's first map holds no job at all. */
+	if (m->job != s->job.id || s->ntables == 0) {
+		/* A client may have the scheduler's newest map before this server
+		 * got it (a server joining a running job): "not my range yet",
+		 * which the client retries, rather than a failure. */
+		int early = s->conf->scheduler[0] && s->conf->ntables == 0 && m->job > s->job.id;
+
+		dml_server_reply_error(ss, m->request_id, early ? DML_ERANGE : DML_ESTATE,
+				       early ? "job %u is not on this server yet"
+					     : "job %u is not on this server", m->job);
+		return NULL;
+	}
+	te = find_table(s, m->table);
 	if (!te) {
-		reply_error(ss, m->request_id, DML_ENOTFOUND, "no table %u on this server",
-			    m->table);
+		dml_server_reply_error(ss, m->request_id, DML_ENOTFOUND,
+				       "no table %u on this server", m->table);
 		return NULL;
 	}
 	/* Key lists work on both kinds; ranges only on dense tables. */
 	if (m->value_width != te->info.width || (m->dense && !te->info.dense)) {
-		reply_error(ss, m->request_id, DML_ESHAPE,
-			    "table %u is %s with width %u, request is %s with width %u",
-			    m->table, te->info.dense ? "dense" : "sparse", te->info.width,
-			    m->dense ? "a range" : "a key list", m->value_width);
+		dml_server_reply_error(ss, m->request_id, DML_ESHAPE,
+				       "table %u is %s with width %u, request is %s with width %u",
+				       m->table, te->info.dense ? "dense" : "sparse",
+				       te->info.width, m->dense ? "a range" : "a key list",
+				       m->value_width);
 		return NULL;
 	}
 	return te;
+}
+
+/* Every key of the request is served here now; else answered DML_ERANGE. */
+static int request_served(struct session *ss, const Dml__Meta *m, struct table_entry *te,
+			  const uint64_t *keys)
+{
+	if (dml_server_serves(te, m->dense, m->key_begin, m->key_end, keys, m->num_keys) == 0)
+		return 1;
+	if (m->dense)
+		dml_server_reply_error(ss, m->request_id, DML_ERANGE,
+				       "keys %llu..%llu of table %u are not all on this server "
+				       "(map v%llu)", (unsigned long long)m->key_begin,
+				       (unsigned long long)m->key_end, m->table,
+				       (unsigned long long)ss->srv->job.version);
+	else
+		dml_server_reply_error(ss, m->request_id, DML_ERANGE,
+				       "keys of table %u not on this server (map v%llu)",
+				       m->table, (unsigned long long)ss->srv->job.version);
+	return 0;
 }
 
 static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
 {
 	struct dml_ssp_worker *w = session_worker(ss);
 	struct table_entry *te = request_table(ss, m);
+	const uint64_t *keys = (const uint64_t *)payload;
 	int rc;
 
 	if (!te)
 		return;
-	if (ss->role == DML__ROLE__CONTROL) {
+	if (ss->role == DML__ROLE__CONTROL || ss->role == DML__ROLE__SERVER) {
 		/* Control clients have no clock and no push sequence: a resend
 		 * could not be told from a new push, so they may only read. */
-		reply_error(ss, m->request_id, DML_EROLE, "control clients may not push");
+		dml_server_reply_error(ss, m->request_id, DML_EROLE,
+				       "control clients and servers may not push");
 		return;
 	}
 	if (w && m->seq != 0 && m->seq <= w->last_seq) {
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;
-		reply_ack(ss, m->request_id);
+		dml_server_reply_ack(ss, m->request_id);
 		return;
 	}
-	if (m->dense) {
+	if (!request_served(ss, m, te, keys))
+		return;
+	if (m->dense)
 		rc = dml_table_push_range(te->table, m->key_begin, m->key_end,
 					  (const float *)payload);
-	} else {
-		const uint64_t *keys = (const uint64_t *)payload;
-
-		rc = check_owned(te, keys, m->num_keys);
-		if (rc == 0)
-			rc = dml_table_push_keys(te->table, keys, m->num_keys,
-						 (const float *)(payload + m->num_keys * 8ull));
-	}
+	else
+		rc = dml_table_push_keys(te->table, keys, m->num_keys,
+					 (const float *)(payload + m->num_keys * 8ull));
 	if (rc) {
-		reply_error(ss, m->request_id, rc, "push to table %u: %s", m->table,
-			    dml_strerror(rc));
+		dml_server_reply_error(ss, m->request_id, rc, "push to table %u: %s", m->table,
+				       dml_strerror(rc));
 		return;
 	}
 	if (w && m->seq != 0)
 		w->last_seq = m->seq;
 	ss->srv->st.pushes++;
-	reply_ack(ss, m->request_id);
+	dml_server_reply_ack(ss, m->request_id);
 }
 
 /* Answers or parks the pull; returns 1 when parked (answered later). */
@@ -349,20 +485,8 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	const uint64_t *keys = (const uint64_t *)payload;
 	struct held_pull *h;
 
-	if (!te)
+	if (!te || !request_served(ss, m, te, keys))
 		return 0;
-	if (m->dense) {
-		if (m->key_begin < te->own_begin || m->key_end > te->own_end) {
-			reply_error(ss, m->request_id, DML_ERANGE,
-				    "keys %llu..%llu are not all on this server",
-				    (unsigned long long)m->key_begin,
-				    (unsigned long long)m->key_end);
-			return 0;
-		}
-	} else if (check_owned(te, keys, m->num_keys) != 0) {
-		reply_error(ss, m->request_id, DML_ERANGE, "keys not on this server");
-		return 0;
-	}
 	if (!ss->worker || dml_ssp_ready(&s->ssp, m->clock)) {
 		answer_pull(ss, m->request_id, te, m->dense, m->key_begin, m->key_end, keys,
 			    m->num_keys);
@@ -381,7 +505,8 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		h->keys = malloc(m->num_keys * sizeof(uint64_t));
 		if (!h->keys) {
 			free(h);
-			reply_error(ss, m->request_id, DML_ENOMEM, "no memory to park a pull");
+			dml_server_reply_error(ss, m->request_id, DML_ENOMEM,
+					       "no memory to park a pull");
 			return 0;
 		}
 		memcpy(h->keys, keys, m->num_keys * sizeof(uint64_t));
@@ -482,11 +607,14 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 			dml_ssp_leave(&s->ssp, w);
 			release_held(s);
 		}
-		reply_ack(ss, m->request_id);
+		dml_server_reply_ack(ss, m->request_id);
 		return 0;
 	case DML__MSG_TYPE__STATS:
 		s->st.requests[REQ_STATS]++;
 		handle_stats(ss, m);
+		return 0;
+	case DML__MSG_TYPE__MIGRATE:
+		dml_server_job_migrate(ss, m, payload);
 		return 0;
 	default:
 		/* Replies and handshakes have no business arriving here. */
@@ -495,6 +623,50 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 }
 
 /* ---- sessions ----------------------------------------------------------- */
+
+static const char *role_name(uint32_t role)
+{
+	switch (role) {
+	case DML__ROLE__WORKER: return "worker";
+	case DML__ROLE__CONTROL: return "control";
+	case DML__ROLE__AGGREGATOR: return "aggregator";
+	case DML__ROLE__SERVER: return "server";
+	default: return "peer";
+	}
+}
+
+/*
+ * A worker takes its place in the clock set. One the set does not know yet
+ * starts at the clock its HELLO names, so a server that joins a running job
+ * (or a new job's set) does not hold everybody's pulls back to clock 0.
+ */
+static void worker_join(struct session *ss, const Dml__Handshake *hello)
+{
+	struct dml_ssp *ssp = &ss->srv->ssp;
+	int known = dml_ssp_find(ssp, hello->node_id) != NULL;
+	struct dml_ssp_worker *w = dml_ssp_join(ssp, hello->node_id, hello->incarnation);
+
+	if (!known && hello->clock > 0)
+		w->clock = hello->clock;
+	ss->worker = 1;
+	ss->widx = (size_t)(w - ssp->workers);
+}
+
+void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t workers)
+{
+	dml_ssp_destroy(&s->ssp);
+	dml_ssp_init(&s->ssp, staleness, workers);
+	for (struct dml_peer *x = s->peers.head; x; x = x->next) {
+		struct session *ss = (struct session *)x;
+		const Dml__Handshake *h = dml_conn_peer_hello(x->conn);
+
+		if (!ss->worker)
+			continue;
+		ss->worker = 0;
+		if (h && h->job == s->job.id)
+			worker_join(ss, h);
+	}
+}
 
 static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handshake *welcome,
 		    void *arg)
@@ -506,26 +678,22 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	case DML__ROLE__WORKER:
 	case DML__ROLE__CONTROL:
 	case DML__ROLE__AGGREGATOR:
+	case DML__ROLE__SERVER:    /* a peer sending rows (MIGRATE) */
 		break;
 	default:
 		return DML_EROLE;
 	}
 	ss->role = hello->role;
 	ss->node_id = hello->node_id;
-	if (hello->role == DML__ROLE__WORKER) {
-		struct dml_ssp_worker *w = dml_ssp_join(&s->ssp, hello->node_id,
-							 hello->incarnation);
-
-		ss->worker = 1;
-		ss->widx = (size_t)(w - s->ssp.workers);
-	}
-	welcome->n_tables = s->ntables;
-	welcome->tables = s->infos;
-	welcome->shard_index = s->conf->shard_index;
-	welcome->shard_count = s->conf->shard_count;
-	dml_info("peer %s: %s %u joined", dml_conn_peer(c),
-		 hello->role == DML__ROLE__WORKER ? "worker" :
-		 hello->role == DML__ROLE__CONTROL ? "control" : "aggregator", hello->node_id);
+	if (hello->role == DML__ROLE__WORKER)
+		worker_join(ss, hello);
+	welcome->n_tables = s->nwinfos;
+	welcome->tables = s->winfos;
+	welcome->shard_index = s->shard_index;
+	welcome->shard_count = s->shard_count;
+	welcome->map_version = s->job.version;
+	dml_info("peer %s: %s %u joined", dml_conn_peer(c), role_name(hello->role),
+		 hello->node_id);
 	return 0;
 }
 
@@ -539,7 +707,7 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 		s->st.bad_frames++;
 	s->st.bytes_in += dml_conn_bytes_in(c);
 	s->st.bytes_out += dml_conn_bytes_out(c);
-	drop_held(s, ss, 0);
+	drop_held(s, ss, 0, NULL);
 	if (w)
 		dml_ssp_disconnect(&s->ssp, w, dml_now_ns());
 	dml_peers_remove(&s->peers, &ss->peer);
@@ -568,7 +736,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dml_server *s = arg;
 
-	if (dml_ssp_reap(&s->ssp, dml_now_ns(), (uint64_t)s->conf->dead_after_ms * 1000000ull)) {
+	dml_server_job_tick(s);
+	if (dml_ssp_reap(&s->ssp, dml_now_ns(), (uint64_t)s->dead_after_ms * 1000000ull)) {
 		dml_info("a worker left the clock set; slowest clock is now %llu",
 			 (unsigned long long)dml_ssp_min_clock(&s->ssp));
 		release_held(s);
@@ -586,9 +755,13 @@ static int start_listening(struct dml_server *s)
 
 	if (rc)
 		return rc;
-	dml_info("listening on %s, port %u (shard %u/%u, staleness %lld, %u workers expected)",
-		 s->conf->listen, s->port, s->conf->shard_index, s->conf->shard_count,
-		 (long long)s->conf->staleness, s->conf->workers);
+	if (s->job_mode)
+		dml_info("listening on %s, port %u; tables will come from the scheduler",
+			 s->conf->listen, s->port);
+	else
+		dml_info("listening on %s, port %u (shard %u/%u, staleness %lld, %u workers "
+			 "expected)", s->conf->listen, s->port, s->conf->shard_index,
+			 s->conf->shard_count, (long long)s->conf->staleness, s->conf->workers);
 	if (s->conf->port_file[0])
 		return dml_write_port_file(s->conf->port_file, s->port);
 	return 0;
@@ -604,6 +777,8 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conf = conf;
 	s->base = base;
 	s->ops = &server_ops;
+	s->job_mode = conf->scheduler[0] && conf->ntables == 0;
+	s->dead_after_ms = conf->dead_after_ms;
 	dml_ssp_init(&s->ssp, conf->staleness, conf->workers);
 	dml_peers_init(&s->peers, base, conf->max_connections);
 	*out = s;
@@ -620,7 +795,13 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conn_conf.role = DML__ROLE__SERVER;
 	s->conn_conf.node_id = conf->node_id;
 	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
-	if ((rc = build_tables(s)) != 0)
+	if (conf->ntables == 0 && !s->job_mode) {
+		dml_err("no [table] section and no scheduler: nothing to serve");
+		return DML_ECONF;
+	}
+	if (s->job_mode)
+		dml_server_welcome_rebuild(s);
+	else if ((rc = build_tables(s)) != 0)
 		return rc;
 	if ((rc = dml_server_metrics_init(s)) != 0)
 		return rc;
@@ -641,7 +822,8 @@ void dml_server_shutdown(struct dml_server *s)
 	}
 	dml_metrics_http_stop(s->metrics);
 	dml_server_sched_stop(s);
-	drop_held(s, NULL, DML_ECLOSED);
+	dml_server_job_stop(s);
+	drop_held(s, NULL, DML_ECLOSED, "server is shutting down");
 	dml_peers_shutdown(&s->peers, SHUTDOWN_GRACE_S);
 }
 
@@ -650,17 +832,17 @@ void dml_server_free(struct dml_server *s)
 	if (!s)
 		return;
 	dml_server_sched_free(s);
+	dml_server_job_free(s);
 	/* Connections the grace period could not close are dropped now. */
 	dml_peers_destroy(&s->peers);
-	drop_held(s, NULL, 0);
+	drop_held(s, NULL, 0, NULL);
 	if (s->listener)
 		evconnlistener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
-	for (size_t i = 0; i < s->ntables; i++)
-		dml_table_free(s->tables[i].table);
-	free(s->tables);
-	free(s->infos);
+	dml_server_tables_free(s);
+	free(s->winfo);
+	free(s->winfos);
 	free(s->scratch);
 	dml_metrics_free(s->metrics);
 	dml_ssp_destroy(&s->ssp);

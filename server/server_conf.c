@@ -15,58 +15,6 @@
 #define T(field) offsetof(struct dml_server_table_conf, field)
 #define MAX_U32 4294967295.0
 
-static const char *const log_levels[] = { "error", "warn", "info", "debug", NULL };
-
-/* Empty (off) or host:port with port 0 allowed. */
-static int check_metrics_listen(const void *field, char *err, size_t errlen)
-{
-	const char *const *s = field;
-	char host[256];
-	uint16_t port;
-
-	if (**s == '\0' || dml_parse_hostport(*s, host, sizeof(host), &port, 1) == 0)
-		return 0;
-	snprintf(err, errlen, "'%s' is neither empty nor host:port", *s);
-	return DML_ECONF;
-}
-
-/* Empty (not set) or host:port with a real port: peers dial it. */
-static int check_optional_hostport(const void *field, char *err, size_t errlen)
-{
-	const char *const *s = field;
-	char host[256];
-	uint16_t port;
-
-	if (**s == '\0' || dml_parse_hostport(*s, host, sizeof(host), &port, 0) == 0)
-		return 0;
-	snprintf(err, errlen, "'%s' is neither empty nor host:port with a port 1..65535",
-		 *s);
-	return DML_ECONF;
-}
-
-/* Zones name racks and clouds in logs, metrics and dmlctl tables. */
-static int check_zone(const void *field, char *err, size_t errlen)
-{
-	const char *z = *(const char *const *)field;
-	size_t n = strlen(z);
-
-	if (n > 63) {
-		snprintf(err, errlen, "zone is %zu characters long, at most 63 allowed", n);
-		return DML_ECONF;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char c = z[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-		      (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.')) {
-			snprintf(err, errlen, "zone '%s': only letters, digits, '-', '_' and "
-				 "'.' are allowed", z);
-			return DML_ECONF;
-		}
-	}
-	return 0;
-}
-
 static const struct dml_conf_section sections[] = {
 	{ "server", 0, 0, 0, 0, "identity, address and secret of this server" },
 	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
@@ -89,20 +37,20 @@ static const struct dml_conf_option options[] = {
 	  "file holding the cluster secret (mode 0600)" },
 	{ "server", "shard", DML_CONF_STRING, S(shard), "0/1", 0, 0, NULL, NULL,
 	  "this server's index / number of servers; each table is split evenly" },
-	{ "server", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0, log_levels, NULL,
-	  "lowest level logged to stderr" },
+	{ "server", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0,
+	  dml_conf_log_levels, NULL, "lowest level logged to stderr" },
 	{ "server", "metrics_listen", DML_CONF_STRING, S(metrics_listen), "", 0, 0, NULL,
-	  check_metrics_listen,
+	  dml_conf_check_listen_optional,
 	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
 	{ "server", "metrics_port_file", DML_CONF_STRING, S(metrics_port_file), "", 0, 0, NULL,
 	  NULL, "write the metrics port here once serving (empty: don't)" },
 	{ "server", "scheduler", DML_CONF_STRING, S(scheduler), "", 0, 0, NULL,
-	  check_optional_hostport,
+	  dml_conf_check_dial_optional,
 	  "host:port of dml-sched to register with; empty: standalone" },
 	{ "server", "advertise", DML_CONF_STRING, S(advertise), "", 0, 0, NULL,
-	  check_optional_hostport,
+	  dml_conf_check_dial_optional,
 	  "host:port others use to reach this server; empty: listen host, bound port" },
-	{ "server", "zone", DML_CONF_STRING, S(zone), "", 0, 0, NULL, check_zone,
+	{ "server", "zone", DML_CONF_STRING, S(zone), "", 0, 0, NULL, dml_conf_check_zone,
 	  "placement zone (rack, cloud region) reported to the scheduler" },
 
 	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 64, 16777216.0, NULL, NULL,
@@ -203,8 +151,9 @@ static int check(void *root, char *err, size_t errlen)
 		snprintf(err, errlen, "metrics_port_file needs metrics_listen");
 		return DML_ECONF;
 	}
-	if (c->ntables == 0) {
-		snprintf(err, errlen, "no [table] section: a server needs at least one table");
+	if (c->ntables == 0 && !c->scheduler[0]) {
+		snprintf(err, errlen, "no [table] section: a server needs at least one table, "
+			 "or a scheduler to take jobs from");
 		return DML_ECONF;
 	}
 	for (size_t i = 0; i < c->ntables; i++) {

@@ -1,7 +1,9 @@
 /*
- * What the files of dml-server share beyond server.h: the server's state and
- * the few helpers its metrics need. Not installed; nothing outside server/
- * includes it.
+ * What the files of dml-server share beyond server.h: the server's state,
+ * the job it serves, and the helpers its files call in each other
+ * (server.c: requests and sessions; server_job.c: shard maps and moving
+ * rows; server_sched.c: the scheduler link; server_metrics.c). Not
+ * installed; nothing outside server/ includes it.
  */
 #ifndef DML_SERVER_INTERNAL_H
 #define DML_SERVER_INTERNAL_H
@@ -20,11 +22,24 @@
 #include "table.h"
 
 struct dml_sched_link;
+struct mig_peer;
+
+/* Half-open ranges of keys (dense tables) or key hashes (sparse tables). */
+struct key_range {
+	uint64_t begin, end;
+};
+
+/* A set of keys kept as sorted, disjoint, non-touching ranges. */
+struct key_ranges {
+	struct key_range *r;
+	size_t n, cap;
+};
 
 struct table_entry {
-	struct dml_table *table;
-	Dml__TableInfo info;       /* what WELCOME reports */
-	uint64_t own_begin, own_end; /* keys (dense) or key hashes (sparse) */
+	struct dml_table *table;   /* never NULL (a dense one may hold no rows) */
+	Dml__TableInfo info;       /* id, kind, width, keys (metrics, WELCOME) */
+	struct key_ranges served;  /* what requests may touch now */
+	struct key_ranges pending; /* gained by a remap, rows not arrived yet */
 };
 
 struct session {
@@ -36,7 +51,11 @@ struct session {
 	size_t widx;               /* index into srv->ssp.workers */
 };
 
-/* A pull that arrived before the staleness bound allowed it. */
+/*
+ * A pull that arrived before the staleness bound allowed it. te stays valid
+ * while it is parked: a new job drops every parked pull before it replaces
+ * the tables.
+ */
 struct held_pull {
 	struct held_pull *next;
 	struct session *sess;
@@ -48,6 +67,25 @@ struct held_pull {
 	uint64_t begin, end;
 	uint64_t *keys;
 	uint32_t nkeys;
+};
+
+/*
+ * The job whose tables this server holds (server_job.c). Job 0 is the
+ * tables of the config file, or none yet on a server that takes its tables
+ * from the scheduler.
+ */
+struct server_job {
+	uint32_t id;
+	uint64_t version;          /* shard map version served or being installed */
+	Dml__JobSpec *spec;        /* owned copies of the last map installed */
+	Dml__ShardMap *map;
+	uint64_t ack_id;           /* SHARDMAP to ACK once every gain arrived */
+	int ack_due;
+	uint64_t started_ns;       /* when the remap in progress began */
+	uint64_t last_rows_ns;     /* when rows last arrived (or it began) */
+	uint64_t rows_in, rows_out; /* rows moved by it so far */
+	int remapping;             /* a remap's gains or parcels are outstanding */
+	struct mig_peer *peers;    /* servers that rows given away go to */
 };
 
 /* Requests counted by type (metrics name them in this order). */
@@ -72,7 +110,15 @@ struct dml_server {
 
 	struct table_entry *tables;
 	size_t ntables;
-	Dml__TableInfo **infos;    /* pointers into tables[], for WELCOME */
+	int job_mode;              /* tables come from the scheduler's maps */
+	struct server_job job;
+	uint32_t dead_after_ms;    /* the clock set's, from the job or the config */
+	/* What WELCOME reports: one TableInfo per range held, and where this
+	 * server stands in the map. */
+	Dml__TableInfo *winfo;
+	Dml__TableInfo **winfos;
+	size_t nwinfos;
+	uint32_t shard_index, shard_count;
 
 	struct dml_ssp ssp;
 	struct dml_peers peers;    /* struct session each */
@@ -86,6 +132,72 @@ struct dml_server {
 	struct event *tick;
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 };
+
+/* ---- server.c ---- */
+
+/** Answer request_id with ERROR code; DML_ERANGE carries the map version. */
+void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
+			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/** Answer request_id with ACK. */
+void dml_server_reply_ack(struct session *ss, uint64_t request_id);
+
+/** Free every table entry (tables and range sets); ntables becomes 0. */
+void dml_server_tables_free(struct dml_server *s);
+
+/**
+ * Rebuild what WELCOME reports from the tables (config mode: each table's
+ * own range) or from the map (job mode: the ranges the map gives this
+ * server, arrived or not).
+ */
+void dml_server_welcome_rebuild(struct dml_server *s);
+
+/** Answer every parked pull with ERROR code and message why (a new job). */
+void dml_server_held_fail_all(struct dml_server *s, int code, const char *why);
+
+/** Answer DML_ERANGE (with the map version) to the parked pulls whose keys
+ * this server no longer serves (after a remap). */
+void dml_server_held_recheck(struct dml_server *s);
+
+/**
+ * A new clock set (a new job): staleness and expected workers; the workers
+ * connected for the current job (their HELLO named it) join it again.
+ */
+void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t workers);
+
+/* ---- server_job.c ---- */
+
+/** Does the set hold all of [begin, end)? (1 for an empty range.) */
+int dml_server_ranges_cover(const struct key_ranges *r, uint64_t begin, uint64_t end);
+/** Add [begin, end) to the set (merging). */
+void dml_server_ranges_add(struct key_ranges *r, uint64_t begin, uint64_t end);
+/** Free the set's memory; it is empty afterwards. */
+void dml_server_ranges_clear(struct key_ranges *r);
+
+/**
+ * 0 when te serves every key a request names now: the dense range [begin,
+ * end), or n keys (hashed first on sparse tables); else DML_ERANGE.
+ */
+int dml_server_serves(const struct table_entry *te, int dense, uint64_t begin, uint64_t end,
+		      const uint64_t *keys, size_t n);
+
+/**
+ * The scheduler link's frame handler (sched/link.h): installs SHARDMAPs,
+ * arg is the server.
+ */
+void dml_server_job_on_sched(struct dml_sched_link *l, const Dml__Meta *m, void *arg);
+
+/** A MIGRATE frame from a peer: install its rows and answer it. */
+void dml_server_job_migrate(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
+
+/** Every tick of the server: report pending ranges that no rows reach. */
+void dml_server_job_tick(struct dml_server *s);
+
+/** On shutdown: stop sending rows (logged if some were not delivered). */
+void dml_server_job_stop(struct dml_server *s);
+
+/** Free the job's maps and migrations; after the loop returned. */
+void dml_server_job_free(struct dml_server *s);
 
 /** Bytes in and out over the server's life, open connections included. */
 void dml_server_traffic(const struct dml_server *s, uint64_t *in, uint64_t *out);

@@ -156,25 +156,6 @@ static int register_metrics(struct dml_server *s)
 	return 0;
 }
 
-/* The HTTP endpoint, when configured; before the main port file is written,
- * so that a ready server serves its metrics too. */
-static int start_metrics(struct dml_server *s)
-{
-	const struct dml_server_conf *c = s->conf;
-	char host[256];
-	uint16_t port, bound;
-	int rc;
-
-	if (!c->metrics_listen || !c->metrics_listen[0])
-		return 0;
-	if (dml_parse_hostport(c->metrics_listen, host, sizeof(host), &port, 1) != 0)
-		return DML_ECONF;
-	rc = dml_metrics_http_start(s->metrics, s->base, host, port, &bound);
-	if (rc == 0 && c->metrics_port_file && c->metrics_port_file[0])
-		rc = dml_write_port_file(c->metrics_port_file, bound);
-	return rc;
-}
-
 int dml_server_metrics_init(struct dml_server *s)
 {
 	int rc;
@@ -182,5 +163,7 @@ int dml_server_metrics_init(struct dml_server *s)
 	s->metrics = dml_metrics_new();
 	if ((rc = register_metrics(s)) != 0)
 		return rc;
-	return start_metrics(s);
+	/* Before the main port file is written, so a ready daemon serves metrics. */
+	return dml_metrics_serve(s->metrics, s->base, s->conf->metrics_listen,
+				 s->conf->metrics_port_file);
 }

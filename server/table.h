@@ -7,6 +7,8 @@
  * Pure in-memory data structure: no I/O, single-threaded (the server's event
  * loop owns it). Row initial values depend only on (seed, key), so a row
  * created on first touch gets the same values whatever the order of requests.
+ * Rows (values and optimizer state) can be exported from one table and
+ * imported into another, for shards that move between servers.
  */
 #ifndef DML_TABLE_H
 #define DML_TABLE_H
@@ -105,6 +107,75 @@ int dml_table_pull_keys(struct dml_table *t, const uint64_t *keys, size_t n, flo
  */
 int dml_table_foreach(const struct dml_table *t,
 		      int (*fn)(uint64_t key, const float *values, void *arg), void *arg);
+
+/*
+ * Moving rows between tables (a shard changing server). An exported row is
+ * dml_table_row_floats() floats: the row's width values, then its optimizer
+ * state (width * dml_optim_state_floats() floats, laid out as the optimizer
+ * keeps it: for ADAM all of m, then all of v), then, for ADAM only, one more
+ * float slot holding the bits of the row's uint32 step counter (copied, never
+ * used as a number). Two tables built from the same conf read each other's
+ * rows; rows are copied verbatim, so a moved row continues exactly where it
+ * stopped.
+ */
+
+/** Floats per exported row (see above); 0 for NULL. */
+size_t dml_table_row_floats(const struct dml_table *t);
+
+/**
+ * Dense: copy the rows of keys [begin, end) into out ((end - begin) *
+ * dml_table_row_floats() floats). DML_EINVAL on a sparse table or begin >
+ * end, DML_ERANGE outside the table's range.
+ */
+int dml_table_export_range(const struct dml_table *t, uint64_t begin, uint64_t end,
+			   float *out);
+
+/**
+ * Dense: overwrite the rows of keys [begin, end) with exported rows. Errors
+ * as dml_table_export_range, DML_ENOMEM as a push under a pin (nothing
+ * changed).
+ */
+int dml_table_import_range(struct dml_table *t, uint64_t begin, uint64_t end,
+			   const float *rows);
+
+/**
+ * Set the rows of n keys from exported rows (row i for keys[i]); sparse
+ * tables create the missing rows, dense ones refuse a key outside their range
+ * with DML_ERANGE. Nothing changes on an error (DML_ENOMEM, DML_EINVAL).
+ */
+int dml_table_import_keys(struct dml_table *t, const uint64_t *keys, size_t n,
+			  const float *rows);
+
+/** The hash that places a sparse key (the server passes dml_shard_key_hash). */
+typedef uint64_t (*dml_table_hash_fn)(uint64_t key);
+
+/**
+ * Sparse: export the rows whose hash(key) lies in [lo, hi), in increasing
+ * order of hash (then key). *keys (*n keys) and *rows (*n *
+ * dml_table_row_floats() floats) are malloc'ed for the caller to free; both
+ * NULL when *n is 0. The table is not changed. DML_EINVAL (dense table, NULL
+ * argument, lo > hi) or DML_ENOMEM.
+ */
+int dml_table_export_hashed(const struct dml_table *t, dml_table_hash_fn hash, uint64_t lo,
+			    uint64_t hi, uint64_t **keys, float **rows, size_t *n);
+
+/**
+ * Sparse: remove the rows whose hash(key) lies in [lo, hi) (after they were
+ * exported); *removed (optional) gets how many. A removed key touched again
+ * is a fresh row. DML_EINVAL as above, DML_ENOMEM (nothing removed).
+ */
+int dml_table_remove_hashed(struct dml_table *t, dml_table_hash_fn hash, uint64_t lo,
+			    uint64_t hi, size_t *removed);
+
+/**
+ * Dense: hold keys [begin, end) from now on (begin == end: no rows). Rows of
+ * keys in both the old and the new range keep their values and state; the
+ * others start fresh (initial values, zero state), to be overwritten with
+ * dml_table_import_range() when they come from another table. Replies
+ * pinned to the old values keep them. DML_EINVAL (sparse, begin > end) or
+ * DML_ENOMEM (nothing changed).
+ */
+int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end);
 
 /** Parse names ("dense", "zeros", "sgd", ...) used by config and tools. */
 extern const char *const dml_table_kind_names[];  /* NULL-terminated */

@@ -4,7 +4,9 @@
  * dense ranges and keys (with range errors that change nothing), sparse rows
  * created on first touch with the same deterministic values as a dense table,
  * whatever the order, growth through many resizes, the extreme keys, foreach,
- * exact integer sums with ADD, and rejected configurations.
+ * exact integer sums with ADD, rejected configurations, and rows moving
+ * between tables (export, import, removal, dense range changes) continuing
+ * exactly where they stopped.
  *
  * Pure in-memory tests: no files, no sockets.
  */
@@ -1014,6 +1016,265 @@ START_TEST(test_dense_pin_keeps_snapshot)
 }
 END_TEST
 
+/* ------------------------------------------------------------------ */
+/* Moving rows: export, import, removal and range changes. */
+
+/* A deterministic gradient row for (key, step). */
+static void grad_row(uint64_t key, int step, uint32_t width, float *g)
+{
+	for (uint32_t j = 0; j < width; j++)
+		g[j] = (float)((key * 7 + j * 3 + (uint64_t)step * 11) % 17) / 8.0f - 1.0f;
+}
+
+static void push_dense_steps(struct dml_table *t, uint64_t begin, uint64_t end,
+			     uint32_t width, int from, int to)
+{
+	float *g = malloc((end - begin) * width * sizeof(float));
+
+	ck_assert_ptr_nonnull(g);
+	for (int step = from; step < to; step++) {
+		for (uint64_t k = begin; k < end; k++)
+			grad_row(k, step, width, g + (k - begin) * width);
+		ck_assert_int_eq(dml_table_push_range(t, begin, end, g), 0);
+	}
+	free(g);
+}
+
+/* Bitwise equality of two dense tables' values over [begin, end). */
+static void assert_dense_same(struct dml_table *a, struct dml_table *b, uint64_t begin,
+			      uint64_t end, uint32_t width)
+{
+	size_t n = (end - begin) * width;
+	float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+
+	ck_assert_int_eq(dml_table_pull_range(a, begin, end, x), 0);
+	ck_assert_int_eq(dml_table_pull_range(b, begin, end, y), 0);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_msg(x[i] == y[i], "value %zu: %g != %g", i, x[i], y[i]);
+	free(x);
+	free(y);
+}
+
+/*
+ * Rows moved to another table continue exactly: for every optimizer with
+ * state (ADAM's step counter included), pushes after the move give the same
+ * values, bit for bit, as on a table that never moved them.
+ */
+START_TEST(test_dense_export_import_continues)
+{
+	static const enum dml_optim_kind kinds[] = { DML_OPT_SGD, DML_OPT_MOMENTUM,
+						     DML_OPT_ADAGRAD, DML_OPT_ADAM };
+	static const size_t floats[] = { 3, 6, 6, 10 };
+
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 3, kinds[i]);
+		struct dml_table *ref, *from, *to;
+		float *rows;
+
+		c.init = DML_INIT_UNIFORM;
+		c.init_scale = 0.5f;
+		ref = table_make(&c);
+		from = table_make(&c);
+		c.key_begin = 100;
+		c.key_end = 300;
+		to = table_make(&c);
+		ck_assert_uint_eq(dml_table_row_floats(from), floats[i]);
+		push_dense_steps(ref, 0, 1000, 3, 0, 3);
+		push_dense_steps(from, 0, 1000, 3, 0, 3);
+		rows = malloc(200 * floats[i] * sizeof(float));
+		ck_assert_int_eq(dml_table_export_range(from, 100, 300, rows), 0);
+		ck_assert_int_eq(dml_table_import_range(to, 100, 300, rows), 0);
+		push_dense_steps(ref, 100, 300, 3, 3, 6);
+		push_dense_steps(to, 100, 300, 3, 3, 6);
+		assert_dense_same(ref, to, 100, 300, 3);
+		/* Without the state the result differs: the test can fail. */
+		if (kinds[i] != DML_OPT_SGD) {
+			struct dml_table *plain = table_make(&c);
+			float x[3], y[3];
+
+			ck_assert_int_eq(dml_table_export_range(from, 100, 300, rows), 0);
+			for (uint64_t k = 100; k < 300; k++)
+				for (size_t j = 3; j < floats[i]; j++)
+					rows[(k - 100) * floats[i] + j] = 0.0f;
+			ck_assert_int_eq(dml_table_import_range(plain, 100, 300, rows), 0);
+			push_dense_steps(plain, 100, 300, 3, 3, 6);
+			ck_assert_int_eq(dml_table_pull_range(plain, 150, 151, x), 0);
+			ck_assert_int_eq(dml_table_pull_range(ref, 150, 151, y), 0);
+			ck_assert(x[0] != y[0] || x[1] != y[1] || x[2] != y[2]);
+			dml_table_free(plain);
+		}
+		free(rows);
+		dml_table_free(ref);
+		dml_table_free(from);
+		dml_table_free(to);
+	}
+}
+END_TEST
+
+/* A test hash: the key's low 16 bits, so ranges are easy to reason about. */
+static uint64_t low_hash(uint64_t key)
+{
+	return key & 0xffff;
+}
+
+/* Sparse rows whose hash is in a range: exported in hash order, removed,
+ * imported elsewhere, and they continue exactly (momentum state included). */
+START_TEST(test_sparse_export_remove_import)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, 2, DML_OPT_MOMENTUM);
+	struct dml_table *ref, *from, *to;
+	uint64_t keys[500], *xk;
+	float g[1000], *xr, out[2], want[2];
+	size_t n, removed;
+
+	c.init = DML_INIT_NORMAL;
+	c.init_scale = 1.0f;
+	ref = table_make(&c);
+	from = table_make(&c);
+	to = table_make(&c);
+	/* Hashes 0..499 in a scrambled order, keys differing above bit 16. */
+	for (uint64_t i = 0; i < 500; i++)
+		keys[i] = ((i * 7919) % 500) | ((i + 1) << 20);
+	for (int step = 0; step < 3; step++) {
+		for (size_t i = 0; i < 500; i++)
+			grad_row(keys[i], step, 2, g + 2 * i);
+		ck_assert_int_eq(dml_table_push_keys(ref, keys, 500, g), 0);
+		ck_assert_int_eq(dml_table_push_keys(from, keys, 500, g), 0);
+	}
+	ck_assert_int_eq(dml_table_export_hashed(from, low_hash, 100, 250, &xk, &xr, &n), 0);
+	ck_assert_uint_eq(n, 150);
+	ck_assert_uint_eq(dml_table_rows(from), 500);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(low_hash(xk[i]), 100 + i);
+	ck_assert_int_eq(dml_table_remove_hashed(from, low_hash, 100, 250, &removed), 0);
+	ck_assert_uint_eq(removed, 150);
+	ck_assert_uint_eq(dml_table_rows(from), 350);
+	ck_assert_int_eq(dml_table_import_keys(to, xk, n, xr), 0);
+	ck_assert_uint_eq(dml_table_rows(to), 150);
+	/* One more step everywhere: moved rows on `to`, kept ones on `from`. */
+	for (size_t i = 0; i < 500; i++)
+		grad_row(keys[i], 3, 2, g + 2 * i);
+	ck_assert_int_eq(dml_table_push_keys(ref, keys, 500, g), 0);
+	for (size_t i = 0; i < 500; i++) {
+		uint64_t h = low_hash(keys[i]);
+		struct dml_table *t = h >= 100 && h < 250 ? to : from;
+
+		ck_assert_int_eq(dml_table_push_keys(t, &keys[i], 1, g + 2 * i), 0);
+		ck_assert_int_eq(dml_table_pull_keys(t, &keys[i], 1, out), 0);
+		ck_assert_int_eq(dml_table_pull_keys(ref, &keys[i], 1, want), 0);
+		ck_assert(out[0] == want[0] && out[1] == want[1]);
+	}
+	ck_assert_uint_eq(dml_table_rows(from), 350);
+	free(xk);
+	free(xr);
+	/* Every kept row is still found after the compaction. */
+	ck_assert_int_eq(dml_table_export_hashed(from, low_hash, 0, 0x10000, &xk,
+						 &xr, &n), 0);
+	ck_assert_uint_eq(n, 350);
+	free(xk);
+	free(xr);
+	/* A removed key touched again on `from` is a fresh row. */
+	ck_assert_int_eq(dml_table_remove_hashed(from, low_hash, 0, 0x10000, &removed), 0);
+	ck_assert_uint_eq(removed, 350);
+	ck_assert_int_eq(dml_table_pull_keys(from, &keys[0], 1, out), 0);
+	ck_assert_uint_eq(dml_table_rows(from), 1);
+	/* An empty range exports nothing and removes nothing. */
+	ck_assert_int_eq(dml_table_export_hashed(to, low_hash, 300, 300, &xk, &xr, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	ck_assert_ptr_null(xk);
+	ck_assert_int_eq(dml_table_remove_hashed(to, low_hash, 400, 500, &removed), 0);
+	ck_assert_uint_eq(removed, 0);
+	ck_assert_uint_eq(dml_table_rows(to), 150);
+	dml_table_free(ref);
+	dml_table_free(from);
+	dml_table_free(to);
+}
+END_TEST
+
+/* A dense table moved to a new range keeps the overlap (values and state)
+ * and starts the rest fresh; a reply pinned to the old values keeps them. */
+START_TEST(test_dense_set_range)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 2, DML_OPT_MOMENTUM);
+	struct dml_table *t, *ref, *fresh;
+	struct dml_table_pin *pin;
+	const float *snap;
+	float before;
+
+	c.init = DML_INIT_UNIFORM;
+	c.init_scale = 1.0f;
+	c.key_end = 100;
+	t = table_make(&c);
+	ref = table_make(&c);
+	c.key_begin = 100;
+	c.key_end = 150;
+	fresh = table_make(&c);
+	push_dense_steps(t, 0, 100, 2, 0, 2);
+	push_dense_steps(ref, 0, 100, 2, 0, 2);
+	ck_assert_int_eq(dml_table_pin_range(t, 0, 60, &snap, &pin), 0);
+	before = snap[0];
+	ck_assert_int_eq(dml_table_set_range(t, 50, 150), 0);
+	ck_assert_uint_eq(dml_table_rows(t), 100);
+	ck_assert_uint_eq(dml_table_conf(t)->key_begin, 50);
+	ck_assert_uint_eq(dml_table_conf(t)->key_end, 150);
+	ck_assert(snap[0] == before);
+	dml_table_unpin(pin);
+	ck_assert_int_eq(dml_table_pull_range(t, 0, 1, (float[2]){ 0 }), DML_ERANGE);
+	/* The kept rows continue with their momentum, the new ones start fresh. */
+	push_dense_steps(ref, 50, 100, 2, 2, 4);
+	push_dense_steps(fresh, 100, 150, 2, 2, 4);
+	push_dense_steps(t, 50, 150, 2, 2, 4);
+	assert_dense_same(t, ref, 50, 100, 2);
+	assert_dense_same(t, fresh, 100, 150, 2);
+	/* Down to nothing and back. */
+	ck_assert_int_eq(dml_table_set_range(t, 120, 120), 0);
+	ck_assert_uint_eq(dml_table_rows(t), 0);
+	ck_assert_uint_eq(dml_table_value_bytes(t), 0);
+	ck_assert_int_eq(dml_table_set_range(t, 100, 150), 0);
+	ck_assert_int_eq(dml_table_set_range(t, 10, 5), DML_EINVAL);
+	ck_assert_int_eq(dml_table_set_range(NULL, 0, 5), DML_EINVAL);
+	dml_table_free(t);
+	dml_table_free(ref);
+	dml_table_free(fresh);
+}
+END_TEST
+
+/* The calls refuse the wrong kind, ranges outside and bad arguments, and an
+ * import that fails changes nothing. */
+START_TEST(test_move_errors)
+{
+	struct dml_table_conf c = table_conf(DML_TABLE_DENSE, 1, DML_OPT_ADD);
+	struct dml_table *d = table_make(&c), *sp;
+	uint64_t keys[2] = { 5, 1000 }, *xk;
+	float rows[2] = { 1.0f, 2.0f }, out, *xr;
+	size_t n;
+
+	c.kind = DML_TABLE_SPARSE;
+	sp = table_make(&c);
+	ck_assert_uint_eq(dml_table_row_floats(d), 1);
+	ck_assert_uint_eq(dml_table_row_floats(NULL), 0);
+	ck_assert_int_eq(dml_table_export_range(d, 990, 1001, rows), DML_ERANGE);
+	ck_assert_int_eq(dml_table_export_range(sp, 0, 1, rows), DML_EINVAL);
+	ck_assert_int_eq(dml_table_import_range(d, 5, 4, rows), DML_EINVAL);
+	ck_assert_int_eq(dml_table_import_keys(d, keys, 2, rows), DML_ERANGE);
+	ck_assert_int_eq(dml_table_pull_keys(d, keys, 1, &out), 0);
+	ck_assert_float_eq(out, 0.0f);
+	ck_assert_int_eq(dml_table_import_keys(d, keys, 1, rows), 0);
+	ck_assert_int_eq(dml_table_pull_keys(d, keys, 1, &out), 0);
+	ck_assert_float_eq(out, 1.0f);
+	ck_assert_int_eq(dml_table_export_hashed(d, low_hash, 0, 1, &xk, &xr, &n), DML_EINVAL);
+	ck_assert_int_eq(dml_table_export_hashed(sp, NULL, 0, 1, &xk, &xr, &n), DML_EINVAL);
+	ck_assert_int_eq(dml_table_export_hashed(sp, low_hash, 2, 1, &xk, &xr, &n), DML_EINVAL);
+	ck_assert_int_eq(dml_table_remove_hashed(d, low_hash, 0, 1, NULL), DML_EINVAL);
+	ck_assert_int_eq(dml_table_set_range(sp, 0, 1), DML_EINVAL);
+	ck_assert_int_eq(dml_table_import_keys(sp, keys, 2, rows), 0);
+	ck_assert_int_eq(dml_table_pull_keys(sp, &keys[1], 1, &out), 0);
+	ck_assert_float_eq(out, 2.0f);
+	dml_table_free(d);
+	dml_table_free(sp);
+}
+END_TEST
+
 static Suite *table_suite(void)
 {
 	Suite *s = suite_create("table");
@@ -1022,6 +1283,7 @@ static Suite *table_suite(void)
 	TCase *dense = tcase_create("dense");
 	TCase *init = tcase_create("init");
 	TCase *sparse = tcase_create("sparse");
+	TCase *move = tcase_create("move");
 
 	tcase_add_test(optim, test_optim_sgd);
 	tcase_add_test(optim, test_optim_sgd_weight_decay);
@@ -1062,6 +1324,12 @@ static Suite *table_suite(void)
 	tcase_add_test(sparse, test_foreach_sparse);
 	tcase_add_test(sparse, test_sparse_optimizers);
 	suite_add_tcase(s, sparse);
+
+	tcase_add_test(move, test_dense_export_import_continues);
+	tcase_add_test(move, test_sparse_export_remove_import);
+	tcase_add_test(move, test_dense_set_range);
+	tcase_add_test(move, test_move_errors);
+	suite_add_tcase(s, move);
 	return s;
 }
 

@@ -60,7 +60,9 @@ test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # where systemd is not installed).
 TESTS += test/check_units.sh
 dist_noinst_SCRIPTS += test/check_units.sh
-EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/README
+EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/dml-sched.service \
+	conf/systemd/dml-worker@.service conf/systemd/README conf/local/sched.conf \
+	conf/local/server.conf conf/local/worker.conf
 
 # The serial harness (kept so Check's summaries show) reads TESTS_ENVIRONMENT.
 TESTS_ENVIRONMENT = env DML_BUILDDIR='$(abs_top_builddir)' DML_SRCDIR='$(abs_top_srcdir)'
@@ -75,6 +77,64 @@ test_check_nodes_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 # Integration: dml-sched, dml-servers registering with it, dmlctl.
 check_PROGRAMS += test/check_sched
 TESTS += test/check_sched
-test_check_sched_SOURCES = test/check_sched.c test/harness.c test/harness.h
+test_check_sched_SOURCES = test/check_sched.c test/harness.c test/harness.h test/json.c \
+	test/json.h
 test_check_sched_CFLAGS = $(TEST_CFLAGS)
 test_check_sched_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+# The scheduler's job table and job files, with a fake clock.
+check_PROGRAMS += test/check_jobs
+TESTS += test/check_jobs
+test_check_jobs_SOURCES = test/check_jobs.c sched/jobs.c
+test_check_jobs_CFLAGS = $(TEST_CFLAGS)
+test_check_jobs_LDADD = sched/libdmljobconf.la shard/libdmlshard.la server/libdmlstore.la \
+	proto/libdmlproto.la $(TEST_LIBS)
+
+# Shard maps planned over servers by capacity, and checked as received.
+check_PROGRAMS += test/check_mapplan
+TESTS += test/check_mapplan
+test_check_mapplan_SOURCES = test/check_mapplan.c
+test_check_mapplan_CFLAGS = $(TEST_CFLAGS)
+test_check_mapplan_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS)
+
+# Integration: dml-sched's job handling with real servers and in-process peers.
+check_PROGRAMS += test/check_schedjobs
+TESTS += test/check_schedjobs
+test_check_schedjobs_SOURCES = test/check_schedjobs.c test/harness.c test/harness.h
+test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
+test_check_schedjobs_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
+	worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+# Integration: servers taking shard maps from a (scripted) scheduler and
+# moving rows between themselves.
+check_PROGRAMS += test/check_remap
+TESTS += test/check_remap
+test_check_remap_SOURCES = test/check_remap.c test/fake_sched.c test/fake_sched.h \
+	test/harness.c test/harness.h
+test_check_remap_CFLAGS = $(TEST_CFLAGS)
+test_check_remap_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lpthread
+
+# dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
+check_PROGRAMS += test/check_worker
+TESTS += test/check_worker
+test_check_worker_SOURCES = test/check_worker.c test/harness.c test/harness.h test/json.c \
+	test/json.h worker/app_lsq.c worker/profile.c worker/worker_conf.c
+test_check_worker_CFLAGS = $(TEST_CFLAGS)
+test_check_worker_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+	proto/libdmlproto.la $(OPENBLAS_LIBS) $(TEST_LIBS) -lm
+
+# End to end: dml-sched, servers and workers from config files, dmlctl.
+check_PROGRAMS += test/check_e2e
+TESTS += test/check_e2e
+test_check_e2e_SOURCES = test/check_e2e.c test/harness.c test/harness.h test/json.c \
+	test/json.h
+test_check_e2e_CFLAGS = $(TEST_CFLAGS)
+test_check_e2e_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+# Integration: libdml's scheduler mode following shard maps (scripted scheduler).
+check_PROGRAMS += test/check_follow
+TESTS += test/check_follow
+test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
+	test/harness.c test/harness.h
+test_check_follow_CFLAGS = $(TEST_CFLAGS)
+test_check_follow_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lpthread

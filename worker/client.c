@@ -1,18 +1,27 @@
 /*
  * libdml: the worker-side client (see dml.h for the contract).
  *
- * A user request is split by shard into parts, one per server. Each part has
- * its own wire request id and, for pushes, a per-server sequence number. A
- * part stays on its server link's in-flight list, in send order, until its
- * reply arrives; when a connection breaks, the link reconnects with backoff
- * and resends the whole list in order (the server acknowledges, but does not
- * re-apply, pushes it has already seen). The user's handle completes when all
- * of its parts have.
+ * A user request is routed by the shard map into parts, one per server. Each
+ * part has its own wire request id and, for pushes, a per-server sequence
+ * number. A part stays on its server link's in-flight list, in send order,
+ * until its reply arrives; when a connection breaks, the link reconnects with
+ * backoff and resends the whole list in order (the server acknowledges, but
+ * does not re-apply, pushes it has already seen). The user's handle completes
+ * when all of its parts have.
+ *
+ * The map comes either from the servers themselves (a fixed `servers` list,
+ * each reporting its ranges at handshake) or from dml-sched (client_map.c),
+ * versioned. With a scheduler, a server that answers a part with DML_ERANGE
+ * applied none of it: the part is parked, the map fetched again, and the
+ * part routed anew (split if its keys now live on several servers) once a
+ * newer map is known, or resent after a backoff while the new owner is still
+ * receiving its range. Links to servers that left the map close when idle.
  *
  * Must never: modify a caller's push buffer, write a pull's output after the
  * request failed or was waited, spin while waiting (the event loop sleeps in
- * epoll until a reply, a timer or a reconnect is due), or keep a part that no
- * handle can reach.
+ * epoll until a reply, a timer or a reconnect is due), keep a part that no
+ * handle can reach, re-route a part that was sent and not answered (only an
+ * ERANGE answer means "not applied"), or reuse a push sequence number.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -33,7 +42,9 @@
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 2000
 #define CLOSE_WAIT_MS 10000
-#define MAX_SERVERS 4096
+/* Without request_timeout_ms, a part the servers keep refusing (DML_ERANGE)
+ * while the map does not change fails after this long. */
+#define BOUNCE_LIMIT_MS 30000
 /* A request sent this often without an answer, each time losing its
  * connection, is what breaks the connection: fail it instead of looping. */
 #define MAX_SENDS 5
@@ -41,12 +52,17 @@
 enum part_kind { PART_PUSH, PART_PULL, PART_BYE };
 
 struct request;
+struct part;
+
+struct part_list {
+	struct part *head, *tail;
+};
 
 struct part {
-	struct part *prev, *next;      /* the link's in-flight list, send order */
-	struct part *hnext;            /* wire-id hash chain */
+	struct part *prev, *next;      /* its list: a link's in-flight list, or parked */
+	struct part *hnext;            /* wire-id hash chain (only while on a link) */
 	struct request *req;
-	struct link *link;
+	struct link *link;             /* NULL while parked */
 	enum part_kind kind;
 	uint64_t wire_id;
 	uint64_t seq;
@@ -61,6 +77,9 @@ struct part {
 	uint32_t *pos;                 /* pull: caller row of each reply row */
 	uint64_t *keys_own;
 	float *vals_own;
+	uint64_t map_version;          /* of the map it was routed by */
+	uint64_t bounced_ns;           /* first DML_ERANGE answer; 0 if none */
+	int waited;                    /* parked through one fetch already */
 };
 
 struct request {
@@ -75,19 +94,22 @@ struct request {
 
 struct link {
 	struct dml *d;
-	uint32_t index;
+	uint32_t index;                /* standalone: position in the servers list */
+	uint32_t node_id;              /* with a scheduler: the server's node id */
 	char host[256];
 	uint16_t port;
 	struct dml_conn *conn;
 	int ready;
 	int failed;                    /* gave up: requests to it fail */
 	int fatal;                     /* handshake refused: do not retry */
+	int retired;                   /* not in the current map: close once idle */
+	int closing;                   /* retired and idle: close under way */
 	uint64_t next_seq;
 	uint64_t lost_since_ns;
 	uint64_t retry_at_ns;
 	uint32_t backoff_ms;
-	struct part *head, *tail;
-	Dml__TableInfo **tables;       /* copied from WELCOME */
+	struct part_list q;
+	Dml__TableInfo **tables;       /* standalone: copied from WELCOME */
 	size_t ntables;
 };
 
@@ -98,9 +120,17 @@ struct dml {
 	struct dml_conn_conf cc;
 	uint8_t *secret;
 	size_t secret_len;
-	struct link *links;
+	struct link **links;           /* every open link, retired ones too */
 	uint32_t nlinks;
-	struct dml_shard_map map;
+	struct dml_shard_map map;      /* version 0 in standalone mode */
+	struct link **route;           /* map server index -> link */
+	uint32_t nroute;
+
+	struct dml_client_sched *sched; /* NULL in standalone mode */
+	struct part_list parked;       /* refused with DML_ERANGE, waiting for a map */
+	int connecting;                /* inside dml_connect */
+	int map_rc;                    /* the last fetch's error, for dml_connect */
+	char map_why[512];
 
 	uint64_t clock;
 	uint64_t last_min_clock;
@@ -188,6 +218,19 @@ static void request_free(struct dml *d, struct request *r)
 	free(r);
 }
 
+/* A request nobody holds a handle to is freed with its last part. */
+static void request_settle(struct dml *d, struct request *r, int rc)
+{
+	if (rc && r->result == 0)
+		r->result = rc;
+	if (r->parts_left == 0 && r->id == 0) {
+		/* Keep the first error for dml_wait_all. */
+		if (r->result && !d->sticky_error)
+			d->sticky_error = r->result;
+		free(r);
+	}
+}
+
 static struct part *find_part(struct dml *d, uint64_t wire_id)
 {
 	struct part *p = d->parts[wire_id & (d->nbuckets - 1)];
@@ -197,14 +240,19 @@ static struct part *find_part(struct dml *d, uint64_t wire_id)
 	return p;
 }
 
-static void part_unlink(struct dml *d, struct part *p)
+static void list_append(struct part_list *l, struct part *p)
 {
-	struct link *l = p->link;
-	struct part **pp = &d->parts[p->wire_id & (d->nbuckets - 1)];
+	p->next = NULL;
+	p->prev = l->tail;
+	if (l->tail)
+		l->tail->next = p;
+	else
+		l->head = p;
+	l->tail = p;
+}
 
-	while (*pp != p)
-		pp = &(*pp)->hnext;
-	*pp = p->hnext;
+static void list_remove(struct part_list *l, struct part *p)
+{
 	if (p->prev)
 		p->prev->next = p->next;
 	else
@@ -213,6 +261,28 @@ static void part_unlink(struct dml *d, struct part *p)
 		p->next->prev = p->prev;
 	else
 		l->tail = p->prev;
+	p->prev = p->next = NULL;
+}
+
+static void hash_remove(struct dml *d, struct part *p)
+{
+	struct part **pp = &d->parts[p->wire_id & (d->nbuckets - 1)];
+
+	while (*pp != p)
+		pp = &(*pp)->hnext;
+	*pp = p->hnext;
+}
+
+/* Off its link (and the wire-id hash), or off the parked list. */
+static void part_unlink(struct dml *d, struct part *p)
+{
+	if (p->link) {
+		hash_remove(d, p);
+		list_remove(&p->link->q, p);
+		p->link = NULL;
+	} else {
+		list_remove(&d->parked, p);
+	}
 }
 
 static void part_discard(struct part *p)
@@ -229,16 +299,9 @@ static void part_finish(struct dml *d, struct part *p, int rc)
 	struct request *r = p->req;
 
 	part_unlink(d, p);
-	if (rc && r->result == 0)
-		r->result = rc;
 	r->parts_left--;
 	part_discard(p);
-	if (r->parts_left == 0 && r->id == 0) {
-		/* Nobody holds a handle: keep the first error for dml_wait_all. */
-		if (r->result && !d->sticky_error)
-			d->sticky_error = r->result;
-		free(r);
-	}
+	request_settle(d, r, rc);
 }
 
 /* ---- sending ------------------------------------------------------------ */
@@ -300,12 +363,12 @@ static void send_clock(struct link *l)
 }
 
 /*
- * Queue a part on its link; sent now if the link is up, else on reconnect.
- * On failure the part is freed.
+ * Queue a part (its req set) on link l with a new wire id and, for a push,
+ * l's next sequence number; it counts in its request from now on. Sent now
+ * if the link is up, else on reconnect. On failure the part is freed.
  */
-static int part_submit(struct dml *d, struct request *r, struct part *p)
+static int part_submit(struct dml *d, struct part *p, struct link *l)
 {
-	struct link *l = p->link;
 	size_t b;
 	int rc;
 
@@ -313,7 +376,9 @@ static int part_submit(struct dml *d, struct request *r, struct part *p)
 		part_discard(p);
 		return DML_ECONN;
 	}
-	p->req = r;
+	p->link = l;
+	p->sends = 0;
+	p->map_version = d->map.version;
 	p->wire_id = ++d->next_wire;
 	if (p->kind == PART_PUSH)
 		p->seq = ++l->next_seq;
@@ -322,20 +387,256 @@ static int part_submit(struct dml *d, struct request *r, struct part *p)
 	b = p->wire_id & (d->nbuckets - 1);
 	p->hnext = d->parts[b];
 	d->parts[b] = p;
-	p->prev = l->tail;
-	if (l->tail)
-		l->tail->next = p;
-	else
-		l->head = p;
-	l->tail = p;
-	r->parts_left++;
+	list_append(&l->q, p);
+	p->req->parts_left++;
 	if (l->ready && (rc = part_send(d, p)) != 0) {
-		r->parts_left--;
+		p->req->parts_left--;
 		part_unlink(d, p);
 		part_discard(p);
 		return rc;
 	}
 	return 0;
+}
+
+/* ---- routing -------------------------------------------------------------- */
+
+static const struct dml_shard_table *lookup_table(struct dml *d, uint32_t table)
+{
+	return dml_shard_map_table(&d->map, table);
+}
+
+static struct part *part_new(enum part_kind kind, const struct dml_shard_table *t)
+{
+	struct part *p = dml_xcalloc(1, sizeof(*p));
+
+	p->kind = kind;
+	p->table = t->id;
+	p->width = t->width;
+	p->dense = 1;   /* key-list requests clear it */
+	return p;
+}
+
+/* A piece of p, for the same request, holding none of p's keys yet. */
+static struct part *part_piece(const struct part *p)
+{
+	struct part *q = dml_xcalloc(1, sizeof(*q));
+
+	q->req = p->req;
+	q->kind = p->kind;
+	q->table = p->table;
+	q->width = p->width;
+	q->dense = p->dense;
+	q->bounced_ns = p->bounced_ns;
+	return q;
+}
+
+/* A dense range part: one piece per run of ranges on one server. Consumes p. */
+static int route_range(struct dml *d, const struct dml_shard_table *t, struct part *p)
+{
+	const struct dml_shard_range *sr = dml_shard_route(t, p->begin);
+	uint64_t b = p->begin;
+	size_t i;
+	int rc = 0;
+
+	if (!sr || p->end > t->keys) {
+		part_discard(p);
+		return DML_ERANGE;
+	}
+	i = (size_t)(sr - t->ranges);
+	while (b < p->end && rc == 0) {
+		struct link *l = d->route[t->ranges[i].server];
+		uint64_t e = t->ranges[i].end;
+		struct part *q;
+
+		while (e < p->end && i + 1 < t->nranges &&
+		       d->route[t->ranges[i + 1].server] == l)
+			e = t->ranges[++i].end;
+		i++;
+		if (e > p->end)
+			e = p->end;
+		if (b == p->begin && e == p->end)
+			return part_submit(d, p, l);    /* one server holds it all */
+		q = part_piece(p);
+		q->begin = b;
+		q->end = e;
+		if (p->vals)
+			q->vals = p->vals + (b - p->begin) * p->width;
+		if (p->out)
+			q->out = p->out + (b - p->begin) * p->width;
+		rc = part_submit(d, q, l);
+		b = e;
+	}
+	part_discard(p);
+	return rc;
+}
+
+/* A key-list part: as is when one server holds every key, else split. Consumes p. */
+static int route_keys(struct dml *d, const struct dml_shard_table *t, struct part *p)
+{
+	uint32_t *server, *count, used = 0, only = 0;
+	struct part **pieces;
+	int rc = 0;
+
+	/* One server holds the whole table: nothing to look up or copy. But a
+	 * key outside a dense table is refused here: with a scheduler, the
+	 * server's DML_ERANGE would be taken for keys on the move. */
+	if (t->nranges == 1) {
+		for (uint32_t i = 0; i < p->nkeys && t->dense; i++) {
+			if (p->keys[i] >= t->keys) {
+				part_discard(p);
+				return DML_ERANGE;
+			}
+		}
+		return part_submit(d, p, d->route[t->ranges[0].server]);
+	}
+	server = malloc(p->nkeys * sizeof(*server));
+	if (!server) {
+		part_discard(p);
+		return DML_ENOMEM;
+	}
+	count = dml_xcalloc(d->nroute, sizeof(*count));
+	for (uint32_t i = 0; i < p->nkeys && rc == 0; i++) {
+		const struct dml_shard_range *sr = dml_shard_route(t, p->keys[i]);
+
+		if (!sr) {
+			rc = DML_ERANGE;
+			break;
+		}
+		server[i] = sr->server;
+		if (count[sr->server]++ == 0) {
+			used++;
+			only = sr->server;
+		}
+	}
+	if (rc || used == 1) {
+		free(server);
+		free(count);
+		if (rc) {
+			part_discard(p);
+			return rc;
+		}
+		return part_submit(d, p, d->route[only]);  /* no copies either */
+	}
+	pieces = dml_xcalloc(d->nroute, sizeof(*pieces));
+	for (uint32_t s = 0; s < d->nroute; s++) {
+		struct part *q;
+
+		if (!count[s])
+			continue;
+		q = pieces[s] = part_piece(p);
+		q->keys_own = dml_xmalloc(count[s] * sizeof(uint64_t));
+		q->keys = q->keys_own;
+		if (p->vals) {
+			q->vals_own = dml_xmalloc((size_t)count[s] * p->width * sizeof(float));
+			q->vals = q->vals_own;
+		}
+		if (p->out) {
+			q->pos = dml_xmalloc(count[s] * sizeof(uint32_t));
+			q->out = p->out;
+		}
+	}
+	for (uint32_t i = 0; i < p->nkeys; i++) {
+		struct part *q = pieces[server[i]];
+		uint32_t k = q->nkeys++;
+
+		q->keys_own[k] = p->keys[i];
+		if (p->vals)
+			memcpy(q->vals_own + (size_t)k * p->width,
+			       p->vals + (size_t)i * p->width, p->width * sizeof(float));
+		if (p->out)
+			q->pos[k] = p->pos ? p->pos[i] : i;
+	}
+	for (uint32_t s = 0; s < d->nroute; s++) {
+		if (!pieces[s])
+			continue;
+		if (rc == 0)
+			rc = part_submit(d, pieces[s], d->route[s]);
+		else
+			part_discard(pieces[s]);
+	}
+	free(pieces);
+	free(server);
+	free(count);
+	part_discard(p);
+	return rc;
+}
+
+/*
+ * Send a part by the current map. p (its req set) is on no list and counts
+ * once in its request's parts_left; afterwards it is queued as is or
+ * replaced by the pieces queued, each counting once. Returns 0 or the first
+ * error; what was not queued is freed.
+ */
+static int part_route(struct dml *d, struct part *p)
+{
+	const struct dml_shard_table *t = lookup_table(d, p->table);
+	struct request *r = p->req;
+	int rc;
+
+	if (!t || t->width != p->width || (p->dense && !t->dense)) {
+		/* Only a new map can change a table under a part. */
+		snprintf(d->detail, sizeof(d->detail), "table %u: %s in shard map v%llu",
+			 p->table, t ? "shape changed" : "gone",
+			 (unsigned long long)d->map.version);
+		part_discard(p);
+		rc = t ? DML_ESHAPE : DML_ENOTFOUND;
+	} else {
+		rc = p->dense ? route_range(d, t, p) : route_keys(d, t, p);
+	}
+	r->parts_left--;
+	return rc;
+}
+
+/* Route a part that came back; its request fails if that cannot be done. */
+static void part_reroute(struct dml *d, struct part *p)
+{
+	struct request *r = p->req;
+	int rc = part_route(d, p);
+
+	if (rc)
+		request_settle(d, r, rc);
+}
+
+/*
+ * A server applied nothing of p: its keys are not (or not yet) there. With
+ * a newer map already known, route again now; else wait for a fetch.
+ */
+static void part_bounce(struct dml *d, struct part *p)
+{
+	int bounced_before = p->bounced_ns != 0;
+
+	part_unlink(d, p);
+	if (!bounced_before)
+		p->bounced_ns = dml_now_ns();
+	if (p->map_version < d->map.version) {
+		part_reroute(d, p);
+		return;
+	}
+	/* A part bounced before has waited through fetches already: it goes
+	 * again after the next one, newer map or not (its owner may be ready). */
+	p->waited = bounced_before;
+	list_append(&d->parked, p);
+	dml_client_sched_fetch(d->sched);
+}
+
+/* A fetch answered: route what it unblocks, fetch again for the rest. */
+static void parked_release(struct dml *d)
+{
+	struct part_list todo = d->parked;
+
+	d->parked.head = d->parked.tail = NULL;
+	for (struct part *p = todo.head, *next; p; p = next) {
+		next = p->next;
+		p->prev = p->next = NULL;
+		if (p->map_version < d->map.version || p->waited) {
+			part_reroute(d, p);
+		} else {
+			p->waited = 1;
+			list_append(&d->parked, p);
+		}
+	}
+	if (d->parked.head)
+		dml_client_sched_fetch(d->sched);
 }
 
 /* ---- connection events --------------------------------------------------- */
@@ -344,19 +645,30 @@ static void link_connect(struct link *l);
 
 static void link_fail_all(struct link *l, int rc)
 {
-	while (l->head)
-		part_finish(l->d, l->head, rc);
+	while (l->q.head)
+		part_finish(l->d, l->q.head, rc);
 }
 
 static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 {
 	struct link *l = arg;
+	struct dml *d = l->d;
 
-	if (w->shard_count != l->d->nlinks || w->shard_index != l->index) {
-		snprintf(l->d->detail, sizeof(l->d->detail),
+	if (d->conf.scheduler[0]) {
+		/* Its ranges come from the map, not from what it reports. */
+		if (w->node_id != l->node_id)
+			dml_warn("server %s:%u is node %u, the shard map says %u", l->host,
+				 l->port, w->node_id, l->node_id);
+		if (w->map_version > d->map.version && d->sched)
+			dml_client_sched_fetch(d->sched);
+		return 0;
+	}
+	if (w->shard_count != d->nlinks || w->shard_index != l->index) {
+		snprintf(d->detail, sizeof(d->detail),
 			 "server %.64s:%u is shard %u/%u but is listed at position %u of %u",
-			 l->host, l->port, w->shard_index, w->shard_count, l->index, l->d->nlinks);
-		dml_err("%s", l->d->detail);
+			 l->host, l->port, w->shard_index, w->shard_count, l->index, d->nlinks);
+		if (!d->connecting)
+			dml_err("%s", d->detail);   /* dml_connect logs its own */
 		l->fatal = DML_ECONF;
 		return DML_ECONF;
 	}
@@ -381,8 +693,13 @@ static void on_ready(struct dml_conn *c, void *arg)
 	l->ready = 1;
 	l->backoff_ms = 0;
 	l->lost_since_ns = 0;
-	/* Resend everything unanswered, in order, then where our clock is. */
-	for (struct part *p = l->head; p; ) {
+	/*
+	 * Where our clock is, before anything else: HELLO said where it was at
+	 * connect time, and a clock may have passed during the handshake.
+	 */
+	send_clock(l);
+	/* Resend everything unanswered, in order. */
+	for (struct part *p = l->q.head; p; ) {
 		struct part *next = p->next;
 		int rc = part_send(l->d, p);
 
@@ -390,7 +707,6 @@ static void on_ready(struct dml_conn *c, void *arg)
 			part_finish(l->d, p, rc);
 		p = next;
 	}
-	send_clock(l);
 }
 
 static void *payload_dest(struct dml_conn *c, const Dml__Meta *m, void *arg)
@@ -433,12 +749,22 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 			return DML_ESTATE;
 		part_finish(d, p, 0);
 		return 0;
-	case DML__MSG_TYPE__ERROR:
+	case DML__MSG_TYPE__ERROR: {
+		int code = m->error->code < 0 && m->error->code > DML_ERR_MIN ? m->error->code
+									       : DML_EIO;
+
 		snprintf(d->detail, sizeof(d->detail), "server %.64s:%u: %s", l->host, l->port,
 			 m->error->message);
-		part_finish(d, p, m->error->code < 0 && m->error->code > DML_ERR_MIN
-					  ? m->error->code : DML_EIO);
+		if (code == DML_ERANGE && d->sched && p->kind != PART_BYE) {
+			dml_debug("%s (we route by map v%llu, it holds v%llu)", d->detail,
+				  (unsigned long long)p->map_version,
+				  (unsigned long long)m->map_version);
+			part_bounce(d, p);
+			return 0;
+		}
+		part_finish(d, p, code);
 		return 0;
+	}
 	case DML__MSG_TYPE__PULL_REPLY: {
 		uint64_t rows = p->dense ? p->end - p->begin : p->nkeys;
 		size_t row_bytes = p->width * sizeof(float);
@@ -470,9 +796,10 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 		return;
 	l->conn = NULL;
 	l->ready = 0;
+	l->closing = 0;
 	/* Leaving needs no answer from a server that is gone; and a request that
 	 * keeps losing its connection is failed rather than sent forever. */
-	for (struct part *p = l->head; p; ) {
+	for (struct part *p = l->q.head; p; ) {
 		struct part *next = p->next;
 
 		if (p->kind == PART_BYE)
@@ -506,9 +833,84 @@ static void link_connect(struct link *l)
 {
 	struct dml *d = l->d;
 
+	/* HELLO carries where we are: a server new to us counts us from there. */
+	d->cc.clock = d->clock;
 	if (dml_conn_connect(d->base, l->host, l->port, &d->cc, &client_ops, l, &l->conn)) {
 		l->conn = NULL;
 		l->retry_at_ns = dml_now_ns() + BACKOFF_MAX_MS * 1000000ull;
+	}
+}
+
+static struct link *link_add(struct dml *d, const char *host, uint16_t port)
+{
+	struct link *l = dml_xcalloc(1, sizeof(*l));
+
+	d->links = dml_xrealloc(d->links, (d->nlinks + 1) * sizeof(*d->links));
+	d->links[d->nlinks] = l;
+	l->d = d;
+	l->index = d->nlinks++;
+	snprintf(l->host, sizeof(l->host), "%s", host);
+	l->port = port;
+	return l;
+}
+
+static void link_free(struct link *l)
+{
+	for (size_t i = 0; i < l->ntables; i++)
+		free(l->tables[i]);
+	free(l->tables);
+	free(l);
+}
+
+/* Retired links without parts: close, and free once the close has run. */
+static void links_reap(struct dml *d)
+{
+	for (uint32_t i = 0; i < d->nlinks; ) {
+		struct link *l = d->links[i];
+
+		if (!l->retired || l->q.head) {
+			i++;
+			continue;
+		}
+		if (l->conn) {
+			if (!l->closing) {
+				/* Parts queued from now on wait for a new connection. */
+				l->closing = 1;
+				l->ready = 0;
+				dml_conn_close(l->conn, 0);
+			}
+			i++;
+			continue;
+		}
+		dml_info("server %s:%u (node %u) left the shard map: link closed", l->host,
+			 l->port, l->node_id);
+		link_free(l);
+		d->links[i] = d->links[--d->nlinks];
+	}
+}
+
+/* Fail what waited too long: request_timeout_ms, or a part refused for too long. */
+static void expire_parts(struct dml *d, uint64_t now)
+{
+	for (uint32_t i = 0; i < d->nlinks && d->conf.request_timeout_ms; i++) {
+		for (struct part *p = d->links[i]->q.head; p; ) {
+			struct part *next = p->next;
+
+			if (p->req->deadline_ns && now > p->req->deadline_ns)
+				part_finish(d, p, p->bounced_ns ? DML_ERANGE : DML_ETIMEDOUT);
+			p = next;
+		}
+	}
+	for (struct part *p = d->parked.head; p; ) {
+		struct part *next = p->next;
+
+		if (p->req->deadline_ns ? now > p->req->deadline_ns
+		    : now - p->bounced_ns > BOUNCE_LIMIT_MS * 1000000ull) {
+			dml_warn("table %u: no server takes these keys (shard map v%llu): %s",
+				 p->table, (unsigned long long)d->map.version, d->detail);
+			part_finish(d, p, DML_ERANGE);
+		}
+		p = next;
 	}
 }
 
@@ -517,10 +919,11 @@ static void housekeeping(struct dml *d)
 {
 	uint64_t now = dml_now_ns();
 
+	links_reap(d);
 	for (uint32_t i = 0; i < d->nlinks; i++) {
-		struct link *l = &d->links[i];
+		struct link *l = d->links[i];
 
-		if (l->conn || l->failed)
+		if (l->conn || l->failed || (l->retired && !l->q.head))
 			continue;
 		if (l->fatal || (l->lost_since_ns &&
 				 now - l->lost_since_ns > d->conf.reconnect_timeout_ms * 1000000ull)) {
@@ -533,23 +936,15 @@ static void housekeeping(struct dml *d)
 		if (now >= l->retry_at_ns)
 			link_connect(l);
 	}
-	if (!d->conf.request_timeout_ms)
-		return;
-	for (uint32_t i = 0; i < d->nlinks; i++) {
-		for (struct part *p = d->links[i].head; p; ) {
-			struct part *next = p->next;
-
-			if (p->req->deadline_ns && now > p->req->deadline_ns)
-				part_finish(d, p, DML_ETIMEDOUT);
-			p = next;
-		}
-	}
+	expire_parts(d, now);
 }
 
 static int parts_in_flight(const struct dml *d)
 {
+	if (d->parked.head)
+		return 1;
 	for (uint32_t i = 0; i < d->nlinks; i++)
-		if (d->links[i].head)
+		if (d->links[i]->q.head)
 			return 1;
 	return 0;
 }
@@ -592,6 +987,96 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	housekeeping(arg);
 }
 
+/* ---- shard maps ------------------------------------------------------------ */
+
+static struct link *link_find(struct dml *d, uint32_t node_id)
+{
+	for (uint32_t i = 0; i < d->nlinks; i++)
+		if (d->links[i]->node_id == node_id)
+			return d->links[i];
+	return NULL;
+}
+
+/* The link to a server of a new map: the one we have, or a new one. */
+static struct link *map_link(struct dml *d, const struct dml_client_server *s)
+{
+	struct link *l = link_find(d, s->node_id);
+
+	if (!l) {
+		l = link_add(d, s->host, s->port);
+		l->node_id = s->node_id;
+		/* Given up on after reconnect_timeout_ms if it never answers. */
+		l->lost_since_ns = dml_now_ns();
+		link_connect(l);
+		return l;
+	}
+	if (strcmp(l->host, s->host) != 0 || l->port != s->port) {
+		/* Moved: the next connection goes to the new address. */
+		dml_info("server %u moved from %s:%u to %s:%u", s->node_id, l->host, l->port,
+			 s->host, s->port);
+		snprintf(l->host, sizeof(l->host), "%s", s->host);
+		l->port = s->port;
+	}
+	if (l->failed) {
+		/* Back in a newer map: worth another try. */
+		l->failed = 0;
+		l->fatal = 0;
+		l->lost_since_ns = dml_now_ns();
+		l->retry_at_ns = 0;
+	}
+	return l;
+}
+
+/* Route by a newer map from now on. Takes m's shard map; m keeps its servers. */
+static void map_install(struct dml *d, struct dml_client_map *m)
+{
+	struct link **route = dml_xcalloc(m->nservers, sizeof(*route));
+
+	if (d->conf.job == 0) {
+		/* "The running job": pin the one the scheduler named. */
+		d->conf.job = m->job;
+		d->cc.job = m->job;
+		dml_client_sched_set_job(d->sched, m->job);
+	}
+	for (uint32_t i = 0; i < d->nlinks; i++)
+		d->links[i]->retired = 1;
+	for (uint32_t i = 0; i < m->nservers; i++) {
+		route[i] = map_link(d, &m->servers[i]);
+		route[i]->retired = 0;
+	}
+	free(d->route);
+	d->route = route;
+	d->nroute = m->nservers;
+	dml_shard_map_destroy(&d->map);
+	d->map = m->shard;
+	memset(&m->shard, 0, sizeof(m->shard));
+	dml_client_sched_pace_reset(d->sched);
+	dml_info("job %u: shard map v%llu, %u servers", d->conf.job,
+		 (unsigned long long)d->map.version, d->nroute);
+}
+
+/* A fetch ended (client_map.c calls this). */
+static void on_map(void *arg, int rc, struct dml_client_map *m, const char *why)
+{
+	struct dml *d = arg;
+
+	if (rc) {
+		/* Said once per reason, not at every paced retry. */
+		if (!d->connecting && strncmp(d->map_why, why, sizeof(d->map_why) - 1) != 0)
+			dml_warn("shard map: %s", why);
+		d->map_rc = rc;
+		snprintf(d->map_why, sizeof(d->map_why), "%s", why);
+		if (d->parked.head)
+			dml_client_sched_fetch(d->sched);
+		return;
+	}
+	d->map_rc = 0;
+	if (m->shard.version > d->map.version)
+		map_install(d, m);
+	dml_client_map_destroy(m);
+	parked_release(d);
+}
+
 /* ---- connect / close ------------------------------------------------------ */
 
 static int parse_servers(struct dml *d)
@@ -600,33 +1085,36 @@ static int parse_servers(struct dml *d)
 	int rc = 0;
 
 	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		struct link *l;
+		char host[256];
+		uint16_t port;
 
 		while (*tok == ' ')
 			tok++;
-		if (d->nlinks >= MAX_SERVERS) {
+		if (d->nlinks >= DML_CLIENT_MAX_SERVERS) {
 			rc = DML_EINVAL;
 			break;
 		}
-		d->links = dml_xrealloc(d->links, (d->nlinks + 1) * sizeof(*d->links));
-		l = &d->links[d->nlinks];
-		memset(l, 0, sizeof(*l));
-		if (dml_parse_hostport(tok, l->host, sizeof(l->host), &l->port, 0) != 0) {
-			snprintf(d->detail, sizeof(d->detail), "servers: '%s' is not host:port", tok);
+		if (dml_parse_hostport(tok, host, sizeof(host), &port, 0) != 0) {
+			snprintf(d->detail, sizeof(d->detail),
+				 "servers: '%.200s' is not host:port", tok);
 			rc = DML_EINVAL;
 			break;
 		}
-		l->d = d;
-		l->index = d->nlinks++;
+		(void)link_add(d, host, port);
 	}
 	free(list);
 	if (rc == 0 && d->nlinks == 0) {
 		snprintf(d->detail, sizeof(d->detail), "servers: no server given");
 		rc = DML_EINVAL;
 	}
+	/* Shard i is the i-th server listed. */
+	d->nroute = d->nlinks;
+	d->route = dml_xcalloc(d->nlinks ? d->nlinks : 1, sizeof(*d->route));
+	memcpy(d->route, d->links, d->nlinks * sizeof(*d->route));
 	return rc;
 }
 
+/* Standalone mode: the map is what the servers reported at handshake. */
 static int build_map(struct dml *d)
 {
 	char err[256] = "";
@@ -634,8 +1122,8 @@ static int build_map(struct dml *d)
 
 	dml_shard_map_init(&d->map, d->nlinks);
 	for (uint32_t i = 0; i < d->nlinks && rc == 0; i++) {
-		for (size_t j = 0; j < d->links[i].ntables && rc == 0; j++) {
-			const Dml__TableInfo *t = d->links[i].tables[j];
+		for (size_t j = 0; j < d->links[i]->ntables && rc == 0; j++) {
+			const Dml__TableInfo *t = d->links[i]->tables[j];
 
 			rc = dml_shard_map_add(&d->map, i, t->id, t->dense, t->width, t->keys,
 					       t->key_begin, t->key_end, err, sizeof(err));
@@ -646,36 +1134,125 @@ static int build_map(struct dml *d)
 	if (rc) {
 		snprintf(d->detail, sizeof(d->detail), "shard map: %s", err[0] ? err
 			 : dml_strerror(rc));
-		dml_err("%s", d->detail);
 		return DML_ECONF;
 	}
 	return 0;
 }
 
+/* dml_connect's deadline passed without a map: why, and the code to return. */
+static int sched_timeout(struct dml *d, int not_found)
+{
+	const char *last = dml_client_sched_last_error(d->sched);
+	int reached = dml_client_sched_ever_ready(d->sched);
+
+	if (not_found) {
+		snprintf(d->detail, sizeof(d->detail), "%.440s (no shard map within %u ms)",
+			 d->map_why, d->conf.connect_timeout_ms);
+		return DML_ENOTFOUND;
+	}
+	snprintf(d->detail, sizeof(d->detail), "%s: %s within %u ms%s%s",
+		 dml_client_sched_name(d->sched),
+		 reached ? "no shard map" : "could not connect", d->conf.connect_timeout_ms,
+		 last[0] ? ": " : "", last);
+	return reached ? DML_ETIMEDOUT : DML_ECONN;
+}
+
+/* Scheduler mode: ask for the map until it comes or the deadline passes. */
+static int connect_sched(struct dml *d, uint64_t deadline)
+{
+	int rc = dml_client_sched_new(d->base, &d->cc, d->conf.scheduler, d->conf.job, on_map,
+				      d, &d->sched), not_found = 0;
+
+	if (rc) {
+		snprintf(d->detail, sizeof(d->detail), "scheduler: '%.200s' is not host:port",
+			 d->conf.scheduler);
+		return rc;
+	}
+	dml_client_sched_fetch(d->sched);
+	while (d->map.version == 0) {
+		/* "No map yet" may change while we wait: ask again, paced. */
+		if (d->map_rc == DML_ENOTFOUND) {
+			d->map_rc = 0;
+			not_found = 1;
+			dml_client_sched_fetch(d->sched);
+		} else if (d->map_rc) {
+			snprintf(d->detail, sizeof(d->detail), "%s", d->map_why);
+			return d->map_rc;
+		}
+		if (dml_now_ns() > deadline)
+			return sched_timeout(d, not_found);
+		event_base_loop(d->base, EVLOOP_ONCE);
+	}
+	return 0;
+}
+
+/* Every server of the map connected and authenticated, or an error. */
+static int connect_links(struct dml *d, uint64_t deadline)
+{
+	int rc = 0;
+
+	for (;;) {
+		uint32_t ready = 0;
+
+		for (uint32_t i = 0; i < d->nroute; i++) {
+			ready += d->route[i]->ready;
+			if (d->route[i]->fatal && !rc)
+				rc = d->route[i]->fatal;
+		}
+		if (rc || ready == d->nroute)
+			break;
+		if (dml_now_ns() > deadline) {
+			rc = DML_ETIMEDOUT;
+			break;
+		}
+		event_base_loop(d->base, EVLOOP_ONCE);
+		/* Keep retrying refused connections until the deadline. */
+		for (uint32_t i = 0; i < d->nroute; i++) {
+			struct link *l = d->route[i];
+
+			if (!l->conn && !l->fatal && dml_now_ns() >= l->retry_at_ns)
+				link_connect(l);
+		}
+	}
+	for (uint32_t i = 0; i < d->nroute && rc; i++) {
+		const struct link *l = d->route[i];
+
+		if (!l->ready)
+			dml_err("server %s:%u: %s", l->host, l->port,
+				dml_strerror(l->fatal ? l->fatal : rc));
+	}
+	return rc;
+}
+
 static void dml_free_all(struct dml *d)
 {
-	for (uint32_t i = 0; i < d->nlinks; i++) {
-		struct link *l = &d->links[i];
+	struct dml_client_sched *s = d->sched;
 
-		link_fail_all(l, DML_ECLOSED);
-		if (l->conn)
-			dml_conn_abort(l->conn, DML_ECLOSED);
-	}
+	/* No housekeeping from here on: it would reconnect what is being closed. */
+	if (d->tick)
+		event_del(d->tick);
+	/* No part left for a late reply or a map to find. */
+	for (uint32_t i = 0; i < d->nlinks; i++)
+		link_fail_all(d->links[i], DML_ECLOSED);
+	while (d->parked.head)
+		part_finish(d, d->parked.head, DML_ECLOSED);
+	dml_client_sched_free(s);
+	d->sched = NULL;
+	for (uint32_t i = 0; i < d->nlinks; i++)
+		if (d->links[i]->conn)
+			dml_conn_abort(d->links[i]->conn, DML_ECLOSED);
 	/* Let the loop run the deferred teardown of every connection. */
 	for (int i = 0; i < 100; i++) {
 		int open = 0;
 
 		for (uint32_t j = 0; j < d->nlinks; j++)
-			open += d->links[j].conn != NULL;
+			open += d->links[j]->conn != NULL;
 		if (!open)
 			break;
 		event_base_loop(d->base, EVLOOP_NONBLOCK);
 	}
-	for (uint32_t i = 0; i < d->nlinks; i++) {
-		for (size_t j = 0; j < d->links[i].ntables; j++)
-			free(d->links[i].tables[j]);
-		free(d->links[i].tables);
-	}
+	for (uint32_t i = 0; i < d->nlinks; i++)
+		link_free(d->links[i]);
 	for (size_t i = 0; i < d->nbuckets; i++) {
 		while (d->reqs[i]) {
 			struct request *r = d->reqs[i];
@@ -687,6 +1264,7 @@ static void dml_free_all(struct dml *d)
 	free(d->reqs);
 	free(d->parts);
 	free(d->links);
+	free(d->route);
 	dml_shard_map_destroy(&d->map);
 	if (d->tick)
 		event_free(d->tick);
@@ -714,16 +1292,59 @@ static void copy_conf(struct dml_client_conf *dst, const struct dml_client_conf 
 {
 	*dst = *src;
 	dst->servers = dml_xstrdup(src->servers ? src->servers : "");
+	dst->scheduler = dml_xstrdup(src->scheduler ? src->scheduler : "");
 	dst->secret_file = dml_xstrdup(src->secret_file ? src->secret_file : "");
 	dst->cluster = dml_xstrdup(src->cluster ? src->cluster : "dml");
 }
 
-int dml_connect(const dml_opts_t *opts, dml_t **out)
+/* Options, secret, event loop and connection identity; no network yet. */
+static int client_setup(struct dml *d)
 {
 	struct timeval tick = { 0, TICK_MS * 1000 };
+	int rc;
+
+	if (d->conf.role == 0 && d->conf.worker_id == 0) {
+		snprintf(d->detail, sizeof(d->detail), "worker_id is required for role worker");
+		return DML_EINVAL;
+	}
+	if (d->conf.scheduler[0] && d->conf.servers[0]) {
+		snprintf(d->detail, sizeof(d->detail),
+			 "servers and scheduler exclude each other");
+		return DML_EINVAL;
+	}
+	if (!d->conf.scheduler[0] && (rc = parse_servers(d)) != 0)
+		return rc;
+	if ((rc = dml_secret_load(d->conf.secret_file, &d->secret, &d->secret_len)) != 0) {
+		snprintf(d->detail, sizeof(d->detail), "secret_file: %s", dml_strerror(rc));
+		return rc;
+	}
+	ignore_sigpipe();
+	d->base = event_base_new();
+	if (!d->base)
+		return DML_ENOMEM;
+	dml_conn_conf_default(&d->cc);
+	d->cc.limits.max_payload = (uint32_t)d->conf.max_payload;
+	d->cc.limits.max_meta = (uint32_t)d->conf.max_meta;
+	d->cc.secret = d->secret;
+	d->cc.secret_len = d->secret_len;
+	d->cc.cluster = d->conf.cluster;
+	d->cc.role = d->conf.role == 0 ? DML__ROLE__WORKER : DML__ROLE__CONTROL;
+	d->cc.node_id = d->conf.worker_id;
+	d->cc.job = d->conf.job;
+	d->cc.handshake_timeout_ms = d->conf.connect_timeout_ms;
+	if (dml_random_bytes(&d->cc.incarnation, sizeof(d->cc.incarnation)) != 0)
+		return DML_EIO;
+	d->tick = event_new(d->base, -1, EV_PERSIST, tick_cb, d);
+	event_add(d->tick, &tick);
+	d->clock = d->conf.clock;
+	return 0;
+}
+
+int dml_connect(const dml_opts_t *opts, dml_t **out)
+{
 	struct dml *d;
 	uint64_t deadline;
-	int rc = 0;
+	int rc;
 
 	if (!opts || !out)
 		return DML_EINVAL;
@@ -733,99 +1354,31 @@ int dml_connect(const dml_opts_t *opts, dml_t **out)
 	d->nbuckets = 64;
 	d->reqs = dml_xcalloc(d->nbuckets, sizeof(*d->reqs));
 	d->parts = dml_xcalloc(d->nbuckets, sizeof(*d->parts));
-	if (d->conf.role == 0 && d->conf.worker_id == 0) {
-		dml_err("worker_id is required for role worker");
-		dml_free_all(d);
-		return DML_EINVAL;
-	}
-	if ((rc = parse_servers(d)) != 0) {
-		dml_err("%s", d->detail);
-		dml_free_all(d);
-		return rc;
-	}
-	if ((rc = dml_secret_load(d->conf.secret_file, &d->secret, &d->secret_len)) != 0) {
-		dml_free_all(d);
-		return rc;
-	}
-	ignore_sigpipe();
-	d->base = event_base_new();
-	if (!d->base) {
-		dml_free_all(d);
-		return DML_ENOMEM;
-	}
-	dml_conn_conf_default(&d->cc);
-	d->cc.limits.max_payload = (uint32_t)d->conf.max_payload;
-	d->cc.secret = d->secret;
-	d->cc.secret_len = d->secret_len;
-	d->cc.cluster = d->conf.cluster;
-	d->cc.role = d->conf.role == 0 ? DML__ROLE__WORKER : DML__ROLE__CONTROL;
-	d->cc.node_id = d->conf.worker_id;
-	d->cc.job = d->conf.job;
-	d->cc.handshake_timeout_ms = d->conf.connect_timeout_ms;
-	if (dml_random_bytes(&d->cc.incarnation, sizeof(d->cc.incarnation)) != 0) {
-		dml_free_all(d);
-		return DML_EIO;
-	}
-	d->tick = event_new(d->base, -1, EV_PERSIST, tick_cb, d);
-	event_add(d->tick, &tick);
-
+	d->connecting = 1;
+	rc = client_setup(d);
 	deadline = dml_now_ns() + d->conf.connect_timeout_ms * 1000000ull;
-	for (uint32_t i = 0; i < d->nlinks; i++)
-		link_connect(&d->links[i]);
-	for (;;) {
-		uint32_t ready = 0;
-
-		for (uint32_t i = 0; i < d->nlinks; i++) {
-			ready += d->links[i].ready;
-			if (d->links[i].fatal && !rc)
-				rc = d->links[i].fatal;
-		}
-		if (rc || ready == d->nlinks)
-			break;
-		if (dml_now_ns() > deadline) {
-			rc = DML_ETIMEDOUT;
-			break;
-		}
-		event_base_loop(d->base, EVLOOP_ONCE);
-		/* Keep retrying refused connections until the deadline. */
+	if (rc == 0 && d->conf.scheduler[0])
+		rc = connect_sched(d, deadline);
+	else if (rc == 0)
 		for (uint32_t i = 0; i < d->nlinks; i++)
-			if (!d->links[i].conn && !d->links[i].fatal &&
-			    dml_now_ns() >= d->links[i].retry_at_ns)
-				link_connect(&d->links[i]);
-	}
+			link_connect(d->links[i]);
 	if (rc == 0)
+		rc = connect_links(d, deadline);
+	if (rc == 0 && !d->sched)
 		rc = build_map(d);
 	if (rc) {
-		for (uint32_t i = 0; i < d->nlinks; i++)
-			if (!d->links[i].ready)
-				dml_err("server %s:%u: %s", d->links[i].host, d->links[i].port,
-					dml_strerror(d->links[i].fatal ? d->links[i].fatal : rc));
+		/* The handle goes with the failure: the log keeps the reason. */
+		if (d->detail[0])
+			dml_err("dml_connect: %s", d->detail);
 		dml_free_all(d);
 		return rc;
 	}
+	d->connecting = 0;
 	*out = d;
 	return 0;
 }
 
 /* ---- requests ------------------------------------------------------------- */
-
-static const struct dml_shard_table *lookup_table(struct dml *d, uint32_t table)
-{
-	return dml_shard_map_table(&d->map, table);
-}
-
-static struct part *part_new(struct dml *d, enum part_kind kind,
-			     const struct dml_shard_table *t, uint32_t server)
-{
-	struct part *p = dml_xcalloc(1, sizeof(*p));
-
-	p->kind = kind;
-	p->link = &d->links[server];
-	p->table = t->id;
-	p->width = t->width;
-	p->dense = 1;   /* key-list requests clear it */
-	return p;
-}
 
 /* Either hand the handle to the caller or make the request fire-and-forget. */
 static int request_done_submitting(struct dml *d, struct request *r, int rc,
@@ -850,12 +1403,21 @@ static int request_done_submitting(struct dml *d, struct request *r, int rc,
 	return rc;
 }
 
+/* A new request made of the whole part p, routed by the current map. */
+static int submit(struct dml *d, struct part *p, dml_handle_t *h)
+{
+	struct request *r = request_new(d, p->kind == PART_PULL);
+
+	p->req = r;
+	r->parts_left = 1;
+	return request_done_submitting(d, r, part_route(d, p), h);
+}
+
 static int submit_range(struct dml *d, enum part_kind kind, uint32_t table, uint64_t begin,
 			uint64_t end, const float *vals, float *out, dml_handle_t *h)
 {
 	const struct dml_shard_table *t = lookup_table(d, table);
-	struct request *r;
-	int rc = 0;
+	struct part *p;
 
 	if (h)
 		*h = 0;
@@ -865,40 +1427,12 @@ static int submit_range(struct dml *d, enum part_kind kind, uint32_t table, uint
 		return DML_EINVAL;
 	if (begin >= end || end > t->keys)
 		return DML_ERANGE;
-	r = request_new(d, kind == PART_PULL);
-	for (size_t i = 0; i < t->nranges && rc == 0; i++) {
-		const struct dml_shard_range *sr = &t->ranges[i];
-		uint64_t b = begin > sr->begin ? begin : sr->begin;
-		uint64_t e = end < sr->end ? end : sr->end;
-		struct part *p;
-
-		if (b >= e)
-			continue;
-		p = part_new(d, kind, t, sr->server);
-		p->begin = b;
-		p->end = e;
-		if (vals)
-			p->vals = vals + (b - begin) * t->width;
-		if (out)
-			p->out = out + (b - begin) * t->width;
-		rc = part_submit(d, r, p);
-	}
-	return request_done_submitting(d, r, rc, h);
-}
-
-/* The whole key list goes to one server, straight from the caller's buffers. */
-static int submit_whole(struct dml *d, struct request *r, enum part_kind kind,
-			const struct dml_shard_table *t, uint32_t server, const uint64_t *keys,
-			size_t n, const float *vals, float *out)
-{
-	struct part *p = part_new(d, kind, t, server);
-
-	p->dense = 0;
-	p->keys = keys;
-	p->nkeys = (uint32_t)n;
+	p = part_new(kind, t);
+	p->begin = begin;
+	p->end = end;
 	p->vals = vals;
 	p->out = out;
-	return part_submit(d, r, p);
+	return submit(d, p, h);
 }
 
 static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
@@ -906,11 +1440,7 @@ static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 		       dml_handle_t *h)
 {
 	const struct dml_shard_table *t = lookup_table(d, table);
-	uint32_t *server, *count;
-	struct part **parts;
-	struct request *r;
-	uint32_t used = 0, only = 0;
-	int rc = 0;
+	struct part *p;
 
 	if (h)
 		*h = 0;
@@ -918,80 +1448,13 @@ static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 		return DML_ENOTFOUND;
 	if (n == 0 || n > UINT32_MAX || !keys)
 		return DML_EINVAL;
-	if (t->nranges == 1) {
-		/* One server holds the whole table: nothing to route or copy. */
-		r = request_new(d, kind == PART_PULL);
-		return request_done_submitting(d, r, submit_whole(d, r, kind, t, t->ranges[0].server,
-								  keys, n, vals, out), h);
-	}
-	server = malloc(n * sizeof(*server));
-	count = dml_xcalloc(d->nlinks, sizeof(*count));
-	if (!server) {
-		free(count);
-		return DML_ENOMEM;
-	}
-	for (size_t i = 0; i < n; i++) {
-		const struct dml_shard_range *sr = dml_shard_route(t, keys[i]);
-
-		if (!sr) {
-			free(server);
-			free(count);
-			return DML_ERANGE;
-		}
-		server[i] = sr->server;
-		if (count[sr->server]++ == 0) {
-			used++;
-			only = sr->server;
-		}
-	}
-	r = request_new(d, kind == PART_PULL);
-	if (used == 1) {
-		/* All keys in one shard: no copies either. */
-		rc = submit_whole(d, r, kind, t, only, keys, n, vals, out);
-		free(server);
-		free(count);
-		return request_done_submitting(d, r, rc, h);
-	}
-	parts = dml_xcalloc(d->nlinks, sizeof(*parts));
-	for (uint32_t s = 0; s < d->nlinks; s++) {
-		if (!count[s])
-			continue;
-		parts[s] = part_new(d, kind, t, s);
-		parts[s]->dense = 0;
-		parts[s]->keys_own = dml_xmalloc(count[s] * sizeof(uint64_t));
-		parts[s]->keys = parts[s]->keys_own;
-		if (vals) {
-			parts[s]->vals_own = dml_xmalloc((size_t)count[s] * t->width * sizeof(float));
-			parts[s]->vals = parts[s]->vals_own;
-		}
-		if (out) {
-			parts[s]->pos = dml_xmalloc(count[s] * sizeof(uint32_t));
-			parts[s]->out = out;
-		}
-	}
-	for (size_t i = 0; i < n; i++) {
-		struct part *p = parts[server[i]];
-		uint32_t k = p->nkeys++;
-
-		p->keys_own[k] = keys[i];
-		if (vals)
-			memcpy(p->vals_own + (size_t)k * t->width, vals + i * t->width,
-			       t->width * sizeof(float));
-		if (out)
-			p->pos[k] = (uint32_t)i;
-	}
-	for (uint32_t s = 0; s < d->nlinks; s++) {
-		if (!parts[s])
-			continue;
-		if (rc == 0)
-			rc = part_submit(d, r, parts[s]);
-		else
-			part_discard(parts[s]);
-	}
-	free(parts);
-	free(server);
-	free(count);
-	return request_done_submitting(d, r, rc, h);
+	p = part_new(kind, t);
+	p->dense = 0;
+	p->keys = keys;
+	p->nkeys = (uint32_t)n;
+	p->vals = vals;
+	p->out = out;
+	return submit(d, p, h);
 }
 
 int dml_push(dml_t *d, uint32_t table, const uint64_t *keys, size_t n, const float *vals,
@@ -1084,8 +1547,9 @@ int dml_clock(dml_t *d)
 	if (d->conf.role != 0)
 		return DML_EROLE;
 	d->clock++;
-	for (uint32_t i = 0; i < d->nlinks; i++) {
-		struct link *l = &d->links[i];
+	/* The servers of the current map; one that joins later hears it on ready. */
+	for (uint32_t i = 0; i < d->nroute; i++) {
+		struct link *l = d->route[i];
 
 		if (l->failed)
 			rc = DML_ECONN;
@@ -1123,6 +1587,14 @@ int dml_progress(dml_t *d, int timeout_ms)
 const char *dml_error_detail(const dml_t *d)
 {
 	return d ? d->detail : "";
+}
+
+int dml_map_version(const dml_t *d, uint64_t *version)
+{
+	if (!d || !version)
+		return DML_EINVAL;
+	*version = d->map.version;
+	return 0;
 }
 
 int dml_table_width(dml_t *d, uint32_t table, uint32_t *width)
@@ -1166,14 +1638,14 @@ void dml_close(dml_t *d)
 	if (d->conf.role == 0) {
 		r = request_new(d, 0);
 		for (uint32_t i = 0; i < d->nlinks; i++) {
-			struct link *l = &d->links[i];
+			struct link *l = d->links[i];
 
 			if (l->ready && !l->failed) {
 				struct part *p = dml_xcalloc(1, sizeof(*p));
 
 				p->kind = PART_BYE;
-				p->link = l;
-				(void)part_submit(d, r, p);
+				p->req = r;
+				(void)part_submit(d, p, l);
 			}
 		}
 		run_until(d, request_done, r, deadline);

@@ -17,13 +17,42 @@
 
 static const char *const roles[] = { "worker", "control", NULL };
 
+/* Empty (servers are listed instead) or where dml-sched listens. */
+static int check_scheduler(const void *field, char *err, size_t errlen)
+{
+	const char *s = *(const char *const *)field;
+	char host[256];
+	uint16_t port;
+
+	if (*s == '\0' || dml_parse_hostport(s, host, sizeof(host), &port, 0) == 0)
+		return 0;
+	snprintf(err, errlen, "'%s' is not host:port with a port 1..65535", s);
+	return DML_ECONF;
+}
+
+/* A file names servers or scheduler (dml_connect checks options set one by one). */
+static int check(void *root, char *err, size_t errlen)
+{
+	const struct dml_client_conf *c = root;
+
+	if (c->servers && *c->servers && c->scheduler && *c->scheduler) {
+		snprintf(err, errlen, "servers and scheduler exclude each other: the scheduler "
+			 "hands out the servers");
+		return DML_ECONF;
+	}
+	return 0;
+}
+
 static const struct dml_conf_section sections[] = {
 	{ "client", 0, 0, 0, 0, "how libdml reaches the servers" },
 };
 
 static const struct dml_conf_option options[] = {
 	{ "client", "servers", DML_CONF_STRING, O(servers), "", 0, 0, NULL, NULL,
-	  "comma-separated host:port list, in shard order" },
+	  "comma-separated host:port list, in shard order (empty with scheduler)" },
+	{ "client", "scheduler", DML_CONF_STRING, O(scheduler), "", 0, 0, NULL,
+	  check_scheduler, "host:port of dml-sched, which hands out the shard map "
+	  "(then servers stays empty)" },
 	{ "client", "secret_file", DML_CONF_STRING, O(secret_file), "", 0, 0, NULL, NULL,
 	  "cluster secret (mode 0600)" },
 	{ "client", "cluster", DML_CONF_STRING, O(cluster), "dml", 0, 0, NULL, NULL,
@@ -32,7 +61,10 @@ static const struct dml_conf_option options[] = {
 	  "this worker's node id (required for role worker)" },
 	{ "client", "role", DML_CONF_ENUM, O(role), "worker", 0, 0, roles, NULL,
 	  "worker (takes part in clocks) or control (reads, no clocks)" },
-	{ "client", "job", DML_CONF_U32, O(job), "0", 0, 4294967295.0, NULL, NULL, "job id" },
+	{ "client", "job", DML_CONF_U32, O(job), "0", 0, 4294967295.0, NULL, NULL,
+	  "job id (with scheduler: 0 = the running job)" },
+	{ "client", "clock", DML_CONF_U64, O(clock), "0", 0, 0, NULL, NULL,
+	  "clock to start at (a worker that rejoins a job starts at the job's clock)" },
 	{ "client", "connect_timeout_ms", DML_CONF_U32, O(connect_timeout_ms), "5000", 1,
 	  3600000, NULL, NULL, "how long dml_connect tries" },
 	{ "client", "reconnect_timeout_ms", DML_CONF_U32, O(reconnect_timeout_ms), "30000", 1,
@@ -43,6 +75,8 @@ static const struct dml_conf_option options[] = {
 	  "poll this long for a reply before sleeping (0 = always sleep)" },
 	{ "client", "max_payload", DML_CONF_SIZE, O(max_payload), "256M", 1024, 4294967295.0,
 	  NULL, NULL, "largest frame payload accepted" },
+	{ "client", "max_meta", DML_CONF_SIZE, O(max_meta), "64K", 1024, 16777216.0,
+	  NULL, NULL, "largest frame metadata accepted (a big shard map needs more)" },
 };
 
 const struct dml_conf_schema dml_client_conf_schema = {
@@ -51,6 +85,7 @@ const struct dml_conf_schema dml_client_conf_schema = {
 	.nsections = DML_ARRAY_LEN(sections),
 	.options = options,
 	.noptions = DML_ARRAY_LEN(options),
+	.check = check,
 };
 
 int dml_opts_new(dml_opts_t **out)

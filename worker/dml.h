@@ -39,6 +39,20 @@
  * Delivery: pushes carry (worker, sequence number). If a connection breaks,
  * the library reconnects with backoff and resends every request not yet
  * answered; a server applies a resent push once.
+ *
+ * Shard maps: with `servers`, the map is fixed: each server reports its
+ * tables and key ranges at connect. With `scheduler`, dml-sched hands out
+ * the job's map, versioned, and the library follows it: a server that
+ * answers DML_ERANGE (it applied nothing: the keys moved, or have not
+ * arrived yet) makes the library fetch the map again and send the refused
+ * part to the keys' new owners, split if they are now on several servers
+ * (new servers are connected on the way). While the map has not changed
+ * (the new owner is still receiving its rows), the part is retried with a
+ * backoff from 20 ms to 500 ms. The caller sees none of this: the request
+ * completes when every piece has. It fails with DML_ERANGE only if no
+ * server takes the keys by request_timeout_ms (when set) or within 30 s.
+ * A part sent to a server and not answered is never re-routed: after a
+ * reconnect it goes to the same server again, which applies a push once.
  */
 #ifndef DML_H
 #define DML_H
@@ -59,16 +73,24 @@ typedef uint64_t dml_handle_t;
 
 /**
  * Client options. Keys (all optional unless said):
- *   servers             comma-separated host:port list (required)
+ *   servers             comma-separated host:port list, in shard order
+ *   scheduler           host:port of dml-sched; the shard map comes from it
+ *                       (exactly one of servers and scheduler is required)
  *   secret_file         cluster secret, mode 0600 (required)
  *   cluster             cluster name, must match the servers' ("dml")
  *   worker_id           this worker's node id, 1..2^31 (required for workers)
  *   role                "worker" (takes part in clocks) or "control"
- *   job                 job id (0)
- *   connect_timeout_ms  per connection attempt (5000)
+ *   job                 job id (0; with scheduler, 0 = the running job,
+ *                       whose id is then kept)
+ *   clock               clock to start at (0): a worker that rejoins a job
+ *                       starts at the job's clock; servers count it there
+ *   connect_timeout_ms  how long dml_connect tries, scheduler included (5000)
  *   reconnect_timeout_ms  give up on a lost server after this long (30000)
  *   request_timeout_ms  fail a request not answered in time; 0 = never (0)
  *   max_payload         largest frame payload accepted (256M)
+ *   max_meta            largest frame metadata accepted (64K); a shard map
+ *                       from the scheduler must fit
+ *   spin_us             poll this long for a reply before sleeping (50)
  * dml_opts_set: DML_EINVAL for an unknown key, DML_ECONF for a bad value.
  */
 int dml_opts_new(dml_opts_t **out);
@@ -79,8 +101,15 @@ void dml_opts_free(dml_opts_t *opts);
 
 /**
  * Connect and authenticate to every server, learn their tables and key
- * ranges. Returns DML_ECONN, DML_ETIMEDOUT, DML_EAUTH, DML_ECLUSTER,
- * DML_ESECRET, DML_ECONF (shard ranges inconsistent) or DML_EINVAL.
+ * ranges. With scheduler, first ask dml-sched for the job's shard map (over
+ * a connection kept open for later fetches; it uses this client's role and
+ * node id and does not register), then connect to every server it lists.
+ * All of it within connect_timeout_ms; a scheduler that has no map yet is
+ * asked again until then. Returns DML_ECONN (a server or the scheduler
+ * unreachable), DML_ETIMEDOUT, DML_EAUTH, DML_ECLUSTER, DML_ESECRET,
+ * DML_ECONF (shard ranges inconsistent, or the scheduler's map is not
+ * valid), DML_ENOTFOUND (the scheduler has no such job or no map for it) or
+ * DML_EINVAL. On failure no handle is left: the reason is logged.
  */
 int dml_connect(const dml_opts_t *opts, dml_t **out);
 
@@ -119,11 +148,12 @@ int dml_test(dml_t *d, dml_handle_t h, int *done);
 int dml_wait_all(dml_t *d);
 
 /**
- * End the current iteration: the clock advances by one and every server is
- * told. Does not block. Returns an error if a server is gone for good.
+ * End the current iteration: the clock advances by one and every server of
+ * the current map is told (one that joins later learns it when connected).
+ * Does not block. Returns an error if a server is gone for good.
  */
 int dml_clock(dml_t *d);
-/** The caller's current clock (0 before the first dml_clock). */
+/** The caller's current clock (the clock option before the first dml_clock). */
 uint64_t dml_current_clock(const dml_t *d);
 /**
  * After a pull completed: the smallest "slowest live worker clock" that the
@@ -134,8 +164,17 @@ uint64_t dml_last_pull_min_clock(const dml_t *d);
 /** Drive the network for at most timeout_ms (0 = just what is ready). */
 int dml_progress(dml_t *d, int timeout_ms);
 
-/** The last error message received from a server, or "". */
+/**
+ * The last error message received from a server, or "". A request that
+ * completed after being re-routed may leave the refusing server's message.
+ */
 const char *dml_error_detail(const dml_t *d);
+
+/**
+ * The version of the shard map requests are routed by: 0 with a fixed
+ * servers list, >= 1 with a scheduler. Returns 0 or DML_EINVAL.
+ */
+int dml_map_version(const dml_t *d, uint64_t *version);
 
 
 

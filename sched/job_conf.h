@@ -1,0 +1,61 @@
+/*
+ * Job files and job specs.
+ *
+ * A job file (conf/jobs/NAME.conf) is one [job] section and one [table]
+ * section per parameter table, read by the one config parser (conf.h), so
+ * its errors read "file:line: message" like every daemon's. It becomes a
+ * Dml__JobSpec, the form a job travels in: dmlctl parses the file and sends
+ * the spec in SUBMIT, dml-sched checks it again (a spec from the wire is
+ * trusted no more than a file), and workers and servers get it from the
+ * scheduler.
+ *
+ * Must never: accept a spec that a server or worker would have to refuse
+ * later (every name, bound and combination is checked here, once, for all).
+ */
+#ifndef DML_SCHED_JOB_CONF_H
+#define DML_SCHED_JOB_CONF_H
+
+#include <stddef.h>
+
+#include "conf.h"
+#include "dml.pb-c.h"
+
+/* Longest job name, bytes without the NUL; names are [A-Za-z0-9_.-]. */
+#define DML_JOB_NAME_MAX 63
+/* Most tables a job may have. */
+#define DML_JOB_TABLES_MAX 64
+
+/** The job file's schema (for --help and tests). */
+extern const struct dml_conf_schema dml_job_conf_schema;
+
+/**
+ * Read a job file into a new spec (free with dml_job_spec_free). The spec
+ * is checked with dml_job_spec_check. Returns 0, DML_ECONF (err holds
+ * "path:line: message", or "path: message" for a failed check) or DML_EIO
+ * (err holds "path: reason").
+ */
+int dml_job_file_load(const char *path, Dml__JobSpec **out, char *err, size_t errlen);
+
+/** The same for text in memory; name stands in for the path in errors. */
+int dml_job_file_parse_string(const char *name, const char *text, Dml__JobSpec **out,
+			      char *err, size_t errlen);
+
+/**
+ * Check a spec wherever it came from: DML_EINVAL with the reason in err
+ * (no file name), else 0. See job_conf.c for the full list of rules.
+ */
+int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen);
+
+/** 1 if the app name is one the workers of this build can run. */
+int dml_job_app_known(const char *app);
+
+/** Deep copy (through the wire encoding); never NULL. */
+Dml__JobSpec *dml_job_spec_copy(const Dml__JobSpec *spec);
+
+/** Free a spec from this module; NULL is fine. */
+void dml_job_spec_free(Dml__JobSpec *spec);
+
+/** Job state names: "pending", "running", ...; "unknown" otherwise. */
+const char *dml_job_state_name(int state);
+
+#endif

@@ -1,0 +1,961 @@
+/*
+ * The scheduler's job table and each job's state machine (see jobs.h).
+ *
+ * Jobs live in their own allocations, so a struct dml_job pointer stays
+ * valid while the table grows; ids are 1, 2, ... in submission order and
+ * jobs are never removed, so job id is at index id - 1. A job's workers are
+ * only ever appended (a lost worker stays, marked not live), so the worker
+ * indexes that the partition owner array holds stay valid for the job's
+ * life. Every (re)assignment goes through job_reassign(): counts by rate
+ * from dml_assign_partition_counts(), then owners from
+ * dml_assign_partitions() with the previous owners, so partitions move only
+ * as much as the new counts require.
+ *
+ * Worker rates: the candidate's rate when it joins; once it reports a
+ * positive examples/s, an exponential moving average of its reports. The
+ * rate only matters at the next reassignment (a loss or a join): reports
+ * alone never move partitions, so a noisy rate cannot make them flap.
+ *
+ * Two choices the header leaves open. Losing a worker may end the job:
+ * when every worker left is at max_clocks (or finished) the job is DONE at
+ * once, since those workers report no more; dml_jobs_worker_lost() still
+ * returns 1 and the assignment the caller sends carries the end state. A
+ * worker's examples only grow: a report whose count went down comes from a
+ * restarted worker counting from 0, and is added to what it did before.
+ *
+ * Must never: do I/O, log, read a clock, trust a number of a progress report
+ * (each is clamped: negative or NaN to 0, infinite to the largest double),
+ * or leave a partition of an active job unowned while a live worker exists.
+ */
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "assign.h"
+#include "dml_error.h"
+#include "job_conf.h"
+#include "jobs.h"
+#include "util.h"
+
+#define RATE_ALPHA 0.3             /* weight of a new report in the rate average */
+#define LIST_MAX 72                /* bytes of a number list inside an event line */
+#define ERROR_TEXT_MAX 120         /* bytes of a worker's error text kept */
+#define NO_WORKER SIZE_MAX
+
+/* What jobs.c keeps about a worker beyond the public struct. */
+struct worker_priv {
+	int rate_measured;         /* rate is the average of its reports */
+	int has_loss;              /* it reported a loss at least once */
+	uint64_t examples_raw;     /* examples in its latest report */
+};
+
+struct job_impl {
+	struct dml_job job;        /* first: a struct dml_job * is a struct job_impl * */
+	struct worker_priv *priv;  /* parallel to job.workers */
+	size_t wcap;
+};
+
+struct dml_jobs {
+	struct job_impl **v;
+	size_t n, cap;
+};
+
+/* A list of numbers for an event line: "1, 2, 3", or "1, 2, ... and 97 more"
+ * when it does not fit. */
+struct num_list {
+	char s[LIST_MAX];
+	size_t n, shown, len;
+};
+
+static struct job_impl *impl(struct dml_job *job)
+{
+	return (struct job_impl *)job;
+}
+
+static const struct job_impl *impl_c(const struct dml_job *job)
+{
+	return (const struct job_impl *)job;
+}
+
+static uint64_t since(uint64_t now, uint64_t then)
+{
+	return now > then ? now - then : 0;
+}
+
+static void num_list_add(struct num_list *l, uint64_t v)
+{
+	char item[32];
+	int w = snprintf(item, sizeof(item), "%s%" PRIu64, l->n ? ", " : "", v);
+
+	l->n++;
+	/* keep room for " and N more" */
+	if (w > 0 && l->shown + 1 == l->n && l->len + (size_t)w + 20 < sizeof(l->s)) {
+		memcpy(l->s + l->len, item, (size_t)w + 1);
+		l->len += (size_t)w;
+		l->shown++;
+	}
+}
+
+static const char *num_list_str(struct num_list *l)
+{
+	if (l->shown < l->n)
+		snprintf(l->s + l->len, sizeof(l->s) - l->len, " and %zu more",
+			 l->n - l->shown);
+	return l->s;
+}
+
+static void text_set(char *dst, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Formats into a reason or event buffer (DML_JOB_REASON_MAX + 1 bytes). */
+static void text_set(char *dst, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(dst, DML_JOB_REASON_MAX + 1, fmt, ap);
+	va_end(ap);
+}
+
+static void job_event(struct dml_job *job, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Appends an event line; the ring keeps the newest DML_JOB_EVENTS. */
+static void job_event(struct dml_job *job, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(job->events[job->nevents % DML_JOB_EVENTS], DML_JOB_REASON_MAX + 1, fmt,
+		  ap);
+	va_end(ap);
+	job->nevents++;
+}
+
+static int fail_with(char *err, size_t errlen, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* Writes the reason into err; returns code. */
+static int fail_with(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (err && errlen) {
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+/* A worker's error text, bounded and printable, for reasons and events. */
+static void text_clean(char *dst, size_t len, const char *src)
+{
+	size_t i;
+
+	for (i = 0; src[i] && i + 1 < len && i < ERROR_TEXT_MAX; i++) {
+		unsigned char c = (unsigned char)src[i];
+
+		dst[i] = (c < 0x20 || c > 0x7e) ? '?' : (char)c;
+	}
+	dst[i] = '\0';
+}
+
+/* A report's number: negative or NaN to 0, +inf to the largest double. */
+static double clamp_num(double v)
+{
+	if (!(v > 0))
+		return 0;
+	return isfinite(v) ? v : DBL_MAX;
+}
+
+/* A rate as a weight for dml_assign_partition_counts: unknown counts as 1. */
+static double rate_ok(double r)
+{
+	return isfinite(r) && r > 0 ? r : 1;
+}
+
+static int job_active(const struct dml_job *job)
+{
+	return job->state == DML__JOB_STATE__RUNNING || job->state == DML__JOB_STATE__PAUSED;
+}
+
+static size_t worker_index(const struct dml_job *job, uint32_t node_id)
+{
+	for (size_t i = 0; i < job->nworkers; i++) {
+		if (job->workers[i].node_id == node_id)
+			return i;
+	}
+	return NO_WORKER;
+}
+
+static size_t live_count(const struct dml_job *job)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < job->nworkers; i++)
+		n += job->workers[i].live != 0;
+	return n;
+}
+
+/* Moves the job to a new state, keeping run_ms and the timestamps. */
+static void job_state_set(struct dml_job *job, Dml__JobState state, uint64_t now)
+{
+	if (job->state == DML__JOB_STATE__RUNNING)
+		job->run_ms += since(now, job->changed_ms);
+	job->state = state;
+	job->changed_ms = now;
+	if (dml_job_finished(job))
+		job->finished_ms = now;
+}
+
+/* The reason of a RUNNING job after its membership changed. */
+static void job_running_reason(struct dml_job *job)
+{
+	size_t live = live_count(job);
+
+	if (job->state != DML__JOB_STATE__RUNNING)
+		return;
+	if (live)
+		text_set(job->reason, "running on %zu worker%s", live, live == 1 ? "" : "s");
+	else
+		text_set(job->reason, "no live worker: %" PRIu64 " partitions wait unowned",
+			 job->num_partitions);
+}
+
+/* Appends a live worker; NULL when the job cannot take another. */
+static struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
+					 double rate, uint64_t clock)
+{
+	struct job_impl *ji = impl(job);
+	struct dml_job_worker *w;
+
+	/* owner entries are uint32 worker indexes, DML_ASSIGN_NONE excluded */
+	if (job->nworkers >= DML_ASSIGN_NONE - 1)
+		return NULL;
+	if (job->nworkers == ji->wcap) {
+		ji->wcap = ji->wcap ? 2 * ji->wcap : 8;
+		job->workers = dml_xrealloc(job->workers, ji->wcap * sizeof(*job->workers));
+		ji->priv = dml_xrealloc(ji->priv, ji->wcap * sizeof(*ji->priv));
+	}
+	w = &job->workers[job->nworkers];
+	memset(w, 0, sizeof(*w));
+	memset(&ji->priv[job->nworkers], 0, sizeof(*ji->priv));
+	job->nworkers++;
+	w->node_id = node_id;
+	w->live = 1;
+	w->rate = rate_ok(rate);
+	w->clock = clock;
+	return w;
+}
+
+/*
+ * Splits the partitions over the live workers by rate, moving as few as
+ * possible, and bumps the assignment version. With a cause ("worker 3
+ * lost"), every other worker whose share changed gets it as its reason,
+ * and the ones that gained are listed in gainers (may be NULL).
+ */
+static void job_reassign(struct dml_job *job, const char *cause, uint32_t subject,
+			 struct num_list *gainers)
+{
+	size_t n = job->nworkers, nlive = 0;
+	uint64_t npart = job->num_partitions;
+	double *rates = dml_xcalloc(n, sizeof(*rates));
+	bool *live = dml_xcalloc(n, sizeof(*live));
+	uint64_t *counts = dml_xcalloc(n, sizeof(*counts));
+	uint32_t *owner = dml_xmalloc(npart * sizeof(*owner));
+
+	for (size_t i = 0; i < n; i++) {
+		live[i] = job->workers[i].live != 0;
+		rates[i] = live[i] ? rate_ok(job->workers[i].rate) : 0;
+		nlive += live[i];
+	}
+	if (nlive == 0) {
+		for (uint64_t p = 0; p < npart; p++)
+			owner[p] = DML_ASSIGN_NONE;
+	} else {
+		/* every argument is ours and valid: neither call can refuse it; a
+		 * plan without the previous owners needs no scratch memory */
+		dml_assign_partition_counts(npart, rates, live, (uint32_t)n, counts);
+		if (dml_assign_partitions(npart, counts, (uint32_t)n, job->owner, owner))
+			dml_assign_partitions(npart, counts, (uint32_t)n, NULL, owner);
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct dml_job_worker *w = &job->workers[i];
+
+		if (cause && w->node_id != subject && counts[i] != w->npart) {
+			if (counts[i] > w->npart) {
+				text_set(w->reason, "gained %" PRIu64 " partitions (%s)",
+					 counts[i] - w->npart, cause);
+				if (gainers)
+					num_list_add(gainers, w->node_id);
+			} else {
+				text_set(w->reason, "gave up %" PRIu64 " partitions (%s)",
+					 w->npart - counts[i], cause);
+			}
+		}
+		w->npart = counts[i];
+	}
+	free(job->owner);
+	job->owner = owner;
+	job->assignment_version++;
+	free(rates);
+	free(live);
+	free(counts);
+}
+
+/* ---- the table ------------------------------------------------------- */
+
+int dml_jobs_new(struct dml_jobs **out)
+{
+	if (!out)
+		return DML_EINVAL;
+	*out = dml_xcalloc(1, sizeof(**out));
+	return 0;
+}
+
+static void job_free(struct job_impl *ji)
+{
+	dml_job_spec_free(ji->job.spec);
+	free(ji->job.owner);
+	free(ji->job.workers);
+	free(ji->priv);
+	free(ji);
+}
+
+void dml_jobs_free(struct dml_jobs *jobs)
+{
+	if (!jobs)
+		return;
+	for (size_t i = 0; i < jobs->n; i++)
+		job_free(jobs->v[i]);
+	free(jobs->v);
+	free(jobs);
+}
+
+int dml_jobs_submit(struct dml_jobs *jobs, const Dml__JobSpec *spec, uint64_t now,
+		    uint32_t *id, char *err, size_t errlen)
+{
+	struct job_impl *ji;
+	struct dml_job *job;
+	int rc;
+
+	if (!jobs || !spec || !id)
+		return DML_EINVAL;
+	rc = dml_job_spec_check(spec, err, errlen);
+	if (rc)
+		return rc;
+	if (jobs->n >= UINT32_MAX - 1)
+		return fail_with(err, errlen, DML_EINVAL, "no job ids left");
+	if (jobs->n == jobs->cap) {
+		jobs->cap = jobs->cap ? 2 * jobs->cap : 16;
+		jobs->v = dml_xrealloc(jobs->v, jobs->cap * sizeof(*jobs->v));
+	}
+	ji = dml_xcalloc(1, sizeof(*ji));
+	job = &ji->job;
+	job->id = (uint32_t)(jobs->n + 1);
+	job->spec = dml_job_spec_copy(spec);
+	job->state = DML__JOB_STATE__PENDING;
+	job->submitted_ms = job->changed_ms = now;
+	text_set(job->reason, "waiting to start");
+	job_event(job, "submitted");
+	jobs->v[jobs->n++] = ji;
+	*id = job->id;
+	return 0;
+}
+
+size_t dml_jobs_count(const struct dml_jobs *jobs)
+{
+	return jobs ? jobs->n : 0;
+}
+
+struct dml_job *dml_jobs_at(struct dml_jobs *jobs, size_t i)
+{
+	return jobs && i < jobs->n ? &jobs->v[i]->job : NULL;
+}
+
+struct dml_job *dml_jobs_find(struct dml_jobs *jobs, uint32_t id)
+{
+	return jobs && id >= 1 && id <= jobs->n ? &jobs->v[id - 1]->job : NULL;
+}
+
+struct dml_job *dml_jobs_active(struct dml_jobs *jobs)
+{
+	for (size_t i = 0; jobs && i < jobs->n; i++) {
+		if (job_active(&jobs->v[i]->job))
+			return &jobs->v[i]->job;
+	}
+	return NULL;
+}
+
+struct dml_job *dml_jobs_next(struct dml_jobs *jobs)
+{
+	if (!jobs || dml_jobs_active(jobs))
+		return NULL;
+	for (size_t i = 0; i < jobs->n; i++) {
+		if (jobs->v[i]->job.state == DML__JOB_STATE__PENDING)
+			return &jobs->v[i]->job;
+	}
+	return NULL;
+}
+
+/* ---- starting ---------------------------------------------------------- */
+
+static int cand_cmp(const void *a, const void *b)
+{
+	const struct dml_job_candidate *x = a, *y = b;
+
+	return (x->node_id > y->node_id) - (x->node_id < y->node_id);
+}
+
+static int u32_cmp(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* The candidates sorted by node id, without id 0 and duplicates; *n in/out. */
+static struct dml_job_candidate *cand_sorted(const struct dml_job_candidate *cand,
+					     size_t *n)
+{
+	struct dml_job_candidate *s = dml_xmalloc((*n ? *n : 1) * sizeof(*s));
+	size_t k = 0;
+
+	for (size_t i = 0; i < *n; i++) {
+		if (cand[i].node_id)
+			s[k++] = cand[i];
+	}
+	qsort(s, k, sizeof(*s), cand_cmp);
+	*n = 0;
+	for (size_t i = 0; i < k; i++) {
+		if (*n == 0 || s[*n - 1].node_id != s[i].node_id)
+			s[(*n)++] = s[i];
+	}
+	return s;
+}
+
+static int cand_has(const struct dml_job_candidate *s, size_t n, uint32_t id)
+{
+	struct dml_job_candidate key = { .node_id = id };
+
+	return n && bsearch(&key, s, n, sizeof(*s), cand_cmp) != NULL;
+}
+
+/*
+ * Keeps in s (sorted, n entries) only the workers named by worker_ids.
+ * Returns 0, or DML_ESTATE with the reason set when one of them is missing.
+ */
+static int cand_pick_ids(struct dml_job *job, struct dml_job_candidate *s, size_t *n)
+{
+	const Dml__JobSpec *spec = job->spec;
+	uint32_t *ids = dml_xmalloc(spec->n_worker_ids * sizeof(*ids));
+	struct num_list missing = { 0 };
+	size_t k = 0;
+
+	memcpy(ids, spec->worker_ids, spec->n_worker_ids * sizeof(*ids));
+	qsort(ids, spec->n_worker_ids, sizeof(*ids), u32_cmp);
+	for (size_t i = 0; i < spec->n_worker_ids; i++) {
+		if (!cand_has(s, *n, ids[i]))
+			num_list_add(&missing, ids[i]);
+	}
+	for (size_t i = 0; !missing.n && i < *n; i++) {
+		if (bsearch(&s[i].node_id, ids, spec->n_worker_ids, sizeof(*ids), u32_cmp))
+			s[k++] = s[i];
+	}
+	free(ids);
+	if (missing.n) {
+		text_set(job->reason, "waiting for worker%s %s (%zu of %zu alive)",
+			 missing.n == 1 ? "" : "s", num_list_str(&missing),
+			 spec->n_worker_ids - missing.n, spec->n_worker_ids);
+		return DML_ESTATE;
+	}
+	*n = k;
+	return 0;
+}
+
+int dml_jobs_start(struct dml_job *job, const struct dml_job_candidate *cand, size_t n,
+		   uint64_t now)
+{
+	struct num_list ids = { 0 }, counts = { 0 };
+	struct dml_job_candidate *s;
+	uint32_t want;
+	int rc = 0;
+
+	if (!job || job->state != DML__JOB_STATE__PENDING || (n && !cand))
+		return DML_EINVAL;
+	s = cand_sorted(cand, &n);
+	want = job->spec->workers;
+	if (job->spec->n_worker_ids) {
+		rc = cand_pick_ids(job, s, &n);
+	} else if (want && n < want) {
+		text_set(job->reason, "waiting for %" PRIu32 " worker%s, %zu alive", want,
+			 want == 1 ? "" : "s", n);
+		rc = DML_ESTATE;
+	} else if (n == 0) {
+		text_set(job->reason, "waiting for a worker, none alive");
+		rc = DML_ESTATE;
+	} else if (want) {
+		n = want;          /* the lowest ids */
+	}
+	if (rc) {
+		free(s);
+		return rc;
+	}
+	for (size_t i = 0; i < n && worker_add(job, s[i].node_id, s[i].rate, 0); i++)
+		;
+	free(s);
+	job->num_partitions = job->spec->partitions ? job->spec->partitions
+				: (uint64_t)DML_JOB_PARTS_PER_WORKER * job->nworkers;
+	if (job->num_partitions > UINT32_MAX)
+		job->num_partitions = UINT32_MAX;
+	job_reassign(job, NULL, 0, NULL);
+	for (size_t i = 0; i < job->nworkers; i++) {
+		struct dml_job_worker *w = &job->workers[i];
+
+		text_set(w->reason, "started with %" PRIu64 " partitions", w->npart);
+		num_list_add(&ids, w->node_id);
+		num_list_add(&counts, w->npart);
+	}
+	job->started_ms = now;
+	job_state_set(job, DML__JOB_STATE__RUNNING, now);
+	job_running_reason(job);
+	job_event(job, "started on worker%s %s (%" PRIu64 " partitions: %s)",
+		  job->nworkers == 1 ? "" : "s", num_list_str(&ids), job->num_partitions,
+		  num_list_str(&counts));
+	return 0;
+}
+
+/* ---- stop conditions ------------------------------------------------- */
+
+static uint64_t job_examples(const struct dml_job *job)
+{
+	uint64_t sum = 0;
+
+	for (size_t i = 0; i < job->nworkers; i++)
+		sum += job->workers[i].examples;
+	return sum;
+}
+
+/* The stop condition met, described into why; 0 when none is. */
+static int job_stop_met(const struct dml_job *job, char *why, size_t len)
+{
+	const Dml__JobSpec *spec = job->spec;
+	uint64_t data = job->data_examples ? job->data_examples : spec->examples;
+	size_t live = 0, at_max = 0, finished = 0;
+
+	if (*spec->metric && spec->target > 0 && job->has_metric) {
+		int lower = strcmp(spec->metric, "loss") == 0;
+
+		if (lower ? job->metric <= spec->target : job->metric >= spec->target) {
+			snprintf(why, len, "%s %g reached target %g", spec->metric, job->metric,
+				 spec->target);
+			return 1;
+		}
+	}
+	if (spec->max_epochs > 0 && data > 0 &&
+	    (double)job_examples(job) >= spec->max_epochs * (double)data) {
+		snprintf(why, len, "%g epochs (%" PRIu64 " examples of %" PRIu64 ")",
+			 spec->max_epochs, job_examples(job), data);
+		return 1;
+	}
+	for (size_t i = 0; i < job->nworkers; i++) {
+		const struct dml_job_worker *w = &job->workers[i];
+
+		if (!w->live)
+			continue;
+		live++;
+		if (spec->max_clocks && w->clock >= spec->max_clocks)
+			at_max++;
+		else if (w->finished)
+			finished++;
+	}
+	if (live == 0 || at_max + finished < live)
+		return 0;
+	if (finished == 0)
+		snprintf(why, len, "every worker reached %" PRIu64 " clocks", spec->max_clocks);
+	else
+		snprintf(why, len, "every worker finished");
+	return 1;
+}
+
+static void job_done(struct dml_job *job, const char *why, uint64_t now)
+{
+	job_state_set(job, DML__JOB_STATE__DONE, now);
+	text_set(job->reason, "%s", why);
+	job_event(job, "done: %s", why);
+}
+
+/* ---- membership -------------------------------------------------------- */
+
+int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reason,
+			 uint64_t now)
+{
+	struct num_list gainers = { 0 };
+	struct dml_job_worker *w;
+	char cause[48], why[DML_JOB_REASON_MAX + 1] = "", stop[DML_JOB_REASON_MAX + 1];
+	uint64_t held;
+	size_t i;
+
+	if (!job || !job_active(job))
+		return 0;
+	i = worker_index(job, node_id);
+	if (i == NO_WORKER || !job->workers[i].live)
+		return 0;
+	w = &job->workers[i];
+	w->live = 0;
+	held = w->npart;
+	if (reason && *reason)
+		snprintf(why, sizeof(why), " (%s)", reason);
+	text_set(w->reason, "lost%s", why);
+	snprintf(cause, sizeof(cause), "worker %" PRIu32 " lost", node_id);
+	job_reassign(job, cause, node_id, &gainers);
+	if (live_count(job) == 0)
+		job_event(job, "worker %" PRIu32 " lost%s: no live worker, %" PRIu64
+			  " partitions wait unowned", node_id, why, job->num_partitions);
+	else if (held == 0)
+		job_event(job, "worker %" PRIu32 " lost%s: it held no partitions", node_id,
+			  why);
+	else
+		job_event(job, "worker %" PRIu32 " lost%s: its %" PRIu64 " partitions to "
+			  "worker%s %s", node_id, why, held, gainers.n == 1 ? "" : "s",
+			  num_list_str(&gainers));
+	job_running_reason(job);
+	/* the workers left may all be at their stop already, and report no more */
+	if (job_stop_met(job, stop, sizeof(stop)))
+		job_done(job, stop, now);
+	return 1;
+}
+
+/* Whether the spec lets a worker that is not in the job join it. */
+static int job_recruits(const struct dml_job *job, uint32_t node_id)
+{
+	const Dml__JobSpec *spec = job->spec;
+
+	if (spec->n_worker_ids) {
+		for (size_t i = 0; i < spec->n_worker_ids; i++) {
+			if (spec->worker_ids[i] == node_id)
+				return 1;
+		}
+		return 0;
+	}
+	return spec->workers == 0 || live_count(job) < spec->workers;
+}
+
+int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidate *c,
+			      uint64_t now)
+{
+	struct dml_job_worker *w;
+	const char *how;
+	char cause[48];
+	uint64_t clock;
+	size_t i;
+
+	if (!job || !c || c->node_id == 0 || !job_active(job))
+		return 0;
+	clock = dml_job_clock(job);
+	i = worker_index(job, c->node_id);
+	if (i != NO_WORKER) {
+		w = &job->workers[i];
+		if (w->live)
+			return 0;
+		w->live = 1;
+		w->finished = 0;
+		w->clock = clock;
+		if (!impl(job)->priv[i].rate_measured)
+			w->rate = rate_ok(c->rate);
+		how = "rejoined";
+	} else {
+		if (!job_recruits(job, c->node_id))
+			return 0;
+		if (!worker_add(job, c->node_id, c->rate, clock))
+			return 0;
+		i = job->nworkers - 1;
+		how = "joined";
+	}
+	snprintf(cause, sizeof(cause), "worker %" PRIu32 " %s", c->node_id, how);
+	job_reassign(job, cause, c->node_id, NULL);
+	w = &job->workers[i];
+	text_set(w->reason, "%s at clock %" PRIu64 " with %" PRIu64 " partitions", how,
+		 clock, w->npart);
+	job_event(job, "worker %" PRIu32 " %s at clock %" PRIu64 ": %" PRIu64 " partitions",
+		  c->node_id, how, clock, w->npart);
+	job_running_reason(job);
+	return 1;
+}
+
+/* ---- progress ---------------------------------------------------------- */
+
+static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
+			  uint64_t now)
+{
+	struct dml_job_worker *w = &job->workers[i];
+	struct worker_priv *wp = &impl(job)->priv[i];
+	double rate = clamp_num(p->examples_per_s);
+
+	w->clock = p->clock;
+	/* a count that went down is a restarted worker counting from 0 again */
+	w->examples += p->examples >= wp->examples_raw ? p->examples - wp->examples_raw
+						       : p->examples;
+	wp->examples_raw = p->examples;
+	w->examples_per_s = rate;
+	if (rate > 0) {
+		w->rate = wp->rate_measured ? RATE_ALPHA * rate + (1 - RATE_ALPHA) * w->rate
+					    : rate;
+		wp->rate_measured = 1;
+	}
+	/* NaN is "no loss yet" (dml.proto), not a loss of 0 */
+	if (!isnan(p->loss)) {
+		w->loss = clamp_num(p->loss);
+		wp->has_loss = 1;
+	}
+	w->compute_s = clamp_num(p->compute_s);
+	w->wait_s = clamp_num(p->wait_s);
+	w->finished = p->finished != 0;
+	w->last_report_ms = now;
+	if (p->data_examples)
+		job->data_examples = p->data_examples;
+	if (p->has_metric && !isnan(p->metric)) {
+		job->metric = clamp_num(p->metric);
+		job->has_metric = 1;
+	}
+}
+
+int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress *p,
+		      uint64_t now)
+{
+	char why[DML_JOB_REASON_MAX + 1], text[ERROR_TEXT_MAX + 1];
+	size_t i;
+
+	if (!job || !p)
+		return DML_EINVAL;
+	i = worker_index(job, node_id);
+	if (i == NO_WORKER)
+		return DML_ENOTFOUND;
+	worker_report(job, i, p, now);
+	if (!job_active(job))
+		return 0;
+	if (p->error && *p->error) {
+		text_clean(text, sizeof(text), p->error);
+		snprintf(why, sizeof(why), "worker %" PRIu32 ": %s", node_id, text);
+		dml_jobs_fail(job, why, now);
+		return 1;
+	}
+	if (!job_stop_met(job, why, sizeof(why)))
+		return 0;
+	job_done(job, why, now);
+	return 1;
+}
+
+/* ---- operators --------------------------------------------------------- */
+
+int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t now,
+		     char *err, size_t errlen)
+{
+	struct dml_job *job;
+	Dml__JobState from, to;
+	const char *what;
+
+	switch (action) {
+	case DML__JOB_ACTION__STOP:
+		what = "stopped";
+		to = DML__JOB_STATE__STOPPED;
+		break;
+	case DML__JOB_ACTION__PAUSE:
+		what = "paused";
+		to = DML__JOB_STATE__PAUSED;
+		break;
+	case DML__JOB_ACTION__RESUME:
+		what = "resumed";
+		to = DML__JOB_STATE__RUNNING;
+		break;
+	default:
+		return fail_with(err, errlen, DML_EINVAL, "unknown action %d", action);
+	}
+	job = dml_jobs_find(jobs, id);
+	if (!job)
+		return fail_with(err, errlen, DML_ENOTFOUND, "no job %" PRIu32, id);
+	from = job->state;
+	if ((to == DML__JOB_STATE__STOPPED && dml_job_finished(job)) ||
+	    (to == DML__JOB_STATE__PAUSED && from != DML__JOB_STATE__RUNNING) ||
+	    (to == DML__JOB_STATE__RUNNING && from != DML__JOB_STATE__PAUSED))
+		return fail_with(err, errlen, DML_ESTATE, "job %" PRIu32 " is %s", id,
+				    dml_job_state_name(from));
+	job_state_set(job, to, now);
+	text_set(job->reason, "%s by operator", what);
+	job_running_reason(job);
+	job_event(job, "%s by operator", what);
+	return 0;
+}
+
+void dml_jobs_fail(struct dml_job *job, const char *reason, uint64_t now)
+{
+	if (!job || dml_job_finished(job))
+		return;
+	job_state_set(job, DML__JOB_STATE__FAILED, now);
+	text_set(job->reason, "%s", reason && *reason ? reason : "failed");
+	job_event(job, "failed: %s", job->reason);
+}
+
+void dml_jobs_set_reason(struct dml_job *job, const char *reason, uint64_t now)
+{
+	if (job && reason && job->state == DML__JOB_STATE__PENDING)
+		text_set(job->reason, "%s", reason);
+}
+
+/* ---- views ------------------------------------------------------------- */
+
+struct dml_job_worker *dml_job_worker(struct dml_job *job, uint32_t node_id)
+{
+	size_t i = job ? worker_index(job, node_id) : NO_WORKER;
+
+	return i == NO_WORKER ? NULL : &job->workers[i];
+}
+
+/* With no live worker: the furthest clock any reached, where a worker that
+ * comes back resumes the job. */
+uint64_t dml_job_clock(const struct dml_job *job)
+{
+	uint64_t min = UINT64_MAX, max = 0;
+
+	for (size_t i = 0; job && i < job->nworkers; i++) {
+		const struct dml_job_worker *w = &job->workers[i];
+
+		if (w->live && w->clock < min)
+			min = w->clock;
+		if (w->clock > max)
+			max = w->clock;
+	}
+	return min != UINT64_MAX ? min : max;
+}
+
+int dml_job_finished(const struct dml_job *job)
+{
+	return job && (job->state == DML__JOB_STATE__DONE ||
+		       job->state == DML__JOB_STATE__FAILED ||
+		       job->state == DML__JOB_STATE__STOPPED);
+}
+
+void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a,
+			uint32_t **parts)
+{
+	size_t i, k = 0;
+	uint32_t *v;
+
+	if (parts)
+		*parts = NULL;
+	if (!job || !a || !parts)
+		return;
+	a->job = job->id;
+	a->version = job->assignment_version;
+	a->state = job->state;
+	a->num_partitions = (uint32_t)job->num_partitions;
+	a->start_clock = dml_job_clock(job);
+	a->n_partitions = 0;
+	a->partitions = NULL;
+	i = worker_index(job, node_id);
+	if (i == NO_WORKER || !job->workers[i].live || !job->workers[i].npart || !job->owner)
+		return;
+	v = dml_xmalloc(job->workers[i].npart * sizeof(*v));
+	for (uint64_t p = 0; p < job->num_partitions && k < job->workers[i].npart; p++) {
+		if (job->owner[p] == i)
+			v[k++] = (uint32_t)p;
+	}
+	a->n_partitions = k;
+	a->partitions = v;
+	*parts = v;
+}
+
+/* Mean of the live workers' latest losses; 0 when none reported one. */
+static double job_loss(const struct dml_job *job)
+{
+	const struct job_impl *ji = impl_c(job);
+	double mean = 0;
+	size_t k = 0;
+
+	for (size_t i = 0; i < job->nworkers; i++) {
+		if (!job->workers[i].live || !ji->priv[i].has_loss)
+			continue;
+		k++;
+		/* running mean: no overflow even for losses near DBL_MAX */
+		mean += (job->workers[i].loss - mean) / (double)k;
+	}
+	return mean;
+}
+
+Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
+{
+	Dml__JobStatus st = DML__JOB_STATUS__INIT, *out;
+	Dml__WorkerStatus *ws, **wp;
+	char *events[DML_JOB_EVENTS];
+	size_t nev, len;
+	uint8_t *buf;
+
+	if (!job)
+		return NULL;
+	ws = dml_xcalloc(job->nworkers, sizeof(*ws));
+	wp = dml_xcalloc(job->nworkers, sizeof(*wp));
+	st.id = job->id;
+	st.name = job->spec->name;
+	st.state = job->state;
+	st.reason = (char *)job->reason;
+	st.spec = job->spec;
+	st.clock = dml_job_clock(job);
+	st.examples = job_examples(job);
+	st.loss = job_loss(job);
+	st.metric = job->metric;
+	st.has_metric = job->has_metric;
+	st.age_ms = since(now, job->submitted_ms);
+	st.run_ms = job->run_ms;
+	if (job->state == DML__JOB_STATE__RUNNING)
+		st.run_ms += since(now, job->changed_ms);
+	st.assignment_version = job->assignment_version;
+	for (size_t i = 0; i < job->nworkers; i++) {
+		const struct dml_job_worker *w = &job->workers[i];
+
+		dml__worker_status__init(&ws[i]);
+		ws[i].worker = w->node_id;
+		ws[i].state = w->live ? DML__NODE_STATE__ALIVE : DML__NODE_STATE__DEAD;
+		ws[i].clock = w->clock;
+		ws[i].examples = w->examples;
+		ws[i].examples_per_s = w->examples_per_s;
+		ws[i].loss = w->loss;
+		ws[i].partitions = (uint32_t)w->npart;
+		ws[i].reason = (char *)w->reason;
+		ws[i].compute_s = w->compute_s;
+		ws[i].wait_s = w->wait_s;
+		wp[i] = &ws[i];
+		if (w->live)
+			st.examples_per_s += w->examples_per_s;
+	}
+	st.n_workers = job->nworkers;
+	st.workers = wp;
+	nev = job->nevents < DML_JOB_EVENTS ? job->nevents : DML_JOB_EVENTS;
+	for (size_t k = 0; k < nev; k++)
+		events[k] = (char *)job->events[(job->nevents - nev + k) % DML_JOB_EVENTS];
+	st.n_events = nev;
+	st.events = events;
+	/* one tree the caller frees with one call: encode the borrowed view,
+	 * decode it into fresh memory */
+	len = dml__job_status__get_packed_size(&st);
+	buf = dml_xmalloc(len ? len : 1);
+	dml__job_status__pack(&st, buf);
+	out = dml__job_status__unpack(NULL, len, buf);
+	free(buf);
+	free(ws);
+	free(wp);
+	if (!out)
+		abort();   /* our own encoding: only memory can fail, fatal as in util.h */
+	return out;
+}
+
+void dml_job_status_free(Dml__JobStatus *st)
+{
+	if (st)
+		dml__job_status__free_unpacked(st, NULL);
+}

@@ -1,0 +1,189 @@
+/*
+ * The scheduler's job table: every job submitted, its state and the reason
+ * for it, which workers run it and which data partitions each holds, and
+ * what they last reported.
+ *
+ * A pure state machine like nodes.h: no I/O, no clock, no logging. Every
+ * call takes the time (ms, one monotonic clock chosen by the caller); every
+ * change the caller must act on is returned (a changed assignment to send
+ * to the workers, a state change to log) and described in the job's event
+ * list, so tests drive it with a fake clock and the daemon does the I/O.
+ *
+ *   submit ---------------------------------------------------> PENDING
+ *   PENDING --- start (enough workers) ------------------------> RUNNING
+ *   RUNNING --- pause ----> PAUSED --- resume -----------------> RUNNING
+ *   RUNNING, PAUSED --- stop condition met --------------------> DONE
+ *   PENDING, RUNNING, PAUSED --- a worker reports an error, or
+ *                               dml_jobs_fail -----------------> FAILED
+ *   PENDING, RUNNING, PAUSED --- stop -------------------------> STOPPED
+ *
+ * One job is active (RUNNING or PAUSED) at a time; later submissions wait
+ * as PENDING, oldest first. Data partitions go to workers in proportion to
+ * their rate through shard/assign.h; when a worker is lost its partitions
+ * go to the live ones, when one (re)joins it gets a share back, each time
+ * moving as few partitions as possible and bumping the assignment version.
+ *
+ * Must never: trust a spec or a progress report (specs are checked with
+ * dml_job_spec_check, numbers from reports are clamped to sane values), or
+ * leave a partition of a running job unowned while a live worker exists.
+ */
+#ifndef DML_SCHED_JOBS_H
+#define DML_SCHED_JOBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dml.pb-c.h"
+
+#define DML_JOB_REASON_MAX 191
+#define DML_JOB_EVENTS 16          /* newest events kept per job */
+#define DML_JOB_PARTS_PER_WORKER 8 /* partitions per worker when the spec says 0 */
+
+/** A registered, alive worker that could run a job. */
+struct dml_job_candidate {
+	uint32_t node_id;
+	double rate;               /* its measured examples/s; 0 = unknown */
+};
+
+/** One worker of a job. Read-only outside jobs.c. */
+struct dml_job_worker {
+	uint32_t node_id;
+	int live;                  /* taking part now */
+	double rate;               /* weight for partitions: profile rate, then the
+				    * smoothed examples/s it reports */
+	uint64_t npart;            /* partitions it holds now */
+	uint64_t clock;            /* from its reports */
+	uint64_t examples;
+	double examples_per_s, loss, compute_s, wait_s;
+	int finished;              /* reported its stop condition met */
+	uint64_t last_report_ms;
+	char reason[DML_JOB_REASON_MAX + 1]; /* why it last gained or lost work */
+};
+
+/** One job. Read-only outside jobs.c. */
+struct dml_job {
+	uint32_t id;               /* 1, 2, ... in submission order */
+	Dml__JobSpec *spec;        /* owned copy */
+	Dml__JobState state;
+	char reason[DML_JOB_REASON_MAX + 1];
+	uint64_t submitted_ms, started_ms, changed_ms, finished_ms;
+	uint64_t run_ms;           /* time RUNNING, up to changed_ms */
+	uint64_t assignment_version; /* 0 until started */
+	uint64_t num_partitions;
+	uint32_t *owner;           /* num_partitions entries: index into workers[],
+				    * or DML_ASSIGN_NONE */
+	struct dml_job_worker *workers;
+	size_t nworkers;
+	uint64_t data_examples;    /* training set size, from the reports */
+	double metric;             /* latest evaluation, valid if has_metric */
+	int has_metric;
+	char events[DML_JOB_EVENTS][DML_JOB_REASON_MAX + 1]; /* ring */
+	size_t nevents;            /* events ever recorded */
+};
+
+struct dml_jobs;
+
+int dml_jobs_new(struct dml_jobs **out);
+void dml_jobs_free(struct dml_jobs *jobs);
+
+/**
+ * Add a job as PENDING ("waiting to start"). The spec is checked (DML_EINVAL,
+ * reason in err) and copied. *id gets the new id.
+ */
+int dml_jobs_submit(struct dml_jobs *jobs, const Dml__JobSpec *spec, uint64_t now,
+		    uint32_t *id, char *err, size_t errlen);
+
+size_t dml_jobs_count(const struct dml_jobs *jobs);
+/** Jobs in submission order, i < count. */
+struct dml_job *dml_jobs_at(struct dml_jobs *jobs, size_t i);
+struct dml_job *dml_jobs_find(struct dml_jobs *jobs, uint32_t id);
+/** The RUNNING or PAUSED job, or NULL. */
+struct dml_job *dml_jobs_active(struct dml_jobs *jobs);
+/** The oldest PENDING job when none is active, else NULL. */
+struct dml_job *dml_jobs_next(struct dml_jobs *jobs);
+
+/**
+ * Try to start a PENDING job on the given alive workers: worker_ids must all
+ * be there, or `workers` of them (lowest ids first), or all of them when the
+ * spec says 0. On success the job is RUNNING with assignment version 1 and
+ * partitions split by rate; returns 0. When it cannot start yet it stays
+ * PENDING, its reason says what it waits for ("waiting for 3 workers, 1
+ * alive"), and DML_ESTATE is returned. DML_EINVAL if not PENDING.
+ */
+int dml_jobs_start(struct dml_job *job, const struct dml_job_candidate *cand, size_t n,
+		   uint64_t now);
+
+/**
+ * A worker of the job died or left (reason: "no heartbeat for 812 ms"):
+ * its partitions go to the live workers. Returns 1 when the assignment
+ * changed (send it to every live worker), 0 when nothing changed (not a
+ * live worker of this job, or the job is not active). With no live worker
+ * left the partitions wait unowned and the reason says so.
+ */
+int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reason,
+			 uint64_t now);
+
+/**
+ * An alive worker not currently taking part in the active job: one that
+ * was in it rejoins (at the job's clock, see dml_job_assignment); another
+ * is recruited when the spec allows (workers = 0, or fewer live workers
+ * than asked for, and not excluded by worker_ids). Either way it gets its
+ * share of the partitions. Returns 1 when the assignment changed, 0 when
+ * the worker is not wanted.
+ */
+int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidate *c,
+			      uint64_t now);
+
+/**
+ * A PROGRESS report from a worker of the job. Updates its figures and the
+ * job's, and applies the stop conditions: a report with an error fails the
+ * job; a metric that reaches target, examples reaching max_epochs passes
+ * over the data, or every live worker at max_clocks (or finished) makes it
+ * DONE. Returns 1 when the job's state changed, 0 otherwise, DML_ENOTFOUND
+ * when the sender is not a worker of the job.
+ */
+int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress *p,
+		      uint64_t now);
+
+/**
+ * An operator's STOP, PAUSE or RESUME. Returns 0; DML_ENOTFOUND for no such
+ * job; DML_ESTATE (with err "job 3 is done") when the action does not apply;
+ * DML_EINVAL for an unknown action.
+ */
+int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t now,
+		     char *err, size_t errlen);
+
+/** Fail a job that is not finished yet, with the reason. */
+void dml_jobs_fail(struct dml_job *job, const char *reason, uint64_t now);
+
+/** Set a PENDING job's reason ("installing tables on 2 servers"). */
+void dml_jobs_set_reason(struct dml_job *job, const char *reason, uint64_t now);
+
+/** The worker entry for a node id, or NULL. */
+struct dml_job_worker *dml_job_worker(struct dml_job *job, uint32_t node_id);
+
+/** The slowest live worker's clock (0 before any report). */
+uint64_t dml_job_clock(const struct dml_job *job);
+
+/** 1 for DONE, FAILED and STOPPED. */
+int dml_job_finished(const struct dml_job *job);
+
+/**
+ * What one worker is to do now: fills a (Dml__Assignment, already
+ * initialised by the caller) with the job, version, state, the worker's
+ * partitions (malloc'ed into *parts, which the caller frees; a->partitions
+ * points there) and start_clock (the job's clock). A worker that is not a
+ * live member gets an empty list and the job's state.
+ */
+void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a,
+			uint32_t **parts);
+
+/**
+ * A JobStatus for JOBS_REPLY, allocated as one tree; free it with
+ * dml_job_status_free. Workers' state is ALIVE for live members and DEAD
+ * otherwise (the caller may refine it from the node table).
+ */
+Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now);
+void dml_job_status_free(Dml__JobStatus *st);
+
+#endif

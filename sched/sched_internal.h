@@ -1,0 +1,192 @@
+/*
+ * What the files of dml-sched share and nobody else sees: the scheduler's
+ * struct, its sessions, the job side's state (sched_jobs.c) and its counters
+ * (sched_metrics.c). Not installed; nothing outside sched/ includes it.
+ *
+ * Everything here lives on the scheduler's one event loop: no locks. The
+ * node table (nodes.h) and the job table (jobs.h) are pure state machines;
+ * the I/O they call for (REGISTER_REPLY, SHARDMAP, ASSIGN, ...) is done by
+ * sched.c and sched_jobs.c.
+ */
+#ifndef DML_SCHED_INTERNAL_H
+#define DML_SCHED_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "conn.h"
+#include "dml.pb-c.h"
+#include "jobs.h"
+#include "metrics.h"
+#include "nodes.h"
+#include "peers.h"
+#include "sched.h"
+
+struct session {
+	struct dml_peer peer;      /* first: the set's list walks sessions */
+	struct dml_sched *sched;
+	uint32_t role;             /* authenticated in the handshake */
+	uint32_t node_id;
+	uint64_t incarnation;
+	int registered;            /* this connection owns (role, node_id) */
+};
+
+/* Requests counted by type (metrics name them in this order). */
+enum sched_req {
+	SREQ_REGISTER, SREQ_HEARTBEAT, SREQ_NODES, SREQ_BYE, SREQ_SUBMIT, SREQ_JOBS,
+	SREQ_JOB_CONTROL, SREQ_SHARDMAP, SREQ_PROGRESS, SREQ_ACK, SREQ_ERROR, SREQ_OTHER,
+	SREQ_KINDS
+};
+
+struct sched_stats {
+	uint64_t requests[SREQ_KINDS];
+	uint64_t assign_sent;      /* ASSIGN frames sent to workers */
+	uint64_t shardmap_sent;    /* SHARDMAP frames sent to servers */
+};
+
+/* A node state change the job side must act on, queued by the node table's
+ * callback and handled from the loop (the callback may not call back into
+ * the table, and a registration's reply must go out before an ASSIGN). */
+struct sched_node_event {
+	uint32_t role, node_id;
+	int dead;                  /* 1: declared dead or left; 0: (re)registered */
+	char reason[DML_NODE_REASON_MAX + 1];
+};
+
+/* The scheduler's side of one job of the job table. */
+struct sched_job {
+	uint32_t id;
+	Dml__ShardMap *map;        /* newest map (mapplan.h), NULL before start */
+	uint32_t wire_workers;     /* JobSpec.workers sent to servers and workers */
+	Dml__JobState logged_state; /* what the log last said */
+	char logged_reason[DML_JOB_REASON_MAX + 1];
+	size_t logged_events;
+};
+
+/* One server of the active job's newest map and its installation. */
+struct sched_map_server {
+	uint32_t node_id;
+	uint64_t request_id;       /* of the SHARDMAP last sent, 0: none sent */
+	uint64_t sent_version;     /* version that request carried */
+	uint64_t acked_version;    /* newest version it acknowledged, 0: none */
+};
+
+/* The RUNNING or PAUSED job: where its tables stand and what its workers got. */
+struct sched_active {
+	uint32_t job;              /* 0: none */
+	uint64_t first_request;    /* request ids above this are the job's */
+	struct sched_map_server *servers; /* one per server of the newest map */
+	size_t nservers;
+	uint64_t sent_ms;          /* when the newest map was sent */
+	uint64_t installed_version; /* newest map version every server ACKed */
+	int assigned;              /* the tables were installed once and the
+				    * workers got their first ASSIGN */
+	Dml__JobState sent_state;  /* what the last ASSIGN round said */
+	uint64_t sent_version;
+	char reason[DML_JOB_REASON_MAX + 1]; /* "installing tables ..." or "" */
+};
+
+/* A server that refused a shard map: left out of maps until it restarts. */
+struct sched_refusal {
+	uint32_t node_id;
+	uint64_t incarnation;
+};
+
+struct sched_role_arg {
+	struct dml_sched *sched;
+	uint32_t role;
+};
+
+struct dml_sched {
+	const struct dml_sched_conf *conf;
+	struct event_base *base;
+	struct evconnlistener *listener;
+	uint16_t port;
+	struct dml_conn_conf conn_conf;
+	uint8_t *secret;
+	size_t secret_len;
+	struct dml_nodes *nodes;
+	struct dml_peers peers;    /* struct session each */
+	struct event *tick;
+	/* jobs (sched_jobs.c) */
+	struct dml_jobs *jobs;
+	struct sched_job *xjobs;   /* by job id - 1 */
+	size_t nxjobs, capxjobs;
+	struct sched_active act;
+	struct sched_node_event *events;
+	size_t nevents, capevents;
+	struct event *kick;        /* handles the queued node events */
+	struct sched_refusal *refused;
+	size_t nrefused;
+	uint64_t next_request;     /* ids of the frames the scheduler sends */
+	/* metrics (sched_metrics.c) */
+	struct sched_stats st;
+	struct dml_metrics *metrics;
+	struct sched_role_arg role_args[3];
+};
+
+/* ---- sched.c -------------------------------------------------------------- */
+
+/** Monotonic milliseconds, the clock of the node and job tables. */
+uint64_t dml_sched_now_ms(void);
+
+/** The session that owns the registered node (role, node_id), or NULL. */
+struct session *dml_sched_owner(struct dml_sched *s, uint32_t role, uint32_t node_id);
+
+/** Answer request_id with ERROR{code, message}; logged at debug level. */
+void dml_sched_reply_error(struct session *ss, uint64_t request_id, int code,
+			   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/** A reply with nothing but its type (ACK, HEARTBEAT echo). */
+void dml_sched_reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_id);
+
+/**
+ * Send m (no payload) on ss with the scheduler's node id as sender, if its
+ * metadata fits max_meta. Returns 0, DML_EFRAME_META (too big; nothing
+ * sent; *size, optional, gets the size) or the connection's error.
+ */
+int dml_sched_send(struct session *ss, Dml__Meta *m, size_t *size);
+
+/* ---- sched_jobs.c ------------------------------------------------------- */
+
+/** Create the job table and the loop's kick event. 0 or DML_ENOMEM. */
+int dml_sched_jobs_init(struct dml_sched *s);
+
+/** Free the job side; the loop must no longer run it. */
+void dml_sched_jobs_free(struct dml_sched *s);
+
+/** From the node table's callback: queue what the jobs must react to. */
+void dml_sched_jobs_node_changed(struct dml_sched *s, const struct dml_node *n,
+				 Dml__NodeState old);
+
+/** Every tick: start a pending job when possible, update waiting reasons. */
+void dml_sched_jobs_tick(struct dml_sched *s);
+
+/*
+ * Requests of the job side; each answers (or, for PROGRESS and replies,
+ * deliberately does not) and never closes the connection.
+ */
+void dml_sched_handle_submit(struct session *ss, const Dml__Meta *m);
+void dml_sched_handle_jobs(struct session *ss, const Dml__Meta *m);
+void dml_sched_handle_job_control(struct session *ss, const Dml__Meta *m);
+void dml_sched_handle_shardmap(struct session *ss, const Dml__Meta *m);
+void dml_sched_handle_progress(struct session *ss, const Dml__Meta *m);
+/** ACK or ERROR from a registered server or worker: a reply to our frame. */
+void dml_sched_handle_reply(struct session *ss, const Dml__Meta *m);
+
+/** The job the scheduler side keeps for id, or NULL. */
+struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id);
+
+/* ---- sched_metrics.c ---------------------------------------------------- */
+
+/**
+ * Create the registry, register every metric and, when metrics_listen is
+ * set, serve it (writing metrics_port_file). DML_EINVAL if a metric was
+ * refused, DML_ECONF or DML_EIO when the endpoint cannot start.
+ */
+int dml_sched_metrics_init(struct dml_sched *s);
+
+#endif

@@ -1,0 +1,222 @@
+/*
+ * dml-sched's metrics (proto/metrics.h): what is registered and how each
+ * value is read. Request handlers only bump integers of struct sched_stats;
+ * everything here runs at scrape time, on the loop, and only reads the node
+ * and job tables.
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "dml_error.h"
+#include "job_conf.h"
+#include "jobs.h"
+#include "listen.h"
+#include "log.h"
+#include "metrics.h"
+#include "nodes.h"
+#include "sched_internal.h"
+#include "util.h"
+
+static const char *const req_names[SREQ_KINDS] = {
+	"register", "heartbeat", "nodes", "bye", "submit", "jobs", "job_control",
+	"shardmap", "progress", "ack", "error", "other"
+};
+
+static const Dml__NodeState node_states[] = {
+	DML__NODE_STATE__ALIVE, DML__NODE_STATE__SUSPECT, DML__NODE_STATE__DEAD
+};
+
+static const Dml__JobState job_states[] = {
+	DML__JOB_STATE__PENDING, DML__JOB_STATE__RUNNING, DML__JOB_STATE__PAUSED,
+	DML__JOB_STATE__DONE, DML__JOB_STATE__FAILED, DML__JOB_STATE__STOPPED
+};
+
+static const uint32_t node_roles[] = {
+	DML__ROLE__SERVER, DML__ROLE__WORKER, DML__ROLE__AGGREGATOR
+};
+
+static struct dml_job *active(struct dml_sched *s)
+{
+	return s->act.job ? dml_jobs_find(s->jobs, s->act.job) : NULL;
+}
+
+static double metric_connections(void *arg)
+{
+	const struct dml_sched *s = arg;
+
+	return (double)s->peers.count;
+}
+
+static void collect_nodes(struct dml_metrics_scrape *sc, void *arg)
+{
+	const struct sched_role_arg *ra = arg;
+	const struct dml_nodes *t = ra->sched->nodes;
+	size_t count[DML_ARRAY_LEN(node_states)] = { 0 };
+
+	for (size_t i = 0; i < dml_nodes_count(t); i++) {
+		const struct dml_node *n = dml_nodes_at(t, i);
+
+		if (n->role != ra->role)
+			continue;
+		for (size_t k = 0; k < DML_ARRAY_LEN(node_states); k++)
+			count[k] += n->state == node_states[k];
+	}
+	for (size_t k = 0; k < DML_ARRAY_LEN(node_states); k++)
+		dml_metrics_emit(sc, dml_node_state_name(node_states[k]), (double)count[k]);
+}
+
+static void collect_jobs(struct dml_metrics_scrape *sc, void *arg)
+{
+	struct dml_sched *s = arg;
+	size_t count[DML_ARRAY_LEN(job_states)] = { 0 };
+
+	for (size_t i = 0; i < dml_jobs_count(s->jobs); i++) {
+		const struct dml_job *job = dml_jobs_at(s->jobs, i);
+
+		for (size_t k = 0; k < DML_ARRAY_LEN(job_states); k++)
+			count[k] += job->state == job_states[k];
+	}
+	for (size_t k = 0; k < DML_ARRAY_LEN(job_states); k++)
+		dml_metrics_emit(sc, dml_job_state_name(job_states[k]), (double)count[k]);
+}
+
+static double metric_active_job(void *arg)
+{
+	const struct dml_sched *s = arg;
+
+	return (double)s->act.job;
+}
+
+static double metric_job_clock(void *arg)
+{
+	const struct dml_job *job = active(arg);
+
+	return job ? (double)dml_job_clock(job) : 0;
+}
+
+/* Job-wide figures as dml_job_status computes them (live workers only). */
+static double job_figure(struct dml_sched *s, int loss)
+{
+	const struct dml_job *job = active(s);
+	Dml__JobStatus *st;
+	double v;
+
+	if (!job)
+		return loss ? NAN : 0;
+	st = dml_job_status(job, dml_sched_now_ms());
+	v = loss ? st->loss : st->examples_per_s;
+	dml_job_status_free(st);
+	return v;
+}
+
+static double metric_job_rate(void *arg)
+{
+	return job_figure(arg, 0);
+}
+
+static double metric_job_loss(void *arg)
+{
+	return job_figure(arg, 1);
+}
+
+static void collect_worker_rates(struct dml_metrics_scrape *sc, void *arg)
+{
+	const struct dml_job *job = active(arg);
+	char id[16];
+
+	for (size_t i = 0; job && i < job->nworkers; i++) {
+		if (!job->workers[i].live)
+			continue;
+		snprintf(id, sizeof(id), "%u", job->workers[i].node_id);
+		dml_metrics_emit(sc, id, job->workers[i].examples_per_s);
+	}
+}
+
+static double metric_map_version(void *arg)
+{
+	struct dml_sched *s = arg;
+	const struct sched_job *xj = s->act.job ? dml_sched_job(s, s->act.job) : NULL;
+
+	return xj && xj->map ? (double)xj->map->version : 0;
+}
+
+#define COUNTER DML_METRIC_COUNTER
+#define GAUGE DML_METRIC_GAUGE
+
+/* name, help, type, label */
+static const struct dml_metric_desc
+	m_requests = { "dml_sched_requests_total", "Frames received, by type", COUNTER,
+		       "type", NULL, 0 },
+	m_assign = { "dml_sched_assign_sent_total", "ASSIGN frames sent to workers", COUNTER,
+		     NULL, NULL, 0 },
+	m_shardmap = { "dml_sched_shardmap_sent_total", "SHARDMAP frames sent to servers",
+		       COUNTER, NULL, NULL, 0 },
+	m_conns = { "dml_sched_connections", "Connections open", GAUGE, NULL, NULL, 0 },
+	m_nodes[] = {
+		{ "dml_sched_servers", "Servers known, by state", GAUGE, "state", NULL, 0 },
+		{ "dml_sched_workers", "Workers known, by state", GAUGE, "state", NULL, 0 },
+		{ "dml_sched_aggregators", "Aggregators known, by state", GAUGE, "state", NULL,
+		  0 },
+	},
+	m_jobs = { "dml_sched_jobs", "Jobs submitted, by state", GAUGE, "state", NULL, 0 },
+	m_active = { "dml_sched_active_job", "Id of the running or paused job, 0 for none",
+		     GAUGE, NULL, NULL, 0 },
+	m_clock = { "dml_sched_job_clock", "Slowest live worker's clock in the active job",
+		    GAUGE, NULL, NULL, 0 },
+	m_rate = { "dml_sched_job_examples_per_second",
+		   "Examples per second of the active job's live workers together", GAUGE,
+		   NULL, NULL, 0 },
+	m_loss = { "dml_sched_job_loss",
+		   "Mean of the latest training losses of the active job's live workers",
+		   GAUGE, NULL, NULL, 0 },
+	m_worker_rate = { "dml_sched_worker_examples_per_second",
+			  "Examples per second each live worker of the active job reports",
+			  GAUGE, "worker", NULL, 0 },
+	m_map = { "dml_sched_shard_map_version", "Shard map version of the active job",
+		  GAUGE, NULL, NULL, 0 };
+
+#undef COUNTER
+#undef GAUGE
+
+/* Every metric of the scheduler; refusals are bugs in the table above. */
+static int register_metrics(struct dml_sched *s)
+{
+	struct dml_metrics *m = s->metrics;
+	int bad = 0;
+
+	for (int i = 0; i < SREQ_KINDS; i++)
+		bad |= dml_metrics_add_u64(m, &m_requests, req_names[i], &s->st.requests[i]);
+	bad |= dml_metrics_add_u64(m, &m_assign, NULL, &s->st.assign_sent);
+	bad |= dml_metrics_add_u64(m, &m_shardmap, NULL, &s->st.shardmap_sent);
+	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
+	for (size_t i = 0; i < DML_ARRAY_LEN(node_roles); i++) {
+		s->role_args[i].sched = s;
+		s->role_args[i].role = node_roles[i];
+		bad |= dml_metrics_add_collector(m, &m_nodes[i], collect_nodes,
+						 &s->role_args[i]);
+	}
+	bad |= dml_metrics_add_collector(m, &m_jobs, collect_jobs, s);
+	bad |= dml_metrics_add_fn(m, &m_active, NULL, metric_active_job, s);
+	bad |= dml_metrics_add_fn(m, &m_clock, NULL, metric_job_clock, s);
+	bad |= dml_metrics_add_fn(m, &m_rate, NULL, metric_job_rate, s);
+	bad |= dml_metrics_add_fn(m, &m_loss, NULL, metric_job_loss, s);
+	bad |= dml_metrics_add_collector(m, &m_worker_rate, collect_worker_rates, s);
+	bad |= dml_metrics_add_fn(m, &m_map, NULL, metric_map_version, s);
+	if (bad) {
+		dml_err("metrics: a metric was refused");
+		return DML_EINVAL;
+	}
+	return 0;
+}
+
+int dml_sched_metrics_init(struct dml_sched *s)
+{
+	int rc;
+
+	s->metrics = dml_metrics_new();
+	if ((rc = register_metrics(s)) != 0)
+		return rc;
+	/* Before the main port file is written, so a ready daemon serves metrics. */
+	return dml_metrics_serve(s->metrics, s->base, s->conf->metrics_listen,
+				 s->conf->metrics_port_file);
+}

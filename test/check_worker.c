@@ -1,0 +1,928 @@
+/*
+ * check_worker.c - dml-worker: the lsq app, the profile, the configuration,
+ * and the daemon against a scheduler.
+ *
+ * Unit: the lsq gradient against finite differences of its loss; synthetic
+ * examples that depend on (seed, i) alone; partitions as record ranges,
+ * through dml_app_partition_range and through the app's own steps; specs
+ * the app refuses, with reasons; conf/worker.conf (via $DML_SRCDIR) parsed
+ * with every option documented, and bad values refused; the example job
+ * conf/jobs/lsq.conf accepted by the app; profile figures.
+ *
+ * Integration: dml-worker registers with a real dml-sched (`dmlctl --json
+ * nodes` shows it alive with its profile), serves its metrics, and leaves on
+ * SIGTERM (exit 0, listed as dead with reason "left"). A scripted scheduler
+ * in this process then sends it ASSIGNs: each is ACKed with its request id,
+ * a job it cannot run comes back as PROGRESS with "worker 3: ..." errors,
+ * paused and ended assignments start nothing, and SIGTERM says BYE.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/listener.h>
+
+#include "app.h"
+#include "auth.h"
+#include "check_run.h"
+#include "conf.h"
+#include "conn.h"
+#include "dml_error.h"
+#include "harness.h"
+#include "job_conf.h"
+#include "json.h"
+#include "listen.h"
+#include "profile.h"
+#include "util.h"
+#include "worker_conf.h"
+
+#define TEST_TIMEOUT_S 60
+#define WAIT_MS 10000
+#define POLL_MS 40
+#define WORKER_ID 3
+
+static const char *const lsq_job =
+	"[job]\nname = t\napp = lsq\nmax_clocks = 10\nbatch_size = 8\nexamples = 100\n"
+	"dim = 5\nseed = 42\n[table]\nid = 0\nkind = dense\nkeys = 5\n";
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static Dml__JobSpec *spec_parse(const char *text)
+{
+	Dml__JobSpec *spec = NULL;
+	char err[256];
+
+	ck_assert_msg(dml_job_file_parse_string("job", text, &spec, err, sizeof(err)) == 0,
+		      "job text: %s", err);
+	return spec;
+}
+
+/* ---- a recording stand-in for the servers -------------------------------- */
+
+/* Pulls give w; pushes are kept. Dense table 0 only. */
+struct rec_io {
+	float w[16];
+	float pushed[16];
+	int pulls, pushes;
+};
+
+static int rec_pull_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
+			  float *out, dml_handle_t *h)
+{
+	struct rec_io *r = arg;
+
+	memcpy(out, r->w + begin, (size_t)(end - begin) * sizeof(float));
+	r->pulls++;
+	*h = 1;
+	return 0;
+}
+
+static int rec_push_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
+			  const float *vals, dml_handle_t *h)
+{
+	struct rec_io *r = arg;
+
+	memcpy(r->pushed + begin, vals, (size_t)(end - begin) * sizeof(float));
+	r->pushes++;
+	*h = 2;
+	return 0;
+}
+
+static int rec_unused(void *arg, uint32_t table, const uint64_t *keys, size_t n, float *out,
+		      dml_handle_t *h)
+{
+	return DML_EINVAL;
+}
+
+static int rec_unused_push(void *arg, uint32_t table, const uint64_t *keys, size_t n,
+			   const float *vals, dml_handle_t *h)
+{
+	return DML_EINVAL;
+}
+
+static int rec_wait(void *arg, dml_handle_t h)
+{
+	return h == 1 || h == 2 ? 0 : DML_EINVAL;
+}
+
+static const struct dml_app_io_ops rec_ops = {
+	rec_pull_range, rec_push_range, rec_unused, rec_unused_push, rec_wait
+};
+
+/* ---- unit tests ------------------------------------------------------------ */
+
+START_TEST(test_lsq_gradient)
+{
+	enum { ROWS = 16, DIM = 7 };
+	float x[ROWS * DIM], y[ROWS], w[DIM], g[DIM], r[ROWS], wp[DIM];
+	uint64_t state = 12345;
+	double loss, direct = 0;
+
+	for (size_t i = 0; i < ROWS * DIM; i++)
+		x[i] = (float)((double)((state = state * 6364136223846793005ull + 1) >> 40) /
+			       16777216.0 - 0.5);
+	for (size_t i = 0; i < ROWS; i++)
+		y[i] = (float)i * 0.1f - 0.7f;
+	for (size_t j = 0; j < DIM; j++)
+		w[j] = (float)j * 0.2f - 0.5f;
+	loss = dml_lsq_loss_grad(x, y, ROWS, DIM, w, g, r);
+	for (size_t i = 0; i < ROWS; i++) {
+		double d = -y[i];
+
+		for (size_t j = 0; j < DIM; j++)
+			d += (double)x[i * DIM + j] * w[j];
+		direct += d * d / ROWS;
+	}
+	ck_assert_msg(fabs(loss - direct) < 1e-5 * (1 + direct), "loss %g, direct %g", loss,
+		      direct);
+	/* The loss is quadratic in w: central differences are exact up to rounding. */
+	for (size_t j = 0; j < DIM; j++) {
+		const float eps = 0.01f;
+		double up, down, fd;
+
+		memcpy(wp, w, sizeof(w));
+		wp[j] = w[j] + eps;
+		up = dml_lsq_loss_grad(x, y, ROWS, DIM, wp, NULL, r);
+		wp[j] = w[j] - eps;
+		down = dml_lsq_loss_grad(x, y, ROWS, DIM, wp, NULL, r);
+		fd = (up - down) / (2.0 * eps);
+		ck_assert_msg(fabs(fd - g[j]) < 1e-3 * (1 + fabs(fd)), "d/dw%zu: grad %g, "
+			      "finite differences %g", j, (double)g[j], fd);
+	}
+	ck_assert(isnan(dml_lsq_loss_grad(x, y, 0, DIM, w, g, r)));
+}
+END_TEST
+
+START_TEST(test_lsq_data_deterministic)
+{
+	enum { DIM = 9 };
+	float wt[DIM], wt2[DIM], a[DIM], b[DIM], ya, yb;
+	double dot = 0;
+
+	dml_lsq_true_weights(7, DIM, wt);
+	dml_lsq_true_weights(7, DIM, wt2);
+	ck_assert(memcmp(wt, wt2, sizeof(wt)) == 0);
+	dml_lsq_true_weights(8, DIM, wt2);
+	ck_assert(memcmp(wt, wt2, sizeof(wt)) != 0);
+
+	dml_lsq_example(7, 123456789, wt, DIM, a, &ya);
+	/* Other examples in between change nothing: only (seed, i) counts. */
+	dml_lsq_example(7, 5, wt, DIM, b, &yb);
+	dml_lsq_example(7, 123456789, wt, DIM, b, &yb);
+	ck_assert(memcmp(a, b, sizeof(a)) == 0 && ya == yb);
+	dml_lsq_example(7, 123456790, wt, DIM, b, &yb);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	dml_lsq_example(8, 123456789, wt, DIM, b, &yb);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+	/* The label is x . w_true plus small noise; features are bounded. */
+	for (size_t j = 0; j < DIM; j++) {
+		ck_assert(fabsf(a[j]) <= 1.7321f);
+		dot += (double)a[j] * wt[j];
+	}
+	ck_assert_msg(fabs(ya - dot) < 1.0, "label %g, x.w %g", (double)ya, dot);
+}
+END_TEST
+
+START_TEST(test_partition_ranges)
+{
+	static const uint64_t ns[] = { 0, 1, 7, 100, 10000, 1ull << 40, UINT64_MAX };
+	static const uint32_t ps[] = { 1, 3, 8, 64, 1000 };
+
+	for (size_t i = 0; i < DML_ARRAY_LEN(ns); i++) {
+		for (size_t k = 0; k < DML_ARRAY_LEN(ps); k++) {
+			uint64_t next = 0, b, e, lo = UINT64_MAX, hi = 0;
+
+			for (uint32_t p = 0; p < ps[k]; p++) {
+				dml_app_partition_range(ns[i], ps[k], p, &b, &e);
+				ck_assert_msg(b == next && e >= b, "n %llu, %u parts: part %u "
+					      "is [%llu, %llu)", (unsigned long long)ns[i],
+					      ps[k], p, (unsigned long long)b,
+					      (unsigned long long)e);
+				next = e;
+				lo = e - b < lo ? e - b : lo;
+				hi = e - b > hi ? e - b : hi;
+			}
+			ck_assert(next == ns[i]);
+			ck_assert(hi - lo <= 1);
+		}
+	}
+}
+END_TEST
+
+/* Steps go through the worker's records in order: those of its partitions. */
+START_TEST(test_lsq_steps_follow_partitions)
+{
+	Dml__JobSpec *spec = spec_parse(lsq_job);
+	struct dml_app_env env = { "cpu" };
+	const struct dml_app *app = &dml_app_lsq;
+	struct rec_io rec = { { 0.5f, -1, 0.25f, 2, 0 }, { 0 }, 0, 0 };
+	struct dml_app_io io = { &rec_ops, &rec, 0 };
+	struct dml_app_step st;
+	const struct dml_app_table *t;
+	const uint32_t parts[] = { 9, 2, 9 };   /* of 10: records 20..29 and 90..99 */
+	float wt[5], x[8 * 5], y[8], g[5], r[8];
+	uint64_t want[] = { 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 90, 91, 92, 93, 94, 95,
+			    96, 97, 98, 99, 20, 21, 22, 23 };
+	char err[256];
+	void *state;
+	double value;
+
+	ck_assert_int_eq(app->create(spec, &env, &state, err, sizeof(err)), 0);
+	ck_assert_int_eq(app->tables(state, &t), 1);
+	ck_assert(t[0].id == 0 && t[0].dense && t[0].width == 1 && t[0].keys == 5);
+	ck_assert_uint_eq(app->data_examples(state), 100);
+	ck_assert_int_eq(app->set_partitions(state, parts, 3, 10, err, sizeof(err)), 0);
+	dml_lsq_true_weights(42, 5, wt);
+	/* Three batches of 8 from 20 records: the third wraps around. */
+	for (size_t s = 0; s < 3; s++) {
+		double loss;
+
+		ck_assert_int_eq(app->step(state, &io, &st, err, sizeof(err)), 0);
+		for (size_t k = 0; k < 8; k++)
+			dml_lsq_example(42, want[s * 8 + k], wt, 5, x + k * 5, &y[k]);
+		loss = dml_lsq_loss_grad(x, y, 8, 5, rec.w, g, r);
+		ck_assert_uint_eq(st.examples, 8);
+		ck_assert_msg(fabs(st.loss - loss) < 1e-6 * (1 + loss), "batch %zu: loss %g, "
+			      "expected %g", s, st.loss, loss);
+		ck_assert(memcmp(rec.pushed, g, sizeof(g)) == 0);
+	}
+	ck_assert_int_eq(rec.pulls, 3);
+	ck_assert_int_eq(rec.pushes, 3);
+	ck_assert_uint_gt(io.wait_ns, 0);
+
+	/* Evaluation: MSE over the first min(2000, N) = 100 examples. */
+	{
+		float ex[100 * 5], ey[100], er[100];
+
+		for (uint64_t i = 0; i < 100; i++)
+			dml_lsq_example(42, i, wt, 5, ex + i * 5, &ey[i]);
+		ck_assert_int_eq(app->evaluate(state, &io, &value, err, sizeof(err)), 0);
+		ck_assert(fabs(value - dml_lsq_loss_grad(ex, ey, 100, 5, rec.w, NULL, er)) <
+			  1e-5);
+	}
+
+	/* A partition that does not exist is refused; the old ones stay. */
+	{
+		const uint32_t bad[] = { 1, 10 };
+
+		ck_assert_int_eq(app->set_partitions(state, bad, 2, 10, err, sizeof(err)),
+				 DML_EINVAL);
+		ck_assert_msg(strstr(err, "app lsq: partition 10 of 10") != NULL, "%s", err);
+		ck_assert_int_eq(app->step(state, &io, &st, err, sizeof(err)), 0);
+		ck_assert_uint_eq(st.examples, 8);
+	}
+	/* No partitions: the step still pulls (to keep pace) but trains nothing. */
+	ck_assert_int_eq(app->set_partitions(state, NULL, 0, 10, err, sizeof(err)), 0);
+	rec.pulls = rec.pushes = 0;
+	ck_assert_int_eq(app->step(state, &io, &st, err, sizeof(err)), 0);
+	ck_assert_uint_eq(st.examples, 0);
+	ck_assert(isnan(st.loss));
+	ck_assert(rec.pulls == 1 && rec.pushes == 0);
+	app->destroy(state);
+	dml_job_spec_free(spec);
+}
+END_TEST
+
+/* create() refuses what lsq cannot run, saying why. */
+static void expect_refused(Dml__JobSpec *spec, const char *backend, const char *why)
+{
+	struct dml_app_env env = { backend };
+	char err[256] = "";
+	void *state = (void *)1;
+
+	ck_assert_int_eq(dml_app_lsq.create(spec, &env, &state, err, sizeof(err)), DML_EINVAL);
+	ck_assert(state == NULL);
+	ck_assert_msg(strncmp(err, "app lsq: ", 9) == 0 && strstr(err, why) != NULL,
+		      "expected '%s', got '%s'", why, err);
+}
+
+START_TEST(test_lsq_refuses_bad_specs)
+{
+	Dml__JobSpec *spec = spec_parse(lsq_job);
+
+	expect_refused(spec, "cuda", "backend 'cuda'");
+	spec->tables[0]->width = 2;
+	expect_refused(spec, "cpu", "table 0 dense with keys = dim (5) and width 1");
+	spec->tables[0]->width = 1;
+	spec->dim = 6;
+	expect_refused(spec, "cpu", "keys = dim (6)");
+	spec->dim = 100;
+	spec->tables[0]->keys = 100;
+	spec->batch_size = 100000000;
+	expect_refused(spec, "cpu", "batch_size 100000000 x dim 100");
+	spec->dim = 5;
+	spec->tables[0]->keys = 5;
+	spec->batch_size = 8;
+	/* The scheduler refuses these too; a worker checks for itself. The
+	 * strings are borrowed for the call and the parser's put back. */
+	{
+		char *metric = spec->metric, *data = spec->data;
+
+		spec->metric = (char *)"accuracy";
+		expect_refused(spec, "cpu", "metric 'accuracy'");
+		spec->metric = metric;
+		spec->data = (char *)"mnist";
+		expect_refused(spec, "cpu", "data 'mnist'");
+		spec->data = data;
+	}
+	dml_job_spec_free(spec);
+}
+END_TEST
+
+static const char *srcdir(void)
+{
+	const char *d = getenv("DML_SRCDIR");
+
+	return d ? d : ".";
+}
+
+/* Whether text has a "key = ..." line inside its [section]. */
+static int conf_documents(const char *text, const char *section, const char *key)
+{
+	char head[80], line[128];
+	const char *start, *end, *hit;
+
+	snprintf(head, sizeof(head), "\n[%s]\n", section);
+	snprintf(line, sizeof(line), "\n%s =", key);
+	if (!(start = strstr(text, head)))
+		return 0;
+	start += strlen(head) - 1;
+	end = strstr(start, "\n[");
+	for (hit = strstr(start, line); hit; hit = strstr(hit + 1, line))
+		if (hit[strlen(line)] == ' ' || hit[strlen(line)] == '\n')
+			return !end || hit < end;
+	return 0;
+}
+
+START_TEST(test_conf_example)
+{
+	struct dml_worker_conf c;
+	char path[4096], err[512], *text;
+
+	snprintf(path, sizeof(path), "%s/conf/worker.conf", srcdir());
+	memset(&c, 0, sizeof(c));
+	ck_assert_msg(dml_conf_load(&dml_worker_conf_schema, path, &c, err, sizeof(err)) == 0,
+		      "%s", err);
+	ck_assert_uint_eq(c.node_id, 1);
+	ck_assert_str_eq(c.scheduler, "127.0.0.1:7000");
+	ck_assert_str_eq(c.cluster, "dml");
+	ck_assert_str_eq(c.zone, "");
+	ck_assert_str_eq(dml_worker_backend_names[c.backend], "cpu");
+	ck_assert_uint_eq(c.threads, 1);
+	ck_assert_uint_eq(c.spin_us, 50);
+	ck_assert_int_eq(c.profile, 1);
+	ck_assert_str_eq(c.metrics_listen, "");
+	ck_assert_uint_eq(c.max_meta, 64 * 1024);
+	ck_assert_uint_eq(c.max_payload, 256u << 20);
+	ck_assert_uint_eq(c.handshake_timeout_ms, 5000);
+	dml_conf_free(&dml_worker_conf_schema, &c);
+
+	/* Every option is documented with its default, in its section. */
+	ck_assert_int_eq(dml_test_file_read(path, &text), 0);
+	for (size_t i = 0; i < dml_worker_conf_schema.noptions; i++) {
+		const struct dml_conf_option *o = &dml_worker_conf_schema.options[i];
+
+		ck_assert_msg(conf_documents(text, o->section, o->key),
+			      "conf/worker.conf lacks [%s] %s", o->section, o->key);
+	}
+	free(text);
+}
+END_TEST
+
+/* The example job is one this worker runs. */
+START_TEST(test_example_job_runs_here)
+{
+	struct dml_app_env env = { "cpu" };
+	Dml__JobSpec *spec = NULL;
+	char path[4096], err[512];
+	void *state;
+
+	snprintf(path, sizeof(path), "%s/conf/jobs/lsq.conf", srcdir());
+	ck_assert_msg(dml_job_file_load(path, &spec, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(spec->app, dml_app_lsq.name);
+	ck_assert_msg(dml_app_lsq.create(spec, &env, &state, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_uint_eq(dml_app_lsq.data_examples(state), spec->examples);
+	dml_app_lsq.destroy(state);
+	dml_job_spec_free(spec);
+}
+END_TEST
+
+/* Parsing text must fail with a message naming `why`. */
+static void expect_conf_error(const char *text, const char *why)
+{
+	struct dml_worker_conf c;
+	char err[512];
+	int rc;
+
+	memset(&c, 0, sizeof(c));
+	rc = dml_conf_parse_string(&dml_worker_conf_schema, "w.conf", text, &c, err,
+				   sizeof(err));
+	dml_conf_free(&dml_worker_conf_schema, &c);
+	ck_assert_msg(rc == DML_ECONF && strstr(err, why) != NULL, "'%s': rc %d, '%s'", why,
+		      rc, err);
+}
+
+START_TEST(test_conf_errors)
+{
+#define BASE "[worker]\nnode_id = 3\nscheduler = 10.0.0.1:7000\nsecret_file = s\n"
+	struct dml_worker_conf c;
+	char err[512];
+
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(dml_conf_parse_string(&dml_worker_conf_schema, "w.conf",
+					       BASE "zone = eu-west.rack-3\nthreads = 4\n"
+					       "profile = no\n", &c, err, sizeof(err)), 0);
+	ck_assert_str_eq(c.zone, "eu-west.rack-3");
+	ck_assert_uint_eq(c.threads, 4);
+	ck_assert_int_eq(c.profile, 0);
+	dml_conf_free(&dml_worker_conf_schema, &c);
+
+	expect_conf_error("[worker]\nscheduler = 10.0.0.1:7000\nsecret_file = s\n", "node_id");
+	expect_conf_error("[worker]\nnode_id = 3\nsecret_file = s\n", "scheduler");
+	expect_conf_error("[worker]\nnode_id = 3\nscheduler = 10.0.0.1:7000\n", "secret_file");
+	expect_conf_error("[worker]\nnode_id = 3\nscheduler = 10.0.0.1:0\nsecret_file = s\n",
+			  "w.conf:3");
+	expect_conf_error(BASE "threads = 0\n", "w.conf:5");
+	expect_conf_error(BASE "backend = tpu\n", "w.conf:5");
+	expect_conf_error(BASE "zone = rack 1\n", "zone");
+	expect_conf_error(BASE "metrics_listen = nowhere\n", "w.conf:5");
+	expect_conf_error(BASE "metrics_port_file = m.port\n", "metrics_port_file needs "
+			  "metrics_listen");
+	expect_conf_error(BASE "frobnicate = 1\n", "w.conf:5");
+#undef BASE
+}
+END_TEST
+
+START_TEST(test_profile_figures)
+{
+	struct dml_app_env env = { "cpu" };
+	struct dml_profile p;
+	char err[256];
+	double rate;
+
+	dml_profile_measure(&dml_app_lsq, &env, 1, &p);
+	ck_assert_str_eq(p.device, "cpu");
+	ck_assert_uint_gt(p.cores, 0);
+	ck_assert_uint_gt(p.memory_bytes, 0);
+	ck_assert_msg(p.gflops > 0 && isfinite(p.gflops), "gflops %g", p.gflops);
+	ck_assert_msg(p.examples_per_s > 0 && isfinite(p.examples_per_s), "examples/s %g",
+		      p.examples_per_s);
+	dml_profile_measure(&dml_app_lsq, &env, 0, &p);
+	ck_assert(p.gflops == 0 && p.examples_per_s == 0 && p.cores > 0);
+	/* An app whose step cannot run says why. */
+	env.backend = "cuda";
+	ck_assert_int_eq(dml_profile_app(&dml_app_lsq, &env, 0.01, &rate, err, sizeof(err)),
+			 DML_EINVAL);
+	ck_assert(rate == 0 && strstr(err, "backend 'cuda'") != NULL);
+}
+END_TEST
+
+/* ---- dml-worker against a real dml-sched ----------------------------------- */
+
+/* Write a worker config (extra appended to [worker]) and start dml-worker. */
+static pid_t worker_spawn(struct dml_test_env *env, uint16_t sched_port, const char *extra)
+{
+	char *text, *path, *bin;
+	pid_t pid;
+
+	ck_assert(asprintf(&text, "[worker]\nnode_id = %d\nscheduler = 127.0.0.1:%u\n"
+			   "secret_file = %s\nzone = rack-1\n%s", WORKER_ID,
+			   (unsigned)sched_port, dml_test_env_secret(env), extra) > 0);
+	ck_assert_int_eq(dml_test_env_write(env, "worker.conf", text, 0644, &path), 0);
+	dml_test_bin("worker/dml-worker", &bin);
+	{
+		char *argv[] = { bin, (char *)"-c", path, NULL };
+
+		ck_assert_int_eq(dml_test_proc_spawn(env, argv, "worker.log", &pid), 0);
+	}
+	free(bin);
+	free(path);
+	free(text);
+	return pid;
+}
+
+static void worker_stop(struct dml_test_env *env, pid_t pid)
+{
+	int status;
+
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(dml_test_proc_wait(env, pid, WAIT_MS, &status), 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "dml-worker ended with status 0x%x", status);
+}
+
+/* Poll `dmlctl --json nodes` until worker WORKER_ID is in state; *doc keeps
+ * that listing (free it). */
+static const struct jval *wait_worker(struct dml_test_env *env, uint16_t port,
+				      const char *state, struct jval *doc)
+{
+	static const char *const args[] = { "--json", "nodes", NULL };
+	uint64_t deadline = dml_now_ns() + (uint64_t)WAIT_MS * 1000000u;
+
+	for (;;) {
+		struct dml_test_output o;
+		const struct jval *nodes;
+
+		ck_assert_int_eq(dml_test_dmlctl(env, port, NULL, args, &o), 0);
+		ck_assert_msg(o.status == 0 && json_parse(o.out, doc) == 0, "dmlctl: %d %s",
+			      o.status, o.err);
+		dml_test_output_free(&o);
+		nodes = json_get(doc, "nodes");
+		for (size_t i = 0; nodes && i < nodes->n; i++) {
+			const struct jval *n = &nodes->items[i];
+
+			if (strcmp(jstr(n, "role"), "worker") == 0 &&
+			    jnum(n, "id") == WORKER_ID && strcmp(jstr(n, "state"), state) == 0)
+				return n;
+		}
+		json_free(doc);
+		ck_assert_msg(dml_now_ns() < deadline, "worker %d not %s in %d ms", WORKER_ID,
+			      state, WAIT_MS);
+		sleep_ms(POLL_MS);
+	}
+}
+
+START_TEST(test_worker_registers_and_leaves)
+{
+	struct dml_test_sched_conf sc = { .heartbeat_interval_ms = 100,
+					  .suspect_after_ms = 300, .dead_after_ms = 800 };
+	struct dml_test_env *env;
+	struct dml_test_server *sched;
+	const struct jval *n, *prof;
+	struct jval doc;
+	char *extra, *mport_path, *body = NULL;
+	uint16_t port, mport = 0;
+	int status;
+	pid_t pid;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_test_sched_start(env, &sc, &sched), 0);
+	port = dml_test_server_port(sched);
+	ck_assert(asprintf(&mport_path, "%s/worker-metrics.port", dml_test_env_dir(env)) > 0);
+	ck_assert(asprintf(&extra, "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+			   mport_path) > 0);
+	pid = worker_spawn(env, port, extra);
+
+	n = wait_worker(env, port, "alive", &doc);
+	ck_assert_str_eq(jstr(n, "zone"), "rack-1");
+	ck_assert_str_eq(jstr(n, "address"), "");
+	prof = json_get(n, "profile");
+	ck_assert(prof != NULL);
+	ck_assert_str_eq(jstr(prof, "device"), "cpu");
+	ck_assert(jnum(prof, "cores") >= 1 && jnum(prof, "memory_bytes") > 0);
+	ck_assert_msg(jnum(prof, "gflops") > 0, "gflops %g", jnum(prof, "gflops"));
+	ck_assert_msg(jnum(prof, "examples_per_s") > 0, "examples/s %g",
+		      jnum(prof, "examples_per_s"));
+	json_free(&doc);
+
+	/* Metrics while idle: no job yet. */
+	ck_assert_int_eq(dml_test_port_file_read(mport_path, &mport), 0);
+	ck_assert_int_eq(dml_test_http_request(mport, "GET", "/metrics", WAIT_MS, &status,
+					       &body), 0);
+	ck_assert_int_eq(status, 200);
+	ck_assert_msg(strstr(body, "\ndml_worker_clock 0\n") &&
+		      strstr(body, "\ndml_worker_examples_total 0\n") &&
+		      strstr(body, "\ndml_worker_job 0\n") &&
+		      strstr(body, "\ndml_worker_loss NaN\n") &&
+		      strstr(body, "dml_worker_wait_seconds_total") &&
+		      strstr(body, "dml_worker_assignment_version"), "%s", body);
+	free(body);
+
+	worker_stop(env, pid);
+	n = wait_worker(env, port, "dead", &doc);
+	ck_assert_str_eq(jstr(n, "reason"), "left");
+	json_free(&doc);
+	ck_assert_int_eq(dml_test_server_stop(sched, WAIT_MS), 0);
+	free(extra);
+	free(mport_path);
+	dml_test_env_free(env);
+}
+END_TEST
+
+START_TEST(test_worker_bad_config)
+{
+	struct dml_test_env *env;
+	struct dml_test_output o;
+	char *path, *bin;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_test_env_write(env, "bad.conf", "[worker]\nnode_id = 3\n"
+					    "secret_file = s\n", 0644, &path), 0);
+	dml_test_bin("worker/dml-worker", &bin);
+	{
+		char *argv[] = { bin, (char *)"-c", path, NULL };
+
+		ck_assert_int_eq(dml_test_run(env, argv, WAIT_MS, &o), 0);
+	}
+	ck_assert_msg(o.status == 2 && strstr(o.err, "scheduler"), "%d: %s", o.status, o.err);
+	dml_test_output_free(&o);
+	free(path);
+	free(bin);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- dml-worker against a scripted scheduler ----------------------------- */
+
+#define MINI_MAX 32
+
+/*
+ * Just enough of a scheduler, run on a loop in this thread between checks:
+ * it accepts the worker's registration, echoes heartbeats, refuses
+ * SHARDMAP requests, and records ACKs, PROGRESS reports and BYEs.
+ */
+struct mini {
+	struct event_base *base;
+	struct evconnlistener *listener;
+	uint16_t port;
+	uint8_t *secret;
+	size_t secret_len;
+	struct dml_conn_conf cc;
+	struct dml_conn *conns[MINI_MAX]; /* open connections */
+	struct dml_conn *node;      /* the registered worker's */
+	uint32_t node_id;
+	int role, byes;
+	uint64_t next_id;
+	uint64_t acks[MINI_MAX];
+	size_t nacks;
+	Dml__Progress prog[MINI_MAX]; /* PROGRESS reports, error strdup'ed */
+	size_t nprogress;
+};
+
+static void mini_reply(struct dml_conn *c, int type, uint64_t request_id)
+{
+	Dml__Meta r = DML__META__INIT;
+
+	r.type = type;
+	r.request_id = request_id;
+	r.heartbeat_interval_ms = type == DML__MSG_TYPE__REGISTER_REPLY ? 100 : 0;
+	(void)dml_conn_send(c, &r, NULL, 0, DML_SEND_COPY);
+}
+
+static int mini_on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *payload,
+			 size_t len, void *arg)
+{
+	struct mini *mi = arg;
+
+	switch (m->type) {
+	case DML__MSG_TYPE__REGISTER:
+		mi->node = c;
+		mi->node_id = m->node ? m->node->node_id : 0;
+		mi->role = m->node ? (int)m->node->role : 0;
+		mini_reply(c, DML__MSG_TYPE__REGISTER_REPLY, m->request_id);
+		break;
+	case DML__MSG_TYPE__HEARTBEAT:
+		mini_reply(c, DML__MSG_TYPE__HEARTBEAT, m->request_id);
+		break;
+	case DML__MSG_TYPE__SHARDMAP:
+		(void)dml_conn_send_error(c, m->request_id, DML_ENOTFOUND,
+					  "job has no shard map yet");
+		break;
+	case DML__MSG_TYPE__ACK:
+		if (mi->nacks < MINI_MAX)
+			mi->acks[mi->nacks++] = m->request_id;
+		break;
+	case DML__MSG_TYPE__PROGRESS:
+		if (mi->nprogress < MINI_MAX) {
+			Dml__Progress *p = &mi->prog[mi->nprogress++];
+
+			*p = *m->progress;
+			p->base.unknown_fields = NULL;
+			p->base.n_unknown_fields = 0;
+			p->error = dml_xstrdup(p->error ? p->error : "");
+		}
+		break;
+	case DML__MSG_TYPE__BYE:
+		mi->byes++;
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+static void mini_on_close(struct dml_conn *c, int err, void *arg)
+{
+	struct mini *mi = arg;
+
+	if (mi->node == c)
+		mi->node = NULL;
+	for (size_t i = 0; i < MINI_MAX; i++)
+		if (mi->conns[i] == c)
+			mi->conns[i] = NULL;
+}
+
+static const struct dml_conn_ops mini_ops = {
+	.on_frame = mini_on_frame,
+	.on_close = mini_on_close,
+};
+
+static void mini_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+			int len, void *arg)
+{
+	struct mini *mi = arg;
+	struct dml_conn *c;
+
+	if (dml_conn_accept(mi->base, fd, &mi->cc, &mini_ops, mi, &c) != 0)
+		return;
+	for (size_t i = 0; i < MINI_MAX; i++)
+		if (!mi->conns[i]) {
+			mi->conns[i] = c;
+			return;
+		}
+	dml_conn_abort(c, DML_ECLOSED);
+}
+
+static void mini_start(struct dml_test_env *env, struct mini *mi)
+{
+	memset(mi, 0, sizeof(*mi));
+	mi->base = event_base_new();
+	ck_assert(mi->base != NULL);
+	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &mi->secret,
+					 &mi->secret_len), 0);
+	dml_conn_conf_default(&mi->cc);
+	mi->cc.secret = mi->secret;
+	mi->cc.secret_len = mi->secret_len;
+	mi->cc.cluster = "dml";
+	mi->cc.role = DML__ROLE__SCHEDULER;
+	mi->cc.node_id = 1;
+	ck_assert_int_eq(dml_listen_tcp(mi->base, "127.0.0.1:0", mini_accept, mi,
+					&mi->listener, &mi->port), 0);
+}
+
+/* Turn the loop for about ms milliseconds. */
+static void mini_turn(struct mini *mi, int ms)
+{
+	struct timeval tv = { ms / 1000, (ms % 1000) * 1000 };
+
+	event_base_loopexit(mi->base, &tv);
+	event_base_dispatch(mi->base);
+}
+
+/* Turn the loop until *counter reaches want, or fail after ms. */
+static void mini_wait(struct mini *mi, const size_t *counter, size_t want, const char *what,
+		      int ms)
+{
+	uint64_t deadline = dml_now_ns() + (uint64_t)ms * 1000000u;
+
+	while (*counter < want) {
+		ck_assert_msg(dml_now_ns() < deadline, "no %s from the worker in %d ms", what,
+			      ms);
+		mini_turn(mi, 20);
+	}
+}
+
+static void mini_wait_registered(struct mini *mi)
+{
+	uint64_t deadline = dml_now_ns() + (uint64_t)WAIT_MS * 1000000u;
+
+	while (!mi->node) {
+		ck_assert_msg(dml_now_ns() < deadline, "the worker did not register");
+		mini_turn(mi, 20);
+	}
+}
+
+/* Send ASSIGN of partitions 0 and 2 of 4; returns its request id. */
+static uint64_t mini_assign(struct mini *mi, const Dml__JobSpec *spec, uint32_t job,
+			    uint64_t version, Dml__JobState state)
+{
+	Dml__Meta m = DML__META__INIT;
+	Dml__Assignment a = DML__ASSIGNMENT__INIT;
+	uint32_t parts[] = { 0, 2 };
+
+	a.job = job;
+	a.version = version;
+	a.state = state;
+	a.partitions = parts;
+	a.n_partitions = DML_ARRAY_LEN(parts);
+	a.num_partitions = 4;
+	m.type = DML__MSG_TYPE__ASSIGN;
+	m.request_id = ++mi->next_id;
+	m.job = job;
+	m.job_spec = (Dml__JobSpec *)spec;
+	m.assignment = &a;
+	ck_assert(mi->node != NULL);
+	ck_assert_int_eq(dml_conn_send(mi->node, &m, NULL, 0, DML_SEND_COPY), 0);
+	return m.request_id;
+}
+
+static void mini_free(struct mini *mi)
+{
+	for (size_t i = 0; i < MINI_MAX; i++)
+		if (mi->conns[i])
+			dml_conn_abort(mi->conns[i], DML_ECLOSED);
+	for (int i = 0; i < 50; i++)
+		event_base_loop(mi->base, EVLOOP_NONBLOCK);
+	evconnlistener_free(mi->listener);
+	event_base_free(mi->base);
+	dml_secret_free(mi->secret, mi->secret_len);
+	for (size_t i = 0; i < mi->nprogress; i++)
+		free(mi->prog[i].error);
+}
+
+START_TEST(test_worker_assignments)
+{
+	struct dml_test_env *env;
+	struct mini mi;
+	Dml__JobSpec *good = spec_parse(lsq_job), *bad = spec_parse(lsq_job);
+	uint64_t id;
+	size_t before;
+	pid_t pid;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	mini_start(env, &mi);
+	pid = worker_spawn(env, mi.port, "profile = no\n");
+	mini_wait_registered(&mi);
+	ck_assert_uint_eq(mi.node_id, WORKER_ID);
+	ck_assert_int_eq(mi.role, DML__ROLE__WORKER);
+
+	/* A spec no worker can run: ACKed, then failed with the worker's id. */
+	bad->tables[0]->keys = 6;
+	id = mini_assign(&mi, bad, 7, 1, DML__JOB_STATE__RUNNING);
+	mini_wait(&mi, &mi.nacks, 1, "ACK", WAIT_MS);
+	ck_assert_uint_eq(mi.acks[0], id);
+	mini_wait(&mi, &mi.nprogress, 1, "PROGRESS", WAIT_MS);
+	ck_assert_uint_eq(mi.prog[0].job, 7);
+	ck_assert(!mi.prog[0].finished);
+	ck_assert_msg(strncmp(mi.prog[0].error, "worker 3: job spec: ", 20) == 0,
+		      "error '%s'", mi.prog[0].error);
+
+	/*
+	 * A spec it can run gets as far as joining the job's servers, which
+	 * this scheduler cannot name: the failure is libdml's, not the spec's.
+	 */
+	id = mini_assign(&mi, good, 8, 1, DML__JOB_STATE__RUNNING);
+	mini_wait(&mi, &mi.nacks, 2, "ACK", WAIT_MS);
+	ck_assert_uint_eq(mi.acks[1], id);
+	/* libdml may retry for its connect_timeout_ms (5 s) before giving up. */
+	mini_wait(&mi, &mi.nprogress, 2, "PROGRESS", 3 * WAIT_MS);
+	ck_assert_uint_eq(mi.prog[1].job, 8);
+	ck_assert_uint_eq(mi.prog[1].assignment, 1);
+	ck_assert_msg(strncmp(mi.prog[1].error, "worker 3: ", 10) == 0 &&
+		      (strstr(mi.prog[1].error, "libdml") ||
+		       strstr(mi.prog[1].error, "cannot join")),
+		      "error '%s'", mi.prog[1].error);
+
+	/* Again RUNNING, same job: it already ended here, nothing starts. A
+	 * paused job and an ended one start nothing either. */
+	before = mi.nprogress;
+	mini_assign(&mi, good, 8, 1, DML__JOB_STATE__RUNNING);
+	mini_assign(&mi, good, 9, 1, DML__JOB_STATE__PAUSED);
+	id = mini_assign(&mi, good, 9, 2, DML__JOB_STATE__STOPPED);
+	mini_wait(&mi, &mi.nacks, 5, "ACK", WAIT_MS);
+	ck_assert_uint_eq(mi.acks[4], id);
+	mini_turn(&mi, 500);
+	ck_assert_uint_eq(mi.nprogress, before);
+
+	worker_stop(env, pid);
+	mini_turn(&mi, 50);
+	ck_assert_int_eq(mi.byes, 1);
+	mini_free(&mi);
+	dml_job_spec_free(good);
+	dml_job_spec_free(bad);
+	dml_test_env_free(env);
+}
+END_TEST
+
+static Suite *worker_suite(void)
+{
+	Suite *s = suite_create("worker");
+	TCase *unit = tcase_create("unit"), *daemon = tcase_create("daemon");
+
+	tcase_add_test(unit, test_lsq_gradient);
+	tcase_add_test(unit, test_lsq_data_deterministic);
+	tcase_add_test(unit, test_partition_ranges);
+	tcase_add_test(unit, test_lsq_steps_follow_partitions);
+	tcase_add_test(unit, test_lsq_refuses_bad_specs);
+	tcase_add_test(unit, test_conf_example);
+	tcase_add_test(unit, test_example_job_runs_here);
+	tcase_add_test(unit, test_conf_errors);
+	tcase_add_test(unit, test_profile_figures);
+	suite_add_tcase(s, unit);
+	tcase_set_timeout(daemon, TEST_TIMEOUT_S);
+	tcase_add_test(daemon, test_worker_bad_config);
+	tcase_add_test(daemon, test_worker_registers_and_leaves);
+	tcase_add_test(daemon, test_worker_assignments);
+	suite_add_tcase(s, daemon);
+	return s;
+}
+
+int main(void)
+{
+	return dml_check_run(worker_suite());
+}

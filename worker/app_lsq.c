@@ -1,0 +1,488 @@
+/*
+ * The lsq app (app.h): least squares y = x . w_true + noise on synthetic
+ * data, the smallest real job. Example i (features and label) comes from a
+ * generator seeded by (spec.seed, i) and w_true from spec.seed alone, so any
+ * worker makes any example and all agree on the data set without reading
+ * it from anywhere. Table 0 (dense, dim keys, width 1) holds w.
+ *
+ * Each step takes the next batch_size examples of the worker's partitions
+ * (record ranges, cycling), pulls w, computes the gradient of the batch's
+ * mean squared error with cblas and pushes it; the loss is that error
+ * before the update. Evaluation is the mean squared error over the first
+ * min(2000, N) examples. Examples are kept in memory when the worker's
+ * share fits a budget, and made again each time they are needed otherwise.
+ *
+ * Must never: abort or allocate without bound on a spec (every size is
+ * checked against the limits below first), or hand cblas a dimension that
+ * does not fit its int.
+ */
+#include <cblas.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "dml_error.h"
+
+#define NOISE_STDDEV 0.1
+#define EVAL_EXAMPLES 2000
+#define DEFAULT_EVAL_EVERY 10
+/* Largest batch_size * dim (floats) a step may need: 1 GiB. */
+#define BATCH_FLOATS_MAX (UINT64_C(1) << 28)
+/* A share of the data up to this size is made once and kept. */
+#define CACHE_BYTES (UINT64_C(256) << 20)
+/* sqrt(3): uniform features on [-sqrt 3, sqrt 3] have unit variance. */
+#define SQRT3 1.7320508075688772
+
+/* Records to draw examples from: ranges of example indices, in order. */
+struct source {
+	uint64_t *begin;          /* nranges each */
+	uint64_t *prefix;         /* prefix[r]: records before range r */
+	size_t nranges;
+	uint64_t total;
+	float *cx, *cy;           /* all records, when they fit CACHE_BYTES */
+};
+
+struct lsq {
+	uint64_t seed;
+	uint64_t n;               /* examples */
+	uint32_t dim;
+	uint32_t batch;
+	struct dml_app_table table;
+	float *w_true;
+	float *w, *grad;          /* dim */
+	float *x;                 /* batch x dim */
+	float *y, *r;             /* batch */
+	struct source train, eval;
+	uint64_t cursor;          /* next record of train */
+};
+
+/* ---- synthetic data ------------------------------------------------------ */
+
+/* splitmix64: small, good and the same on every machine. */
+static uint64_t rng_next(uint64_t *state)
+{
+	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
+
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1), never 0, so that log() below is finite. */
+static double rng_uniform(uint64_t *state)
+{
+	return ((double)(rng_next(state) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double rng_normal(uint64_t *state)
+{
+	double u = rng_uniform(state), v = rng_uniform(state);
+
+	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* 32 random bits to a uniform float on [-sqrt 3, sqrt 3). */
+static float unit_feature(uint32_t bits)
+{
+	return (float)(((double)bits / 2147483648.0 - 1.0) * SQRT3);
+}
+
+void dml_lsq_true_weights(uint64_t seed, uint32_t dim, float *w_true)
+{
+	uint64_t state = seed ^ UINT64_C(0x6a09e667f3bcc909);
+	double scale = 1.0 / sqrt((double)dim);
+
+	/* Scaled so that labels have unit variance whatever dim is. */
+	for (uint32_t j = 0; j < dim; j++)
+		w_true[j] = (float)(rng_normal(&state) * scale);
+}
+
+void dml_lsq_example(uint64_t seed, uint64_t i, const float *w_true, uint32_t dim, float *x,
+		     float *y)
+{
+	uint64_t state = seed ^ (UINT64_C(0xd1b54a32d192ed03) * (i + 1));
+	double dot = 0;
+	uint32_t j;
+
+	/* Two features per draw: making data must not cost more than using it. */
+	for (j = 0; j + 1 < dim; j += 2) {
+		uint64_t b = rng_next(&state);
+
+		x[j] = unit_feature((uint32_t)b);
+		x[j + 1] = unit_feature((uint32_t)(b >> 32));
+	}
+	if (j < dim)
+		x[j] = unit_feature((uint32_t)rng_next(&state));
+	for (j = 0; j < dim; j++)
+		dot += (double)x[j] * w_true[j];
+	*y = (float)(dot + NOISE_STDDEV * rng_normal(&state));
+}
+
+double dml_lsq_loss_grad(const float *x, const float *y, size_t rows, uint32_t dim,
+			 const float *w, float *grad, float *r)
+{
+	double sum = 0;
+
+	if (rows == 0)
+		return NAN;
+	/* r = X w - y */
+	cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)rows, (int)dim, 1.0f, x, (int)dim, w, 1,
+		    0.0f, r, 1);
+	for (size_t i = 0; i < rows; i++) {
+		r[i] -= y[i];
+		sum += (double)r[i] * r[i];
+	}
+	/* d/dw mean(r^2) = 2/rows X^T r */
+	if (grad)
+		cblas_sgemv(CblasRowMajor, CblasTrans, (int)rows, (int)dim,
+			    (float)(2.0 / (double)rows), x, (int)dim, r, 1, 0.0f, grad, 1);
+	return sum / (double)rows;
+}
+
+/* ---- sources of records -------------------------------------------------- */
+
+static void source_clear(struct source *s)
+{
+	free(s->begin);
+	free(s->prefix);
+	free(s->cx);
+	free(s->cy);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Example index of the record at position pos < s->total. */
+static uint64_t source_record(const struct source *s, uint64_t pos)
+{
+	size_t lo = 0, hi = s->nranges;
+
+	/* The last range whose prefix is <= pos. */
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (s->prefix[mid] <= pos)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return s->begin[lo] + (pos - s->prefix[lo]);
+}
+
+/* rows records from position pos on (wrapping) into x and y. */
+static void source_fill(const struct lsq *a, const struct source *s, uint64_t pos,
+			size_t rows, float *x, float *y)
+{
+	for (size_t k = 0; k < rows; k++, pos = pos + 1 < s->total ? pos + 1 : 0) {
+		float *xr = x + k * a->dim;
+
+		if (s->cx) {
+			memcpy(xr, s->cx + pos * a->dim, (size_t)a->dim * sizeof(float));
+			y[k] = s->cy[pos];
+		} else {
+			dml_lsq_example(a->seed, source_record(s, pos), a->w_true, a->dim, xr,
+					&y[k]);
+		}
+	}
+}
+
+/*
+ * Build s from ranges [begin[r], end[r]) (empty ones are dropped), and keep
+ * every record in memory when they fit. Takes nothing over on failure.
+ */
+static int source_build(const struct lsq *a, struct source *s, const uint64_t *begin,
+			const uint64_t *end, size_t n)
+{
+	struct source t = { 0 };
+
+	t.begin = calloc(n ? n : 1, sizeof(*t.begin));
+	t.prefix = calloc(n ? n : 1, sizeof(*t.prefix));
+	if (!t.begin || !t.prefix) {
+		source_clear(&t);
+		return DML_ENOMEM;
+	}
+	for (size_t r = 0; r < n; r++) {
+		if (end[r] <= begin[r])
+			continue;
+		t.begin[t.nranges] = begin[r];
+		t.prefix[t.nranges++] = t.total;
+		t.total += end[r] - begin[r];
+	}
+	if (t.total > 0 && t.total <= CACHE_BYTES / sizeof(float) / ((uint64_t)a->dim + 1)) {
+		t.cx = malloc((size_t)t.total * a->dim * sizeof(float));
+		t.cy = malloc((size_t)t.total * sizeof(float));
+		/* No room after all: make examples as they are needed. */
+		if (!t.cx || !t.cy) {
+			free(t.cx);
+			free(t.cy);
+			t.cx = t.cy = NULL;
+		} else {
+			for (uint64_t p = 0; p < t.total; p++)
+				dml_lsq_example(a->seed, source_record(&t, p), a->w_true,
+						a->dim, t.cx + p * a->dim, &t.cy[p]);
+		}
+	}
+	source_clear(s);
+	*s = t;
+	return 0;
+}
+
+/* ---- the app ------------------------------------------------------------- */
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(err, errlen, "app lsq: ");
+
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < errlen)
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static const Dml__TableSpec *table0(const Dml__JobSpec *spec)
+{
+	for (size_t i = 0; i < spec->n_tables; i++)
+		if (spec->tables[i] && spec->tables[i]->id == 0)
+			return spec->tables[i];
+	return NULL;
+}
+
+/* What this app needs of a spec; the scheduler checked the rest. */
+static int lsq_check(const Dml__JobSpec *spec, const struct dml_app_env *env, char *err,
+		     size_t errlen)
+{
+	const Dml__TableSpec *t = table0(spec);
+	const char *metric = spec->metric ? spec->metric : "";
+
+	if (!env || !env->backend || strcmp(env->backend, "cpu") != 0)
+		return fail(err, errlen, DML_EINVAL, "backend '%s' is not supported "
+			    "(only cpu)", env && env->backend ? env->backend : "");
+	if (!spec->data || strcmp(spec->data, "synthetic") != 0)
+		return fail(err, errlen, DML_EINVAL, "data '%.64s' is not supported (only "
+			    "synthetic)", spec->data ? spec->data : "");
+	if (metric[0] && strcmp(metric, "loss") != 0)
+		return fail(err, errlen, DML_EINVAL, "metric '%.64s' is not one it computes "
+			    "(loss)", metric);
+	if (spec->examples < 1)
+		return fail(err, errlen, DML_EINVAL, "synthetic data needs examples >= 1");
+	if (spec->dim < 1 || spec->dim > INT_MAX)
+		return fail(err, errlen, DML_EINVAL, "dim %" PRIu32 " out of range 1..%d",
+			    spec->dim, INT_MAX);
+	if (spec->batch_size < 1 || spec->batch_size > INT_MAX)
+		return fail(err, errlen, DML_EINVAL, "batch_size %" PRIu32 " out of range "
+			    "1..%d", spec->batch_size, INT_MAX);
+	if ((uint64_t)spec->batch_size * spec->dim > BATCH_FLOATS_MAX)
+		return fail(err, errlen, DML_EINVAL, "batch_size %" PRIu32 " x dim %" PRIu32
+			    " is more than %" PRIu64 " floats a batch may hold",
+			    spec->batch_size, spec->dim, BATCH_FLOATS_MAX);
+	if (!t || !t->dense || t->keys != spec->dim || t->width != 1)
+		return fail(err, errlen, DML_EINVAL, "needs table 0 dense with keys = dim (%"
+			    PRIu32 ") and width 1", spec->dim);
+	return 0;
+}
+
+static void lsq_destroy(void *state)
+{
+	struct lsq *a = state;
+
+	if (!a)
+		return;
+	source_clear(&a->train);
+	source_clear(&a->eval);
+	free(a->w_true);
+	free(a->w);
+	free(a->grad);
+	free(a->x);
+	free(a->y);
+	free(a->r);
+	free(a);
+}
+
+static int lsq_create(const Dml__JobSpec *spec, const struct dml_app_env *env, void **state,
+		      char *err, size_t errlen)
+{
+	struct lsq *a;
+	uint64_t eval_end;
+	int rc;
+
+	*state = NULL;
+	if (!spec)
+		return fail(err, errlen, DML_EINVAL, "no job spec");
+	if ((rc = lsq_check(spec, env, err, errlen)) != 0)
+		return rc;
+	a = dml_xcalloc(1, sizeof(*a));
+	a->seed = spec->seed;
+	a->n = spec->examples;
+	a->dim = spec->dim;
+	a->batch = spec->batch_size;
+	a->table = (struct dml_app_table){ .id = 0, .dense = 1, .width = 1, .keys = a->dim };
+	a->w_true = malloc((size_t)a->dim * sizeof(float));
+	a->w = malloc((size_t)a->dim * sizeof(float));
+	a->grad = malloc((size_t)a->dim * sizeof(float));
+	a->x = malloc((size_t)a->batch * a->dim * sizeof(float));
+	a->y = malloc((size_t)a->batch * sizeof(float));
+	a->r = malloc((size_t)a->batch * sizeof(float));
+	if (!a->w_true || !a->w || !a->grad || !a->x || !a->y || !a->r) {
+		lsq_destroy(a);
+		return fail(err, errlen, DML_ENOMEM, "out of memory for dim %" PRIu32
+			    " and batch_size %" PRIu32, spec->dim, spec->batch_size);
+	}
+	dml_lsq_true_weights(a->seed, a->dim, a->w_true);
+	eval_end = a->n < EVAL_EXAMPLES ? a->n : EVAL_EXAMPLES;
+	{
+		uint64_t zero = 0;
+
+		rc = source_build(a, &a->eval, &zero, &eval_end, 1);
+	}
+	if (rc) {
+		lsq_destroy(a);
+		return fail(err, errlen, rc, "out of memory for the evaluation set");
+	}
+	*state = a;
+	return 0;
+}
+
+static size_t lsq_tables(const void *state, const struct dml_app_table **out)
+{
+	const struct lsq *a = state;
+
+	*out = &a->table;
+	return 1;
+}
+
+static int cmp_u32(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+static int lsq_set_partitions(void *state, const uint32_t *parts, size_t n,
+			      uint32_t num_partitions, char *err, size_t errlen)
+{
+	struct lsq *a = state;
+	uint32_t *sorted = NULL;
+	uint64_t *begin = NULL, *end = NULL;
+	size_t m = 0;
+	int rc = DML_ENOMEM;
+
+	for (size_t i = 0; i < n; i++)
+		if (parts[i] >= num_partitions)
+			return fail(err, errlen, DML_EINVAL, "partition %" PRIu32 " of %"
+				    PRIu32 " does not exist", parts[i], num_partitions);
+	if (n) {
+		sorted = malloc(n * sizeof(*sorted));
+		begin = malloc(n * sizeof(*begin));
+		end = malloc(n * sizeof(*end));
+		if (!sorted || !begin || !end)
+			goto out;
+		memcpy(sorted, parts, n * sizeof(*sorted));
+		qsort(sorted, n, sizeof(*sorted), cmp_u32);
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (i && sorted[i] == sorted[i - 1])
+			continue;
+		dml_app_partition_range(a->n, num_partitions, sorted[i], &begin[m], &end[m]);
+		m++;
+	}
+	rc = source_build(a, &a->train, begin, end, m);
+	a->cursor = 0;
+out:
+	free(sorted);
+	free(begin);
+	free(end);
+	if (rc)
+		return fail(err, errlen, rc, "out of memory for %zu partitions", n);
+	return 0;
+}
+
+/* Pull w into a->w; fill() (may be NULL) runs while the pull travels. */
+static int pull_w(struct lsq *a, struct dml_app_io *io, size_t rows, char *err,
+		  size_t errlen)
+{
+	dml_handle_t h;
+	int rc = io->ops->pull_range(io->arg, 0, 0, a->dim, a->w, &h);
+
+	if (rc == 0) {
+		if (rows)
+			source_fill(a, &a->train, a->cursor, rows, a->x, a->y);
+		rc = dml_app_wait(io, h);
+	}
+	if (rc)
+		snprintf(err, errlen, "pull of table 0: %s", dml_strerror(rc));
+	return rc;
+}
+
+static int lsq_step(void *state, struct dml_app_io *io, struct dml_app_step *out, char *err,
+		    size_t errlen)
+{
+	struct lsq *a = state;
+	size_t rows = a->train.total ? a->batch : 0;
+	dml_handle_t h;
+	int rc;
+
+	out->examples = 0;
+	out->loss = NAN;
+	/* Even without data, pull: it keeps this worker within the staleness
+	 * bound instead of racing through its clocks. */
+	if ((rc = pull_w(a, io, rows, err, errlen)) != 0 || rows == 0)
+		return rc;
+	a->cursor = (a->cursor + rows) % a->train.total;
+	out->loss = dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, a->grad, a->r);
+	out->examples = rows;
+	rc = io->ops->push_range(io->arg, 0, 0, a->dim, a->grad, &h);
+	if (rc == 0)
+		rc = dml_app_wait(io, h);
+	if (rc)
+		snprintf(err, errlen, "push to table 0: %s", dml_strerror(rc));
+	return rc;
+}
+
+static int lsq_evaluate(void *state, struct dml_app_io *io, double *value, char *err,
+			size_t errlen)
+{
+	struct lsq *a = state;
+	double sum = 0;
+	int rc;
+
+	if ((rc = pull_w(a, io, 0, err, errlen)) != 0)
+		return rc;
+	for (uint64_t pos = 0; pos < a->eval.total; pos += a->batch) {
+		size_t rows = (size_t)(a->eval.total - pos < a->batch ? a->eval.total - pos :
+				       a->batch);
+
+		source_fill(a, &a->eval, pos, rows, a->x, a->y);
+		sum += dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, NULL, a->r) *
+		       (double)rows;
+	}
+	*value = sum / (double)a->eval.total;
+	return 0;
+}
+
+static uint64_t lsq_data_examples(const void *state)
+{
+	return ((const struct lsq *)state)->n;
+}
+
+const struct dml_app dml_app_lsq = {
+	.name = "lsq",
+	.metric = "loss",
+	.default_eval_every = DEFAULT_EVAL_EVERY,
+	.profile_job = "[job]\nname = profile\napp = lsq\ndata = synthetic\nmax_clocks = 1\n"
+		       "[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 64\n",
+	.create = lsq_create,
+	.tables = lsq_tables,
+	.set_partitions = lsq_set_partitions,
+	.step = lsq_step,
+	.evaluate = lsq_evaluate,
+	.data_examples = lsq_data_examples,
+	.destroy = lsq_destroy,
+};
