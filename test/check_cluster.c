@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "check_run.h"
 #include "frame.h"
 #include "harness.h"
 #include "log.h"
@@ -1852,15 +1853,5 @@ static Suite *cluster_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(cluster_suite());
-	int failed;
-
-	/* libdml logs through the shared logger: show everything when asked. */
-	if (getenv("DML_TEST_DEBUG"))
-		dml_log_set_level(DML_LOG_DEBUG);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dml_check_run(cluster_suite());
 }

@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "check_run.h"
 #include "fake_sched.h"
 #include "harness.h"
 #include "log.h"
@@ -957,14 +958,5 @@ static Suite *follow_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(follow_suite());
-	int failed;
-
-	if (getenv("DML_TEST_DEBUG"))
-		dml_log_set_level(DML_LOG_DEBUG);
-	srunner_set_fork_status(sr, CK_FORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return dml_check_run(follow_suite());
 }
