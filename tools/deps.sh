@@ -1,10 +1,11 @@
 # Sourced by tools/check and tools/quickstart: installs the Debian packages
-# the build and the tests need, when they are missing. Needs root (or sudo)
-# only when something is actually missing.
+# the build and the tests need (dataset-fashion-mnist: the data set the
+# readers and, later, the MLP app are tested on), when they are missing.
+# Needs root (or sudo) only when something is actually missing.
 
 DML_DEPS="build-essential autoconf automake libtool pkg-config libevent-dev
 libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libopenblas-dev check
-zlib1g-dev libssl-dev libsystemd-dev systemd"
+zlib1g-dev libssl-dev libsystemd-dev systemd dataset-fashion-mnist"
 
 dml_install_deps() {
 	local missing=() pkg sudo=
