@@ -138,3 +138,10 @@ test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sche
 	test/harness.c test/harness.h
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
 test_check_follow_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lpthread
+
+# Data readers: IDX files (Fashion-MNIST), gzipped or not, fuzzed.
+check_PROGRAMS += test/check_data
+TESTS += test/check_data
+test_check_data_SOURCES = test/check_data.c worker/data_idx.c worker/data_idx.h
+test_check_data_CFLAGS = $(TEST_CFLAGS) $(ZLIB_CFLAGS)
+test_check_data_LDADD = proto/libdmlproto.la $(TEST_LIBS) $(ZLIB_LIBS) -lm
