@@ -18,6 +18,7 @@
 #include "conn.h"
 #include "dml_error.h"
 #include "fake_sched.h"
+#include "job_conf.h"
 #include "listen.h"
 #include "util.h"
 
@@ -57,18 +58,6 @@ struct dml_fake_sched {
 	size_t nnodes;
 	struct dml_conn *conns[MAX_CONNS]; /* loop thread only */
 };
-
-static Dml__JobSpec *spec_copy(const Dml__JobSpec *s)
-{
-	size_t len = dml__job_spec__get_packed_size(s);
-	uint8_t *buf = dml_xmalloc(len + 1);
-	Dml__JobSpec *c;
-
-	dml__job_spec__pack(s, buf);
-	c = dml__job_spec__unpack(NULL, len, buf);
-	free(buf);
-	return c;
-}
 
 static Dml__ShardMap *map_copy(const Dml__ShardMap *m)
 {
@@ -313,10 +302,10 @@ void dml_fake_sched_set_map(struct dml_fake_sched *f, const Dml__JobSpec *spec,
 {
 	pthread_mutex_lock(&f->mu);
 	if (f->spec)
-		dml__job_spec__free_unpacked(f->spec, NULL);
+		dml_job_spec_free(f->spec);
 	if (f->map)
 		dml__shard_map__free_unpacked(f->map, NULL);
-	f->spec = map && spec ? spec_copy(spec) : NULL;
+	f->spec = map && spec ? dml_job_spec_copy(spec) : NULL;
 	f->map = map && spec ? map_copy(map) : NULL;
 	pthread_mutex_unlock(&f->mu);
 }
@@ -441,7 +430,7 @@ void dml_fake_sched_stop(struct dml_fake_sched *f)
 	for (size_t i = 0; i < f->nnodes; i++)
 		free(f->nodes[i].install);
 	if (f->spec)
-		dml__job_spec__free_unpacked(f->spec, NULL);
+		dml_job_spec_free(f->spec);
 	if (f->map)
 		dml__shard_map__free_unpacked(f->map, NULL);
 	dml_secret_free(f->secret, f->secret_len);

@@ -112,7 +112,8 @@ TESTS += test/check_remap
 test_check_remap_SOURCES = test/check_remap.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
-test_check_remap_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lpthread
+test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
 check_PROGRAMS += test/check_worker
@@ -137,7 +138,8 @@ TESTS += test/check_follow
 test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
-test_check_follow_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lpthread
+test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Data readers: IDX files (Fashion-MNIST), gzipped or not, fuzzed.
 check_PROGRAMS += test/check_data
