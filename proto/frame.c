@@ -27,6 +27,7 @@
  */
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dml_error.h"
@@ -276,6 +277,18 @@ void dml_meta_free(Dml__Meta *m)
 {
 	if (m)
 		dml__meta__free_unpacked(m, NULL);
+}
+
+void *dml_msg_copy(const ProtobufCMessage *m)
+{
+	size_t len = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf = dml_xmalloc(len ? len : 1);
+	ProtobufCMessage *copy;
+
+	protobuf_c_message_pack(m, buf);
+	copy = protobuf_c_message_unpack(m->descriptor, NULL, len, buf);
+	free(buf);
+	return copy;
 }
 
 void dml_frame_release(struct dml_frame *f)

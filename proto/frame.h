@@ -1,5 +1,6 @@
 /*
- * Framing: the fixed header, metadata decoding and per-type validation.
+ * Framing: the fixed header, metadata decoding and per-type validation, and
+ * deep copies of messages.
  *
  * Wire layout of one frame (all little-endian):
  *   offset 0  u32 magic        DML_FRAME_MAGIC ("DML1")
@@ -91,6 +92,14 @@ void dml_frame_release(struct dml_frame *f);
 
 /** Free a Meta from dml_frame_meta_decode(); NULL is fine. */
 void dml_meta_free(Dml__Meta *m);
+
+/**
+ * A deep copy of any message of the schema (pass &msg->base), made through
+ * its own encoding, so that the copy owns everything it points to; free it
+ * as an unpacked message of its type (NULL allocator), e.g. dml_meta_free().
+ * NULL when memory ran out.
+ */
+void *dml_msg_copy(const ProtobufCMessage *m);
 
 /**
  * Number of values (keys times width) a message carries or asks for:

@@ -38,11 +38,13 @@
 #define JOB_TEXT_MAX 4095u             /* data, test_data: paths */
 #define JOB_HIDDEN_MAX 255u
 #define MAX_U32 4294967295.0
-/* What dml-worker's lsq app can hold in one batch (worker/app_lsq.c). */
-#define LSQ_BATCH_FLOATS_MAX (UINT64_C(1) << 28)
+/* What dml-worker's apps can hold in one batch: 1 GiB of floats. */
+#define APP_BATCH_FLOATS_MAX (UINT64_C(1) << 28)
+/* mlp: the widest layer, so that a weight row (inputs + bias) fits a key. */
+#define MLP_UNITS_MAX 65535u
 
 /* The apps that dml-worker of this build runs. */
-static const char *const job_apps[] = { "lsq", NULL };
+static const char *const job_apps[] = { "lsq", "mlp", NULL };
 static const char *const job_metrics[] = { "loss", "accuracy", NULL };
 
 /* ---- the file's schema ----------------------------------------------- */
@@ -56,7 +58,7 @@ struct job_file_table {
 	double init_scale;
 	uint64_t seed;
 	int optimizer;             /* index into dml_optim_kind_names */
-	double lr, weight_decay, momentum, beta1, beta2, epsilon;
+	double lr, weight_decay, momentum, beta1, beta2, epsilon, lr_decay;
 };
 
 struct job_file {
@@ -320,11 +322,11 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "name", DML_CONF_STRING, J(name), NULL, 0, 0, NULL, validate_name,
 	  "job name: 1 to 63 letters, digits, '_', '.' and '-'" },
 	{ "job", "app", DML_CONF_STRING, J(app), NULL, 0, 0, NULL, validate_app,
-	  "training app the workers run (this build: lsq)" },
+	  "training app the workers run (this build: lsq, mlp)" },
 	{ "job", "data", DML_CONF_STRING, J(data), "synthetic", 0, 0, NULL, validate_text,
-	  "training data (lsq: synthetic, generated from seed)" },
+	  "training data: synthetic, or mlp: IMAGES,LABELS (IDX files)" },
 	{ "job", "test_data", DML_CONF_STRING, J(test_data), "", 0, 0, NULL, validate_text,
-	  "evaluation data, empty for none (lsq: unused)" },
+	  "evaluation data, empty for none (mlp: IMAGES,LABELS; lsq: unused)" },
 	{ "job", "staleness", DML_CONF_I64, J(staleness), "1", 0, 0, NULL, NULL,
 	  "staleness bound s: 0 = BSP, s > 0 = SSP, negative = asynchronous" },
 	{ "job", "batch_size", DML_CONF_U32, J(batch_size), "64", 1, MAX_U32, NULL, NULL,
@@ -346,9 +348,9 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "examples", DML_CONF_U64, J(examples), "10000", 0, 0, NULL, NULL,
 	  "synthetic data: number of examples" },
 	{ "job", "dim", DML_CONF_U32, J(dim), "64", 0, MAX_U32, NULL, NULL,
-	  "model size (lsq: features)" },
+	  "input features (lsq, mlp)" },
 	{ "job", "hidden", DML_CONF_STRING, J(hidden), "", 0, 0, NULL, validate_hidden,
-	  "hidden layer sizes, e.g. 512,256 (mlp, later)" },
+	  "mlp: hidden layer sizes, e.g. 512,256 (empty: softmax regression)" },
 	{ "job", "eval_every", DML_CONF_U32, J(eval_every), "0", 0, MAX_U32, NULL, NULL,
 	  "evaluate every N clocks (0: the app's default)" },
 	{ "job", "dead_after_ms", DML_CONF_U32, J(dead_after_ms), "0", 0, MAX_U32, NULL, NULL,
@@ -385,6 +387,8 @@ static const struct dml_conf_option job_options[] = {
 	  "adam first-moment decay, in [0, 1)" },
 	{ "table", "beta2", DML_CONF_DOUBLE, T(beta2), "0.999", 0, 0, NULL, validate_below_one,
 	  "adam second-moment decay, in [0, 1)" },
+	{ "table", "lr_decay", DML_CONF_DOUBLE, T(lr_decay), "0", 0, FLT_MAX, NULL, NULL,
+	  "inverse-time decay: a row's t-th update uses lr / (1 + lr_decay (t - 1))" },
 	{ "table", "epsilon", DML_CONF_DOUBLE, T(epsilon), "1e-8", 0, FLT_MAX, NULL, NULL,
 	  "adagrad/adam denominator guard (> 0 for those)" },
 };
@@ -424,6 +428,7 @@ static void job_view_table(const struct job_file_table *ft, Dml__TableSpec *t)
 	t->beta1 = ft->beta1;
 	t->beta2 = ft->beta2;
 	t->epsilon = ft->epsilon;
+	t->lr_decay = ft->lr_decay;
 }
 
 /* Fills v from a parsed file; release it with job_view_release() either way. */
@@ -562,7 +567,7 @@ static int check_table_optim(const Dml__TableSpec *t, char *err, size_t errlen)
 		{ "init_scale", t->init_scale, 0 }, { "lr", t->lr, 0 },
 		{ "weight_decay", t->weight_decay, 0 }, { "momentum", t->momentum, 1 },
 		{ "beta1", t->beta1, 1 }, { "beta2", t->beta2, 1 },
-		{ "epsilon", t->epsilon, 0 },
+		{ "epsilon", t->epsilon, 0 }, { "lr_decay", t->lr_decay, 0 },
 	};
 	char why[128];
 
@@ -669,15 +674,157 @@ static int check_app_lsq(const Dml__JobSpec *s, char *err, size_t errlen)
 	if (s->batch_size > INT_MAX)
 		return fail(err, errlen, "app lsq: batch_size %" PRIu32 " out of range 1..%d",
 			    s->batch_size, INT_MAX);
-	if ((uint64_t)s->batch_size * s->dim > LSQ_BATCH_FLOATS_MAX)
+	if ((uint64_t)s->batch_size * s->dim > APP_BATCH_FLOATS_MAX)
 		return fail(err, errlen, "app lsq: batch_size %" PRIu32 " x dim %" PRIu32
 			    " is more than %" PRIu64 " floats a batch may hold", s->batch_size,
-			    s->dim, LSQ_BATCH_FLOATS_MAX);
+			    s->dim, APP_BATCH_FLOATS_MAX);
 	if (s->examples < 1)
 		return fail(err, errlen, "app lsq: synthetic data needs examples >= 1");
 	if (!t || !t->dense || t->keys != s->dim || t->width != 1)
 		return fail(err, errlen, "app lsq: needs table 0 dense with keys = dim "
 			    "(%" PRIu32 ") and width 1", s->dim);
+	return 0;
+}
+
+int dml_job_data_pair(const char *text, char *images, char *labels, size_t len, char *why,
+		      size_t whylen)
+{
+	const char *comma = text ? strchr(text, ',') : NULL;
+	const char *parts[2][2];
+
+	if (!comma || strchr(comma + 1, ','))
+		return fail(why, whylen, "'%s' is not IMAGES,LABELS (two IDX files, one "
+			    "comma) or synthetic", text ? text : "");
+	parts[0][0] = text;
+	parts[0][1] = comma;
+	parts[1][0] = comma + 1;
+	parts[1][1] = comma + 1 + strlen(comma + 1);
+	for (int i = 0; i < 2; i++) {
+		const char *b = parts[i][0], *e = parts[i][1];
+		char *out = i ? labels : images;
+
+		while (b < e && (*b == ' ' || *b == '\t'))
+			b++;
+		while (e > b && (e[-1] == ' ' || e[-1] == '\t'))
+			e--;
+		if (b == e)
+			return fail(why, whylen, "'%s': the %s file is missing", text,
+				    i ? "labels" : "images");
+		if ((size_t)(e - b) >= len)
+			return fail(why, whylen, "'%s': a path is too long", text);
+		memcpy(out, b, (size_t)(e - b));
+		out[e - b] = '\0';
+	}
+	return 0;
+}
+
+/* Data an mlp reads: synthetic or an IDX pair ("" too, for test_data). */
+static int mlp_data_why(const char *text, int may_be_empty, char *why, size_t whylen)
+{
+	char a[JOB_TEXT_MAX + 1], b[JOB_TEXT_MAX + 1];
+
+	if ((may_be_empty && !*text) || strcmp(text, "synthetic") == 0)
+		return 0;
+	return dml_job_data_pair(text, a, b, sizeof(a), why, whylen);
+}
+
+int dml_job_mlp_layers(const Dml__JobSpec *s, uint32_t *sizes, size_t *n, char *err,
+		       size_t errlen)
+{
+	const char *p = str_or_empty(s->hidden);
+	const Dml__TableSpec *last;
+	size_t k = 0;
+
+	*n = 0;
+	if (s->dim < 1 || s->dim > MLP_UNITS_MAX)
+		return fail(err, errlen, "app mlp: dim %" PRIu32 " out of range 1..%u", s->dim,
+			    MLP_UNITS_MAX);
+	sizes[k++] = s->dim;
+	while (*p == ' ')
+		p++;
+	while (*p) {
+		char *end;
+		unsigned long v;
+
+		if (k > DML_MLP_HIDDEN_MAX)
+			return fail(err, errlen, "app mlp: hidden '%s': more than %d layers",
+				    s->hidden, DML_MLP_HIDDEN_MAX);
+		if (*p < '0' || *p > '9')
+			return fail(err, errlen, "app mlp: hidden '%s' is not a comma list of "
+				    "layer sizes", s->hidden);
+		v = strtoul(p, &end, 10);
+		if (v < 1 || v > MLP_UNITS_MAX)
+			return fail(err, errlen, "app mlp: hidden '%s': a layer of %lu units, "
+				    "not in 1..%u", s->hidden, v, MLP_UNITS_MAX);
+		sizes[k++] = (uint32_t)v;
+		p = end;
+		while (*p == ' ')
+			p++;
+		if (*p == ',') {
+			p++;
+			while (*p == ' ')
+				p++;
+			if (!*p)
+				return fail(err, errlen, "app mlp: hidden '%s' ends with a "
+					    "comma", s->hidden);
+		} else if (*p) {
+			return fail(err, errlen, "app mlp: hidden '%s' is not a comma list of "
+				    "layer sizes", s->hidden);
+		}
+	}
+	last = table_find(s, (uint32_t)(k - 1));
+	if (!last || !last->dense || last->keys < 2 || last->keys > MLP_UNITS_MAX)
+		return fail(err, errlen, "app mlp: table %zu (the output layer) must be "
+			    "dense with keys = classes, 2..%u", k - 1, MLP_UNITS_MAX);
+	sizes[k++] = (uint32_t)last->keys;
+	*n = k;
+	return 0;
+}
+
+/*
+ * What the mlp app of dml-worker needs: IDX pairs or synthetic data, a
+ * metric it computes, and table l holding layer l as keys = its units and
+ * width = its inputs + 1 (weights, then the bias).
+ */
+static int check_app_mlp(const Dml__JobSpec *s, char *err, size_t errlen)
+{
+	uint32_t sizes[DML_MLP_HIDDEN_MAX + 2], widest = 0;
+	const char *m = str_or_empty(s->metric);
+	char why[160];
+	size_t n;
+	int rc;
+
+	if (mlp_data_why(str_or_empty(s->data), 0, why, sizeof(why)))
+		return fail(err, errlen, "app mlp: data %s", why);
+	if (mlp_data_why(str_or_empty(s->test_data), 1, why, sizeof(why)))
+		return fail(err, errlen, "app mlp: test_data %s", why);
+	if (*m && strcmp(m, "accuracy") != 0 && strcmp(m, "loss") != 0)
+		return fail(err, errlen, "app mlp: metric '%s' is not one it computes "
+			    "(accuracy, loss)", m);
+	if (strcmp(str_or_empty(s->data), "synthetic") == 0 && s->examples < 1)
+		return fail(err, errlen, "app mlp: synthetic data needs examples >= 1");
+	if ((rc = dml_job_mlp_layers(s, sizes, &n, err, errlen)) != 0)
+		return rc;
+	if (s->n_tables != n - 1)
+		return fail(err, errlen, "app mlp: %zu layer%s need%s %zu table%s (ids 0..%zu), "
+			    "the job has %zu", n - 1, n > 2 ? "s" : "", n > 2 ? "" : "s", n - 1,
+			    n > 2 ? "s" : "", n - 2, s->n_tables);
+	for (size_t l = 0; l + 1 < n; l++) {
+		const Dml__TableSpec *t = table_find(s, (uint32_t)l);
+
+		if (!t || !t->dense || t->keys != sizes[l + 1] || t->width != sizes[l] + 1)
+			return fail(err, errlen, "app mlp: table %zu (layer %zu) must be dense "
+				    "with keys = %" PRIu32 " (its units) and width = %" PRIu32
+				    " (its %" PRIu32 " inputs + 1 for the bias)", l, l + 1,
+				    sizes[l + 1], sizes[l] + 1, sizes[l]);
+		widest = sizes[l + 1] > widest ? sizes[l + 1] : widest;
+		widest = sizes[l] > widest ? sizes[l] : widest;
+	}
+	if (s->batch_size > INT_MAX ||
+	    (uint64_t)s->batch_size * widest > APP_BATCH_FLOATS_MAX)
+		return fail(err, errlen, "app mlp: batch_size %" PRIu32 " x the widest layer "
+			    "(%" PRIu32 ") is more than %" PRIu64 " floats a batch may hold",
+			    s->batch_size, widest, APP_BATCH_FLOATS_MAX);
 	return 0;
 }
 
@@ -751,6 +898,8 @@ int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen)
 		rc = check_tables(spec, err, errlen);
 	if (!rc && strcmp(str_or_empty(spec->app), "lsq") == 0)
 		rc = check_app_lsq(spec, err, errlen);
+	if (!rc && strcmp(str_or_empty(spec->app), "mlp") == 0)
+		rc = check_app_mlp(spec, err, errlen);
 	return rc;
 }
 

@@ -46,6 +46,26 @@ int dml_job_file_parse_string(const char *name, const char *text, Dml__JobSpec *
  */
 int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen);
 
+/* mlp: the most hidden layers a job may have. */
+#define DML_MLP_HIDDEN_MAX 8
+
+/**
+ * The layer sizes of an mlp spec: sizes[0] = dim, then the hidden layers,
+ * then the classes (keys of the last table); *n = hidden layers + 2.
+ * sizes needs DML_MLP_HIDDEN_MAX + 2 entries. DML_EINVAL with the reason
+ * ("app mlp: ...") for a malformed hidden list or a missing output table.
+ */
+int dml_job_mlp_layers(const Dml__JobSpec *spec, uint32_t *sizes, size_t *n, char *err,
+		       size_t errlen);
+
+/**
+ * Split data text "IMAGES,LABELS" (spaces around the comma ignored) into
+ * images and labels, each of len bytes. DML_EINVAL with why unless there
+ * are exactly two non-empty paths shorter than len.
+ */
+int dml_job_data_pair(const char *text, char *images, char *labels, size_t len, char *why,
+		      size_t whylen);
+
 /** 1 if the app name is one the workers of this build can run. */
 int dml_job_app_known(const char *app);
 

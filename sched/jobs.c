@@ -542,11 +542,17 @@ static uint64_t job_examples(const struct dml_job *job)
 	return sum;
 }
 
+/* The training set's size: what the workers report, else the spec's. */
+static uint64_t job_data_examples(const struct dml_job *job)
+{
+	return job->data_examples ? job->data_examples : job->spec->examples;
+}
+
 /* The stop condition met, described into why; 0 when none is. */
 static int job_stop_met(const struct dml_job *job, char *why, size_t len)
 {
 	const Dml__JobSpec *spec = job->spec;
-	uint64_t data = job->data_examples ? job->data_examples : spec->examples;
+	uint64_t data = job_data_examples(job);
 	size_t live = 0, at_max = 0, finished = 0;
 
 	if (*spec->metric && spec->target > 0 && job->has_metric) {
@@ -907,6 +913,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	st.spec = job->spec;
 	st.clock = dml_job_clock(job);
 	st.examples = job_examples(job);
+	st.data_examples = job_data_examples(job);
 	st.loss = job_loss(job);
 	st.metric = job->metric;
 	st.has_metric = job->has_metric;

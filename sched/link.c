@@ -359,19 +359,6 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
-/* A deep copy through the wire encoding: the copy owns all its strings. */
-static Dml__NodeInfo *node_copy(const Dml__NodeInfo *n)
-{
-	size_t len = dml__node_info__get_packed_size(n);
-	uint8_t *buf = dml_xmalloc(len ? len : 1);
-	Dml__NodeInfo *copy;
-
-	dml__node_info__pack(n, buf);
-	copy = dml__node_info__unpack(NULL, len, buf);
-	free(buf);
-	return copy;
-}
-
 int dml_sched_link_new(struct event_base *base, const struct dml_conn_conf *conn_conf,
 		       const char *host, uint16_t port, const Dml__NodeInfo *self,
 		       struct dml_sched_link **out)
@@ -388,7 +375,7 @@ int dml_sched_link_new(struct event_base *base, const struct dml_conn_conf *conn
 	    self->role != DML__ROLE__AGGREGATOR)
 		return DML_EINVAL;
 	l = dml_xcalloc(1, sizeof(*l));
-	l->self = node_copy(self);
+	l->self = dml_msg_copy(&self->base);
 	if (!l->self) {
 		free(l);
 		return DML_ENOMEM;

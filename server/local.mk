@@ -1,11 +1,11 @@
 # server/: dml-server. The storage and optimizer code is a library so unit
 # tests and benchmarks link it without the daemon.
 noinst_LTLIBRARIES += server/libdmlstore.la
-server_libdmlstore_la_SOURCES = server/table.c server/optim.c
+server_libdmlstore_la_SOURCES = server/table.c server/optim.c server/table_spec.c
 server_libdmlstore_la_LIBADD = -lm
 # sqrtf without errno lets the adagrad and adam loops vectorise.
 server_libdmlstore_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
-noinst_HEADERS += server/table.h server/optim.h server/server.h server/ssp.h \
+noinst_HEADERS += server/table.h server/table_spec.h server/optim.h server/server.h server/ssp.h \
 	server/server_conf.h server/server_internal.h
 
 bin_PROGRAMS += server/dml-server

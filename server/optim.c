@@ -126,6 +126,8 @@ int dml_optim_validate(const struct dml_optim_conf *c)
 	if (c->kind == DML_OPT_ADAM &&
 	    !(in_unit_interval(c->beta1) && in_unit_interval(c->beta2)))
 		return DML_EINVAL;
+	if (!(c->lr_decay >= 0.0f && isfinite(c->lr_decay)))
+		return DML_EINVAL;
 	return 0;
 }
 
@@ -144,26 +146,37 @@ size_t dml_optim_state_floats(const struct dml_optim_conf *c)
 
 int dml_optim_uses_step(const struct dml_optim_conf *c)
 {
-	return c->kind == DML_OPT_ADAM;
+	return c->kind == DML_OPT_ADAM || (c->kind != DML_OPT_ADD && c->lr_decay > 0.0f);
 }
 
-/* Bias corrections in double: 1 - beta^t loses most of its digits in float
- * for beta close to 1 and small t. */
-static void adam_constants(const struct dml_optim_conf *c, uint32_t t,
-			   struct optim_k *k)
+/* The learning rate of a row's t-th update (t >= 1). */
+static double decayed_lr(const struct dml_optim_conf *c, uint32_t t)
 {
-	double c1 = 1.0 - pow((double)c->beta1, (double)t);
-	double c2 = 1.0 - pow((double)c->beta2, (double)t);
-
-	k->step_size = (float)((double)c->lr / c1);
-	k->inv_c2 = (float)(1.0 / c2);
+	return (double)c->lr / (1.0 + (double)c->lr_decay * (double)(t - 1));
 }
 
-/* Constants of a run of applications. ADAM's depend on the row's step; rows
- * applied together mostly share it, so the last ones are kept. */
+/* Constants of a row's t-th update. Bias corrections in double: 1 - beta^t
+ * loses most of its digits in float for beta close to 1 and small t. */
+static void step_constants(const struct dml_optim_conf *c, uint32_t t, struct optim_k *k)
+{
+	double lr = decayed_lr(c, t);
+
+	k->lr = (float)lr;
+	if (c->kind == DML_OPT_ADAM) {
+		double c1 = 1.0 - pow((double)c->beta1, (double)t);
+		double c2 = 1.0 - pow((double)c->beta2, (double)t);
+
+		k->step_size = (float)(lr / c1);
+		k->inv_c2 = (float)(1.0 / c2);
+	}
+}
+
+/* Constants of a run of applications. With a step counter (ADAM, a decaying
+ * lr) they depend on the row's step; rows applied together mostly share it,
+ * so the last ones are kept. */
 struct optim_run {
 	struct optim_k k;
-	uint32_t t;        /* step k's adam constants are for; 0: none yet */
+	uint32_t t;        /* step the constants are for; 0: none yet */
 };
 
 static void run_init(const struct dml_optim_conf *c, struct optim_run *run)
@@ -175,6 +188,18 @@ static void run_init(const struct dml_optim_conf *c, struct optim_run *run)
 	run->t = 0;
 }
 
+/* Count a row's update and make the constants of its step. */
+static void step_advance(const struct dml_optim_conf *c, struct optim_run *run,
+			 uint32_t *step)
+{
+	if (*step < UINT32_MAX)
+		(*step)++;
+	if (*step != run->t) {
+		step_constants(c, *step, &run->k);
+		run->t = *step;
+	}
+}
+
 /* One application; inlined into both entry points so that the loop over
  * rows keeps its constants in registers. */
 static inline __attribute__((always_inline)) void
@@ -184,30 +209,34 @@ apply_one(const struct dml_optim_conf *c, struct optim_run *run, float *w,
 	const struct optim_k *k = &run->k;
 	size_t m = n & ~(OPTIM_BLOCK - 1); /* vectorised prefix; the rest is scalar */
 
+	/* The step is counted in each case rather than once before the switch:
+	 * that form stops gcc 12 from vectorising the kernels in apply_rows. */
 	switch (c->kind) {
 	case DML_OPT_ADD:
 		kernel_add(w, g, m);
 		kernel_add(w + m, g + m, n - m);
 		break;
 	case DML_OPT_SGD:
+		if (step && dml_optim_uses_step(c))
+			step_advance(c, run, step);
 		kernel_sgd(k, w, g, m);
 		kernel_sgd(k, w + m, g + m, n - m);
 		break;
 	case DML_OPT_MOMENTUM:
+		if (step && dml_optim_uses_step(c))
+			step_advance(c, run, step);
 		kernel_momentum(k, w, state, g, m);
 		kernel_momentum(k, w + m, state + m, g + m, n - m);
 		break;
 	case DML_OPT_ADAGRAD:
+		if (step && dml_optim_uses_step(c))
+			step_advance(c, run, step);
 		kernel_adagrad(k, w, state, g, m);
 		kernel_adagrad(k, w + m, state + m, g + m, n - m);
 		break;
 	case DML_OPT_ADAM:
-		if (*step < UINT32_MAX)
-			(*step)++;
-		if (*step != run->t) {
-			adam_constants(c, *step, &run->k);
-			run->t = *step;
-		}
+		if (step && dml_optim_uses_step(c))
+			step_advance(c, run, step);
 		kernel_adam(k, w, state, state + n, g, m);
 		kernel_adam(k, w + m, state + m, state + n + m, g + m, n - m);
 		break;
@@ -237,7 +266,7 @@ void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *
 			values[rows[i]] += g[i];
 		return;
 	}
-	if (width == 1 && c->kind == DML_OPT_SGD) {
+	if (width == 1 && c->kind == DML_OPT_SGD && !steps) {
 		const float lr = c->lr, wd = c->weight_decay;
 
 		for (size_t i = 0; i < n; i++) {

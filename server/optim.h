@@ -33,8 +33,8 @@ int dml_optim_validate(const struct dml_optim_conf *c);
 size_t dml_optim_state_floats(const struct dml_optim_conf *c);
 
 /**
- * Non-zero when the kind keeps a step counter per row (ADAM, for bias
- * correction). Such a kind must be applied one row at a time, since each row
+ * Non-zero when the conf keeps a step counter per row (ADAM, for bias
+ * correction; any kind but ADD with lr_decay > 0, for the decay). Such a kind must be applied one row at a time, since each row
  * has its own counter; the others may be applied to a run of rows at once.
  */
 int dml_optim_uses_step(const struct dml_optim_conf *c);
@@ -43,8 +43,8 @@ int dml_optim_uses_step(const struct dml_optim_conf *c);
  * Apply gradient g to the n values w. state holds
  * dml_optim_state_floats(c) consecutive blocks of n floats (for ADAM: m
  * first, then v); it may be NULL when that count is 0. step is the row's step
- * counter, incremented (saturating) by ADAM and ignored (may be NULL) by the
- * other kinds. w, state and g must not overlap.
+ * counter, incremented (saturating) when dml_optim_uses_step(c), and
+ * ignored (may be NULL) otherwise. w, state and g must not overlap.
  */
 void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
 		     uint32_t *step, const float *g, size_t n);

@@ -50,6 +50,7 @@
 #include "server_internal.h"
 #include "shardmap.h"
 #include "table.h"
+#include "table_spec.h"
 #include "util.h"
 
 /* Rows per MIGRATE frame: about this many bytes of them. */
@@ -243,60 +244,6 @@ static const char *line_text(struct line *l)
 
 /* ---- specs and maps --------------------------------------------------------- */
 
-static int name_index(const char *const *names, const char *name, const char *dflt)
-{
-	if (!name || !*name)
-		name = dflt;
-	for (int i = 0; names[i]; i++)
-		if (strcmp(names[i], name) == 0)
-			return i;
-	return -1;
-}
-
-/* A job's TableSpec as the table storage wants it (no key range yet). */
-static int spec_table_conf(const Dml__TableSpec *ts, struct dml_table_conf *t, char *err,
-			   size_t errlen)
-{
-	int init = name_index(dml_init_kind_names, ts->init, "zeros");
-	int opt = name_index(dml_optim_kind_names, ts->optimizer, "sgd");
-
-	memset(t, 0, sizeof(*t));
-	if (init < 0 || opt < 0) {
-		snprintf(err, errlen, "table %u: unknown %s '%s'", ts->id,
-			 init < 0 ? "init" : "optimizer", init < 0 ? ts->init : ts->optimizer);
-		return DML_EINVAL;
-	}
-	if (ts->width < 1) {
-		snprintf(err, errlen, "table %u: width 0", ts->id);
-		return DML_EINVAL;
-	}
-	if (ts->dense ? ts->keys == 0 : ts->keys != 0) {
-		snprintf(err, errlen, "table %u: %s", ts->id, ts->dense ? "dense without keys"
-			 : "keys given for a sparse table");
-		return DML_EINVAL;
-	}
-	t->id = ts->id;
-	t->width = ts->width;
-	t->kind = ts->dense ? DML_TABLE_DENSE : DML_TABLE_SPARSE;
-	t->init = (enum dml_init_kind)init;
-	t->init_scale = (float)ts->init_scale;
-	t->seed = ts->seed;
-	t->optim.kind = (enum dml_optim_kind)opt;
-	t->optim.lr = (float)ts->lr;
-	t->optim.weight_decay = (float)ts->weight_decay;
-	t->optim.momentum = (float)ts->momentum;
-	t->optim.beta1 = (float)ts->beta1;
-	t->optim.beta2 = (float)ts->beta2;
-	t->optim.eps = (float)ts->epsilon;
-	if (!(t->init_scale >= 0.0f && t->init_scale < 1e30f) ||
-	    dml_optim_validate(&t->optim) != 0) {
-		snprintf(err, errlen, "table %u: initializer or optimizer settings out of range",
-			 ts->id);
-		return DML_EINVAL;
-	}
-	return 0;
-}
-
 static const Dml__ShardServer *map_server(const Dml__ShardMap *map, uint32_t node_id)
 {
 	for (size_t i = 0; map && i < map->n_servers; i++)
@@ -357,7 +304,7 @@ static int map_check(const Dml__JobSpec *spec, const Dml__ShardMap *map, char *e
 	if (dml_mapplan_check(map, spec, err, errlen) != 0)
 		return DML_EINVAL;
 	for (size_t i = 0; i < spec->n_tables; i++) {
-		if ((rc = spec_table_conf(spec->tables[i], &tc, err, errlen)) != 0)
+		if ((rc = dml_table_conf_from_spec(spec->tables[i], &tc, err, errlen)) != 0)
 			return rc;
 		if (spec->tables[i]->dense &&
 		    (rc = map_check_dense(spec->tables[i], map, err, errlen)) != 0)
@@ -1188,7 +1135,7 @@ static int tables_build(struct dml_server *s, const Dml__JobSpec *spec,
 		char err[256];
 		uint64_t share = 0;
 
-		(void)spec_table_conf(ts, &tc, err, sizeof(err)); /* checked with the map */
+		(void)dml_table_conf_from_spec(ts, &tc, err, sizeof(err)); /* checked with the map */
 		map_ranges(map, ts->id, s->conf->node_id, &te->served);
 		for (size_t j = 0; j < te->served.n; j++)
 			share += te->served.r[j].end - te->served.r[j].begin;

@@ -32,6 +32,9 @@ struct dml_optim_conf {
 	float weight_decay;
 	float momentum;
 	float beta1, beta2, eps;
+	/* Inverse-time decay (0: none): a row's t-th update uses
+	 * lr / (1 + lr_decay * (t - 1)), t counted per row like ADAM's step. */
+	float lr_decay;
 };
 
 struct dml_table_conf {

@@ -5,7 +5,6 @@
  * Debian dataset package is installed.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,48 +15,15 @@
 #include "check_run.h"
 #include "data_idx.h"
 #include "dml_error.h"
+#include "tmpdir.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist/"
 
-static char g_dir[4096];
-
-static void dir_setup(void)
-{
-	const char *tmp = getenv("TMPDIR");
-
-	if (!tmp || !*tmp)
-		tmp = P_tmpdir;
-	snprintf(g_dir, sizeof(g_dir), "%s/check_data.XXXXXX", tmp);
-	if (!mkdtemp(g_dir)) {
-		perror("mkdtemp");
-		exit(1);
-	}
-}
-
-static void dir_teardown(void)
-{
-	DIR *d = opendir(g_dir);
-	struct dirent *e;
-	char p[4400];
-
-	if (!d)
-		return;
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", g_dir, e->d_name);
-		unlink(p);
-	}
-	closedir(d);
-	rmdir(g_dir);
-}
-
 static const char *path_of(const char *name)
 {
-	static char p[4400];
+	static char p[DML_TEST_PATH_MAX];
 
-	snprintf(p, sizeof(p), "%s/%s", g_dir, name);
-	return p;
+	return dml_test_tmpdir_path(p, sizeof(p), name);
 }
 
 /* Write bytes to name in the test folder, gzipped if gz; give its path. */
@@ -283,8 +249,8 @@ START_TEST(io_errors)
 	ck_assert_int_eq(dml_idx_load(p, &idx, err, sizeof(err)), DML_EIO);
 	snprintf(want, sizeof(want), "%s: cannot open: No such file or directory", p);
 	ck_assert_str_eq(err, want);
-	ck_assert_int_eq(dml_idx_load(g_dir, &idx, err, sizeof(err)), DML_EIO);
-	snprintf(want, sizeof(want), "%s: read: Is a directory", g_dir);
+	ck_assert_int_eq(dml_idx_load(dml_test_tmpdir(), &idx, err, sizeof(err)), DML_EIO);
+	snprintf(want, sizeof(want), "%s: read: Is a directory", dml_test_tmpdir());
 	ck_assert_str_eq(err, want);
 	ck_assert_int_eq(dml_idx_load(NULL, &idx, err, sizeof(err)), DML_EINVAL);
 	ck_assert_int_eq(dml_idx_load(p, NULL, NULL, 0), DML_EINVAL);
@@ -470,7 +436,7 @@ int main(void)
 	Suite *s = suite_create("data_idx");
 	TCase *tc = tcase_create("core");
 
-	tcase_add_unchecked_fixture(tc, dir_setup, dir_teardown);
+	dml_test_tmpdir_fixture(tc, "check_data", 0);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, plain_shapes_and_values);
 	tcase_add_test(tc, gzip_shapes_and_values);

@@ -11,149 +11,33 @@
  *     rows move to it, and the workers follow the new map without a request
  *     failing (a failed request would fail the job);
  *   - pause, resume and stop, and dmlctl's errors for a job that is not
- *     there.
+ *     there;
+ *   - softmax regression and an MLP learn Fashion-MNIST past accuracy
+ *     floors within a short budget.
  */
 #include <check.h>
-#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "check_run.h"
+#include "cluster.h"
 #include "dml_error.h"
 #include "harness.h"
 #include "json.h"
 #include "util.h"
 
-#define TEST_TIMEOUT_S 180
-#define WAIT_MS 60000
-#define POLL_MS 100
-#define MAX_WORKERS 4
-
-struct cluster {
-	struct dml_test_env *env;
-	struct dml_test_server *sched;
-	struct dml_test_server *servers[3];
-	size_t nservers;
-	pid_t workers[MAX_WORKERS + 1];    /* by node id */
-	uint16_t port;                     /* the scheduler's */
-};
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-static void add_server(struct cluster *c)
-{
-	struct dml_test_server_conf sc = { 0 };
-	char *line = dml_test_scheduler_line(c->sched);
-
-	sc.node_id = (uint32_t)c->nservers + 1;
-	sc.server_extra = line;
-	ck_assert_int_eq(dml_test_server_start(c->env, &sc, &c->servers[c->nservers]), 0);
-	c->nservers++;
-	free(line);
-}
-
-static void start_worker(struct cluster *c, uint32_t id)
-{
-	char name[32], *path, *bin, *text;
-	size_t need;
-
-	need = (size_t)snprintf(NULL, 0,
-		"[worker]\nnode_id = %u\nscheduler = 127.0.0.1:%u\nsecret_file = %s\n"
-		"log_level = info\nthreads = 1\n", id, c->port, dml_test_env_secret(c->env));
-	text = dml_xmalloc(need + 1);
-	snprintf(text, need + 1,
-		 "[worker]\nnode_id = %u\nscheduler = 127.0.0.1:%u\nsecret_file = %s\n"
-		 "log_level = info\nthreads = 1\n", id, c->port, dml_test_env_secret(c->env));
-	snprintf(name, sizeof(name), "worker-%u.conf", id);
-	ck_assert_int_eq(dml_test_env_write(c->env, name, text, 0644, &path), 0);
-	dml_test_bin("worker/dml-worker", &bin);
-	{
-		char *argv[] = { bin, (char *)"-c", path, NULL };
-
-		snprintf(name, sizeof(name), "worker-%u.log", id);
-		ck_assert_int_eq(dml_test_proc_spawn(c->env, argv, name, &c->workers[id]), 0);
-	}
-	free(bin);
-	free(path);
-	free(text);
-}
-
-/* dmlctl --json ARGS..., which must succeed and print one JSON value. */
-static int dmlctl_json(struct cluster *c, const char *const *args, struct jval *doc)
-{
-	const char *argv[8] = { "--json" };
-	struct dml_test_output out;
-	int rc;
-	size_t n = 1;
-
-	for (; *args && n < 7; args++)
-		argv[n++] = *args;
-	argv[n] = NULL;
-	rc = dml_test_dmlctl(c->env, c->port, NULL, argv, &out);
-	if (rc == 0 && out.status == 0)
-		rc = json_parse(out.out, doc);
-	else
-		rc = -1;
-	if (rc)
-		fprintf(stderr, "dmlctl --json %s: status %d\nstdout: %s\nstderr: %s\n", argv[1],
-			out.status, out.out, out.err);
-	dml_test_output_free(&out);
-	return rc;
-}
-
-/* The nodes list entry for (role, id), from `dmlctl --json nodes`. */
-static const struct jval *node_entry(const struct jval *doc, const char *role, uint32_t id)
-{
-	const struct jval *nodes = json_get(doc, "nodes");
-
-	for (size_t i = 0; nodes && i < nodes->n; i++)
-		if (strcmp(jstr(&nodes->items[i], "role"), role) == 0 &&
-		    jnum(&nodes->items[i], "id") == id)
-			return &nodes->items[i];
-	return NULL;
-}
-
-/* Wait until every worker 1..n is alive at the scheduler. */
-static void wait_workers_alive(struct cluster *c, uint32_t n)
-{
-	static const char *const args[] = { "nodes", NULL };
-
-	for (int waited = 0; waited < WAIT_MS; waited += POLL_MS) {
-		struct jval doc;
-		uint32_t alive = 0;
-
-		if (dmlctl_json(c, args, &doc) == 0) {
-			for (uint32_t id = 1; id <= n; id++) {
-				const struct jval *e = node_entry(&doc, "worker", id);
-
-				alive += e && strcmp(jstr(e, "state"), "alive") == 0;
-			}
-			json_free(&doc);
-		}
-		if (alive == n)
-			return;
-		sleep_ms(POLL_MS);
-	}
-	ck_abort_msg("workers did not all register");
-}
+#define WAIT_MS CLUSTER_WAIT_MS
+#define POLL_MS CLUSTER_POLL_MS
 
 /* `dmlctl --json status JOB` into doc; the job object is doc itself. */
 static void job_status(struct cluster *c, const char *job, struct jval *doc)
 {
 	const char *args[] = { "status", job, NULL };
 
-	ck_assert_int_eq(dmlctl_json(c, args, doc), 0);
+	ck_assert_int_eq(cluster_dmlctl_json(c, args, doc), 0);
 }
 
 /* Poll the job until its clock reaches at least clock (or it ended). */
@@ -167,8 +51,8 @@ static void wait_job_clock(struct cluster *c, const char *job, double clock)
 
 		/* A `submit --wait` started in the background may not have
 		 * submitted yet: "no job" is retried like a low clock. */
-		if (dmlctl_json(c, args, &doc) != 0) {
-			sleep_ms(POLL_MS);
+		if (cluster_dmlctl_json(c, args, &doc) != 0) {
+			cluster_sleep_ms(POLL_MS);
 			continue;
 		}
 		now = jnum(&doc, "clock");
@@ -183,7 +67,7 @@ static void wait_job_clock(struct cluster *c, const char *job, double clock)
 		json_free(&doc);
 		if (now >= clock)
 			return;
-		sleep_ms(POLL_MS);
+		cluster_sleep_ms(POLL_MS);
 	}
 	ck_abort_msg("job did not reach its clock in time");
 }
@@ -208,43 +92,6 @@ static int events_contain(const struct jval *job, const char *needle)
 	return 0;
 }
 
-static void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers)
-{
-	struct dml_test_sched_conf sc = { 0 };
-
-	memset(c, 0, sizeof(*c));
-	ck_assert_int_eq(dml_test_env_new(&c->env), 0);
-	sc.heartbeat_interval_ms = 100;
-	sc.suspect_after_ms = 400;
-	sc.dead_after_ms = 1000;
-	ck_assert_int_eq(dml_test_sched_start(c->env, &sc, &c->sched), 0);
-	c->port = dml_test_server_port(c->sched);
-	while (c->nservers < nservers)
-		add_server(c);
-	for (uint32_t id = 1; id <= nworkers; id++)
-		start_worker(c, id);
-	wait_workers_alive(c, nworkers);
-}
-
-/* SIGTERM every worker and wait for a clean exit, then the daemons. */
-static void cluster_down(struct cluster *c)
-{
-	for (uint32_t id = 1; id <= MAX_WORKERS; id++) {
-		int status;
-
-		if (!c->workers[id])
-			continue;
-		kill(c->workers[id], SIGTERM);
-		ck_assert_int_eq(dml_test_proc_wait(c->env, c->workers[id], 15000, &status), 0);
-		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			      "worker %u exited with status %d", id, status);
-	}
-	for (size_t i = 0; i < c->nservers; i++)
-		ck_assert_int_eq(dml_test_server_stop(c->servers[i], DML_TEST_STOP_TIMEOUT_MS), 0);
-	ck_assert_int_eq(dml_test_server_stop(c->sched, DML_TEST_STOP_TIMEOUT_MS), 0);
-	dml_test_env_free(c->env);
-}
-
 static char *write_job(struct cluster *c, const char *name, const char *job_section)
 {
 	char *path, *text;
@@ -261,24 +108,96 @@ static char *write_job(struct cluster *c, const char *name, const char *job_sect
 	return path;
 }
 
-/* Run `dmlctl submit FILE --wait` in the background; its output to a log. */
-static pid_t submit_wait(struct cluster *c, const char *path)
+#define FASHION "/usr/share/datasets/fashion-mnist/"
+
+/*
+ * Fashion-MNIST job text: softmax regression (hidden empty) or an MLP with
+ * one hidden layer, for `epochs` passes on the local cluster's setting
+ * (SSP staleness 2), with the job files' optimizer settings.
+ */
+static char *fashion_job(const char *name, unsigned hidden, double epochs)
 {
-	char *bin, port[32];
-	pid_t pid;
+	char text[2048], tables[768];
 
-	dml_test_bin("tools/dmlctl", &bin);
-	snprintf(port, sizeof(port), "127.0.0.1:%u", c->port);
-	{
-		char *argv[] = { bin, (char *)"-s", port, (char *)"--secret",
-				 (char *)dml_test_env_secret(c->env), (char *)"submit",
-				 (char *)path, (char *)"--wait", NULL };
-
-		ck_assert_int_eq(dml_test_proc_spawn(c->env, argv, "submit.log", &pid), 0);
-	}
-	free(bin);
-	return pid;
+	if (hidden)
+		snprintf(tables, sizeof(tables),
+			 "[table]\nid = 0\nkeys = %u\nwidth = 785\ninit = uniform\n"
+			 "init_scale = 0.0875\noptimizer = momentum\nlr = 0.02\n"
+			 "[table]\nid = 1\nkeys = 10\nwidth = %u\ninit = uniform\n"
+			 "init_scale = 0.0625\nseed = 2\noptimizer = momentum\nlr = 0.02\n",
+			 hidden, hidden + 1);
+	else
+		snprintf(tables, sizeof(tables),
+			 "[table]\nid = 0\nkeys = 10\nwidth = 785\noptimizer = momentum\n"
+			 "lr = 0.01\n");
+	snprintf(text, sizeof(text),
+		 "[job]\nname = %s\napp = mlp\n"
+		 "data = " FASHION "train-images-idx3-ubyte.gz, " FASHION
+		 "train-labels-idx1-ubyte.gz\n"
+		 "test_data = " FASHION "t10k-images-idx3-ubyte.gz, " FASHION
+		 "t10k-labels-idx1-ubyte.gz\n"
+		 "dim = 784\nhidden = %s\nstaleness = 2\nbatch_size = 64\nmax_epochs = %g\n"
+		 "metric = accuracy\neval_every = 25\n%s",
+		 name, hidden ? "256" : "", epochs, tables);
+	return dml_xstrdup(text);
 }
+
+/* Submit text as a job file, wait for its end, return its final metric. */
+static double run_to_end(struct cluster *c, const char *file, const char *text,
+			 const char *id)
+{
+	struct jval doc;
+	char *path;
+	pid_t submit;
+	int status;
+	double metric;
+
+	ck_assert_int_eq(dml_test_env_write(c->env, file, text, 0644, &path), 0);
+	submit = cluster_submit_wait(c, path);
+	ck_assert_int_eq(dml_test_proc_wait(c->env, submit, 3 * WAIT_MS, &status), 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "dmlctl submit --wait exited with %d", status);
+	job_status(c, id, &doc);
+	ck_assert_str_eq(jstr(&doc, "state"), "done");
+	ck_assert_msg(jnum(&doc, "data_examples") == 60000, "data_examples %g",
+		      jnum(&doc, "data_examples"));
+	metric = jnum(&doc, "metric");
+	json_free(&doc);
+	free(path);
+	return metric;
+}
+
+/*
+ * Real training: softmax regression and the MLP on Fashion-MNIST, a short
+ * budget each on 2 servers and 3 workers, must pass accuracy floors well
+ * above chance (0.1) and below what a full run reaches (0.84, 0.88): the
+ * floors hold whatever the machine's speed, the budget being in epochs.
+ */
+START_TEST(test_fashion_mnist_trains_to_its_floors)
+{
+	struct cluster c;
+	char *job;
+	double acc;
+
+	if (access(FASHION "train-images-idx3-ubyte.gz", R_OK) != 0) {
+		printf("SKIP: test_fashion_mnist_trains_to_its_floors: no Fashion-MNIST in "
+		       FASHION " (tools/deps.sh installs dataset-fashion-mnist)\n");
+		return;
+	}
+	cluster_up(&c, 2, 3);
+	job = fashion_job("e2e-softmax", 0, 2);
+	acc = run_to_end(&c, "softmax.conf", job, "1");
+	free(job);
+	printf("softmax regression, 2 epochs: test accuracy %.4f\n", acc);
+	ck_assert_msg(acc >= 0.75, "softmax accuracy %.4f below the floor 0.75", acc);
+	job = fashion_job("e2e-mlp", 256, 3);
+	acc = run_to_end(&c, "mlp.conf", job, "2");
+	free(job);
+	printf("MLP 784-256-10, 3 epochs: test accuracy %.4f\n", acc);
+	ck_assert_msg(acc >= 0.80, "MLP accuracy %.4f below the floor 0.80", acc);
+	cluster_down(&c);
+}
+END_TEST
 
 START_TEST(test_job_survives_killed_worker)
 {
@@ -296,7 +215,7 @@ START_TEST(test_job_survives_killed_worker)
 			"[job]\nname = e2e-lsq\napp = lsq\ndata = synthetic\nstaleness = 1\n"
 			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\n"
 			"dead_after_ms = 1000\nseed = 7\n");
-	submit = submit_wait(&c, job);
+	submit = cluster_submit_wait(&c, job);
 	wait_job_clock(&c, "1", 100);
 	kill(c.workers[3], SIGKILL);
 	ck_assert_int_eq(dml_test_proc_wait(c.env, c.workers[3], 5000, &status), 0);
@@ -327,9 +246,9 @@ START_TEST(test_job_survives_killed_worker)
 		      jnum(&doc, "loss"));
 	json_free(&doc);
 
-	ck_assert_int_eq(dmlctl_json(&c, nodes_args, &nodes), 0);
-	ck_assert_str_eq(jstr(node_entry(&nodes, "worker", 3), "state"), "dead");
-	ck_assert_str_eq(jstr(node_entry(&nodes, "worker", 1), "state"), "alive");
+	ck_assert_int_eq(cluster_dmlctl_json(&c, nodes_args, &nodes), 0);
+	ck_assert_str_eq(jstr(cluster_node(&nodes, "worker", 3), "state"), "dead");
+	ck_assert_str_eq(jstr(cluster_node(&nodes, "worker", 1), "state"), "alive");
 	json_free(&nodes);
 	free(job);
 	cluster_down(&c);
@@ -354,22 +273,22 @@ START_TEST(test_server_joins_running_job)
 	{
 		const char *args[] = { "submit", job, NULL };
 
-		ck_assert_int_eq(dmlctl_json(&c, args, &doc), 0);
+		ck_assert_int_eq(cluster_dmlctl_json(&c, args, &doc), 0);
 		ck_assert(jnum(&doc, "job") == 1);
 		json_free(&doc);
 	}
 	wait_job_clock(&c, "1", 150);
-	ck_assert_int_eq(dmlctl_json(&c, map_args, &map), 0);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, map_args, &map), 0);
 	ck_assert(jnum(&map, "version") == 1);
 	json_free(&map);
 	job_status(&c, "1", &doc);
 	loss_before = jnum(&doc, "loss");
 	json_free(&doc);
 
-	add_server(&c);
+	cluster_add_server(&c);
 	for (int waited = 0;; waited += POLL_MS) {
 		ck_assert_msg(waited < WAIT_MS, "the map never reached version 2");
-		ck_assert_int_eq(dmlctl_json(&c, map_args, &map), 0);
+		ck_assert_int_eq(cluster_dmlctl_json(&c, map_args, &map), 0);
 		servers = json_get(&map, "servers");
 		if (jnum(&map, "version") == 2) {
 			ck_assert_ptr_nonnull(servers);
@@ -378,7 +297,7 @@ START_TEST(test_server_joins_running_job)
 			break;
 		}
 		json_free(&map);
-		sleep_ms(POLL_MS);
+		cluster_sleep_ms(POLL_MS);
 	}
 	/* Training goes on over the new map: clocks advance, the job does not
 	 * fail (a request that failed would fail it), the model was moved, not
@@ -397,7 +316,7 @@ START_TEST(test_server_joins_running_job)
 		      jnum(&doc, "loss"), loss_before);
 	json_free(&doc);
 
-	ck_assert_int_eq(dmlctl_json(&c, stop_args, &doc), 0);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, stop_args, &doc), 0);
 	json_free(&doc);
 	job_status(&c, "1", &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "stopped");
@@ -425,23 +344,23 @@ START_TEST(test_pause_resume_and_errors)
 	{
 		const char *args[] = { "submit", job, NULL };
 
-		ck_assert_int_eq(dmlctl_json(&c, args, &doc), 0);
+		ck_assert_int_eq(cluster_dmlctl_json(&c, args, &doc), 0);
 		json_free(&doc);
 	}
 	wait_job_clock(&c, "1", 20);
-	ck_assert_int_eq(dmlctl_json(&c, pause_args, &doc), 0);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, pause_args, &doc), 0);
 	json_free(&doc);
-	sleep_ms(500);  /* the worker stops at its next clock boundary */
+	cluster_sleep_ms(500);  /* the worker stops at its next clock boundary */
 	job_status(&c, "1", &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "paused");
 	clock = jnum(&doc, "clock");
 	json_free(&doc);
-	sleep_ms(600);
+	cluster_sleep_ms(600);
 	job_status(&c, "1", &doc);
 	ck_assert_msg(jnum(&doc, "clock") <= clock + 1, "clock moved from %g to %g while paused",
 		      clock, jnum(&doc, "clock"));
 	json_free(&doc);
-	ck_assert_int_eq(dmlctl_json(&c, resume_args, &doc), 0);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, resume_args, &doc), 0);
 	json_free(&doc);
 	wait_job_clock(&c, "1", clock + 20);
 
@@ -452,7 +371,7 @@ START_TEST(test_pause_resume_and_errors)
 	{
 		const char *args[] = { "stop", "1", NULL };
 
-		ck_assert_int_eq(dmlctl_json(&c, args, &doc), 0);
+		ck_assert_int_eq(cluster_dmlctl_json(&c, args, &doc), 0);
 		json_free(&doc);
 	}
 	free(job);
@@ -460,20 +379,14 @@ START_TEST(test_pause_resume_and_errors)
 }
 END_TEST
 
-static Suite *e2e_suite(void)
-{
-	Suite *s = suite_create("e2e");
-	TCase *tc = tcase_create("cluster");
-
-	tcase_set_timeout(tc, TEST_TIMEOUT_S);
-	tcase_add_test(tc, test_job_survives_killed_worker);
-	tcase_add_test(tc, test_server_joins_running_job);
-	tcase_add_test(tc, test_pause_resume_and_errors);
-	suite_add_tcase(s, tc);
-	return s;
-}
-
 int main(void)
 {
-	return dml_check_run(e2e_suite());
+	const TTest *const tests[] = {
+		test_job_survives_killed_worker,
+		test_server_joins_running_job,
+		test_pause_resume_and_errors,
+		test_fashion_mnist_trains_to_its_floors,
+	};
+
+	return cluster_suite_run("e2e", tests, DML_ARRAY_LEN(tests));
 }

@@ -1180,6 +1180,45 @@ START_TEST(test_fuzz_mutations)
 }
 END_TEST
 
+/* dml_msg_copy: a deep copy, of any message type, owning its strings. */
+START_TEST(test_msg_copy)
+{
+	char text[] = "table 9 is not here", addr[] = "10.0.0.5:7001";
+	Dml__Error err = DML__ERROR__INIT;
+	Dml__NodeInfo n = DML__NODE_INFO__INIT, *nc;
+	Dml__Meta m, *c;
+
+	meta_data(&m, DML__MSG_TYPE__ERROR, 0);
+	err.code = DML_ENOTFOUND;
+	err.message = text;
+	m.error = &err;
+	c = dml_msg_copy(&m.base);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(c->type, DML__MSG_TYPE__ERROR);
+	ck_assert_uint_eq(c->request_id, m.request_id);
+	ck_assert_uint_eq(c->sender, 7);
+	ck_assert(c->error && c->error != &err && c->error->message != text);
+	text[0] = 'X';
+	ck_assert_str_eq(c->error->message, "table 9 is not here");
+	ck_assert_int_eq(c->error->code, DML_ENOTFOUND);
+	dml_meta_free(c);
+
+	n.role = DML__ROLE__SERVER;
+	n.node_id = 12;
+	n.address = addr;
+	n.incarnation = 0x0102030405060708ull;
+	nc = dml_msg_copy(&n.base);
+	ck_assert_ptr_nonnull(nc);
+	ck_assert_ptr_eq(nc->base.descriptor, &dml__node_info__descriptor);
+	ck_assert(nc->role == DML__ROLE__SERVER && nc->node_id == 12 &&
+		  nc->incarnation == n.incarnation);
+	ck_assert(nc->address != addr);
+	addr[0] = '9';
+	ck_assert_str_eq(nc->address, "10.0.0.5:7001");
+	dml__node_info__free_unpacked(nc, NULL);
+}
+END_TEST
+
 static Suite *frame_suite(void)
 {
 	Suite *s = suite_create("frame");
@@ -1201,6 +1240,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(rt, test_meta_decode_direct);
 	tcase_add_test(rt, test_encode_head_capacity);
 	tcase_add_test(rt, test_incremental);
+	tcase_add_test(rt, test_msg_copy);
 	suite_add_tcase(s, rt);
 
 	tcase_add_test(bad, test_bad_magic);

@@ -195,7 +195,7 @@ START_TEST(bad_files_say_where_and_why)
 		   "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcd\n",
 		   "t.conf:2: name: is 64 characters long");
 	assert_bad("[job]\nname = j\napp = sgd-net\n", "t.conf:3: app: 'sgd-net' is not an "
-		   "app of this build (lsq)");
+		   "app of this build (lsq, mlp)");
 	assert_bad(MIN_JOB "metric = f1\n" MIN_TABLE, "t.conf:6: metric: 'f1' is not one of");
 	assert_bad(MIN_JOB "worker_ids = 1,,2\n" MIN_TABLE, "t.conf:6: worker_ids:");
 	assert_bad(MIN_JOB "worker_ids = 1, x\n" MIN_TABLE, "t.conf:6: worker_ids: 'x' is "
@@ -353,7 +353,7 @@ static const char *spec_break(struct spec_buf *b, int i)
 	case 0: s->name = ""; return "name is empty";
 	case 1: s->name = "no/slash"; return "name 'no/slash': only letters";
 	case 2: s->name = NULL; return "name is empty";
-	case 3: s->app = "mlp"; return "app 'mlp' is not an app of this build";
+	case 3: s->app = "cnn"; return "app 'cnn' is not an app of this build";
 	case 4: s->batch_size = 0; return "batch_size must be at least 1";
 	case 5: s->max_clocks = 0; return "no stop condition";
 	case 6: s->metric = "auc"; return "metric 'auc' is not one of loss, accuracy";
@@ -402,6 +402,94 @@ static const char *spec_break(struct spec_buf *b, int i)
 }
 
 #define SPEC_BREAKS 40
+
+/*
+ * mlp jobs: the example files parse, the layer list comes out of dim,
+ * hidden and the last table, and each mlp rule is refused with its reason.
+ */
+static Dml__JobSpec *mlp_example(const char *name)
+{
+	const char *src = getenv("DML_SRCDIR");
+	char path[4096], err[ERRLEN];
+	Dml__JobSpec *s = NULL;
+
+	snprintf(path, sizeof(path), "%s/conf/jobs/%s", src ? src : ".", name);
+	ck_assert_msg(dml_job_file_load(path, &s, err, sizeof(err)) == 0, "%s", err);
+	return s;
+}
+
+START_TEST(example_mlp_confs_parse)
+{
+	Dml__JobSpec *s = mlp_example("mlp.conf");
+	uint32_t sizes[DML_MLP_HIDDEN_MAX + 2];
+	char err[ERRLEN], img[256], lab[256];
+	size_t n;
+
+	ck_assert_str_eq(s->app, "mlp");
+	ck_assert_int_eq(dml_job_mlp_layers(s, sizes, &n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(sizes[0], 784);
+	ck_assert_uint_eq(sizes[1], 256);
+	ck_assert_uint_eq(sizes[2], 10);
+	ck_assert_int_eq(dml_job_data_pair(s->data, img, lab, sizeof(img), err, sizeof(err)),
+			 0);
+	ck_assert(strstr(img, "train-images-idx3-ubyte") != NULL);
+	ck_assert(strstr(lab, "train-labels-idx1-ubyte") != NULL);
+	ck_assert(img[strlen(img) - 1] != ' ' && lab[0] == '/');
+	dml_job_spec_free(s);
+	s = mlp_example("softmax.conf");
+	ck_assert_int_eq(dml_job_mlp_layers(s, sizes, &n, err, sizeof(err)), 0);
+	ck_assert_uint_eq(n, 2);
+	ck_assert_uint_eq(sizes[1], 10);
+	dml_job_spec_free(s);
+}
+END_TEST
+
+/* The mlp example with one rule broken; returns what the error must say. */
+static const char *mlp_break(Dml__JobSpec *s, int i)
+{
+	switch (i) {
+	case 0: s->hidden = "256,"; return "hidden '256,' ends with a comma";
+	case 1: s->hidden = "256;3"; return "is not a comma list of layer sizes";
+	case 2: s->hidden = "0"; return "a layer of 0 units, not in 1..65535";
+	case 3: s->hidden = "1,1,1,1,1,1,1,1,1"; return "more than 8 layers";
+	case 4: s->hidden = "128"; return "table 0 (layer 1) must be dense with keys = 128";
+	case 5: s->hidden = ""; return "1 layer needs 1 table (ids 0..0), the job has 2";
+	case 6: s->dim = 70000; return "dim 70000 out of range 1..65535";
+	case 7: s->tables[1]->width = 256;
+		return "table 1 (layer 2) must be dense with keys = 10 (its units) and "
+		       "width = 257 (its 256 inputs + 1 for the bias)";
+	case 8: s->data = "a.gz"; return "data 'a.gz' is not IMAGES,LABELS";
+	case 9: s->data = "a.gz, "; return "the labels file is missing";
+	case 10: s->test_data = "x,y,z"; return "test_data 'x,y,z' is not IMAGES,LABELS";
+	case 11: s->metric = "auc"; return "metric 'auc' is not one of";
+	case 12: s->data = "synthetic"; s->examples = 0;
+		return "synthetic data needs examples >= 1";
+	case 13: s->batch_size = 1u << 20; return "batch_size 1048576 x the widest layer";
+	case 14: s->n_tables = 1; return "table 1 (the output layer) must be dense";
+	case 15: s->tables[1]->keys = 1; s->tables[1]->width = 257;
+		return "must be dense with keys = classes, 2..65535";
+	default: return NULL;
+	}
+}
+
+#define MLP_BREAKS 16
+
+START_TEST(mlp_spec_rules)
+{
+	Dml__JobSpec *s = mlp_example("mlp.conf");
+	/* Broken on a shallow copy: string literals never reach the spec's free. */
+	Dml__JobSpec v = *s;
+	char err[ERRLEN];
+	const char *want = mlp_break(&v, _i);
+
+	ck_assert_ptr_nonnull(want);
+	ck_assert_int_eq(dml_job_spec_check(&v, err, sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, want) != NULL, "case %d: error '%s' lacks '%s'", _i, err,
+		      want);
+	dml_job_spec_free(s);
+}
+END_TEST
 
 START_TEST(spec_check_catches_each_rule)
 {
@@ -1509,6 +1597,8 @@ static Suite *jobs_suite(void)
 	tcase_add_test(files, bad_files_say_where_and_why);
 	tcase_add_test(files, files_load_from_disk);
 	tcase_add_test(files, example_lsq_conf_parses);
+	tcase_add_test(files, example_mlp_confs_parse);
+	tcase_add_loop_test(files, mlp_spec_rules, 0, MLP_BREAKS);
 	tcase_add_loop_test(files, spec_check_catches_each_rule, 0, SPEC_BREAKS);
 	tcase_add_test(files, spec_check_accepts_edges);
 	tcase_add_test(files, too_many_tables_are_refused);

@@ -97,13 +97,8 @@ static void net_destroy(struct net *net)
 
 static Dml__Meta *meta_copy(const Dml__Meta *m)
 {
-	size_t len = dml__meta__get_packed_size(m);
-	uint8_t *buf = dml_xmalloc(len ? len : 1);
-	Dml__Meta *copy;
+	Dml__Meta *copy = dml_msg_copy(&m->base);
 
-	dml__meta__pack(m, buf);
-	copy = dml__meta__unpack(NULL, len, buf);
-	free(buf);
 	ck_assert_ptr_nonnull(copy);
 	return copy;
 }

@@ -31,6 +31,7 @@
 #include <event2/listener.h>
 
 #include "app.h"
+#include "app_test.h"
 #include "auth.h"
 #include "check_run.h"
 #include "conf.h"
@@ -60,68 +61,6 @@ static void sleep_ms(int ms)
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
-
-static Dml__JobSpec *spec_parse(const char *text)
-{
-	Dml__JobSpec *spec = NULL;
-	char err[256];
-
-	ck_assert_msg(dml_job_file_parse_string("job", text, &spec, err, sizeof(err)) == 0,
-		      "job text: %s", err);
-	return spec;
-}
-
-/* ---- a recording stand-in for the servers -------------------------------- */
-
-/* Pulls give w; pushes are kept. Dense table 0 only. */
-struct rec_io {
-	float w[16];
-	float pushed[16];
-	int pulls, pushes;
-};
-
-static int rec_pull_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
-			  float *out, dml_handle_t *h)
-{
-	struct rec_io *r = arg;
-
-	memcpy(out, r->w + begin, (size_t)(end - begin) * sizeof(float));
-	r->pulls++;
-	*h = 1;
-	return 0;
-}
-
-static int rec_push_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
-			  const float *vals, dml_handle_t *h)
-{
-	struct rec_io *r = arg;
-
-	memcpy(r->pushed + begin, vals, (size_t)(end - begin) * sizeof(float));
-	r->pushes++;
-	*h = 2;
-	return 0;
-}
-
-static int rec_unused(void *arg, uint32_t table, const uint64_t *keys, size_t n, float *out,
-		      dml_handle_t *h)
-{
-	return DML_EINVAL;
-}
-
-static int rec_unused_push(void *arg, uint32_t table, const uint64_t *keys, size_t n,
-			   const float *vals, dml_handle_t *h)
-{
-	return DML_EINVAL;
-}
-
-static int rec_wait(void *arg, dml_handle_t h)
-{
-	return h == 1 || h == 2 ? 0 : DML_EINVAL;
-}
-
-static const struct dml_app_io_ops rec_ops = {
-	rec_pull_range, rec_push_range, rec_unused, rec_unused_push, rec_wait
-};
 
 /* ---- unit tests ------------------------------------------------------------ */
 
@@ -226,11 +165,12 @@ END_TEST
 /* Steps go through the worker's records in order: those of its partitions. */
 START_TEST(test_lsq_steps_follow_partitions)
 {
-	Dml__JobSpec *spec = spec_parse(lsq_job);
-	struct dml_app_env env = { "cpu" };
+	Dml__JobSpec *spec = app_test_spec(lsq_job);
+	struct dml_app_env env = { .backend = "cpu" };
 	const struct dml_app *app = &dml_app_lsq;
-	struct rec_io rec = { { 0.5f, -1, 0.25f, 2, 0 }, { 0 }, 0, 0 };
-	struct dml_app_io io = { &rec_ops, &rec, 0 };
+	float w[5] = { 0.5f, -1, 0.25f, 2, 0 }, pushed[5] = { 0 };
+	struct app_test_io rec;
+	struct dml_app_io io;
 	struct dml_app_step st;
 	const struct dml_app_table *t;
 	const uint32_t parts[] = { 9, 2, 9 };   /* of 10: records 20..29 and 90..99 */
@@ -244,6 +184,9 @@ START_TEST(test_lsq_steps_follow_partitions)
 	ck_assert_int_eq(app->create(spec, &env, &state, err, sizeof(err)), 0);
 	ck_assert_int_eq(app->tables(state, &t), 1);
 	ck_assert(t[0].id == 0 && t[0].dense && t[0].width == 1 && t[0].keys == 5);
+	app_test_io_init(&rec, app, state, &io);
+	rec.params[0] = w;
+	rec.grads[0] = pushed;
 	ck_assert_uint_eq(app->data_examples(state), 100);
 	ck_assert_int_eq(app->set_partitions(state, parts, 3, 10, err, sizeof(err)), 0);
 	dml_lsq_true_weights(42, 5, wt);
@@ -254,11 +197,11 @@ START_TEST(test_lsq_steps_follow_partitions)
 		ck_assert_int_eq(app->step(state, &io, &st, err, sizeof(err)), 0);
 		for (size_t k = 0; k < 8; k++)
 			dml_lsq_example(42, want[s * 8 + k], wt, 5, x + k * 5, &y[k]);
-		loss = dml_lsq_loss_grad(x, y, 8, 5, rec.w, g, r);
+		loss = dml_lsq_loss_grad(x, y, 8, 5, w, g, r);
 		ck_assert_uint_eq(st.examples, 8);
 		ck_assert_msg(fabs(st.loss - loss) < 1e-6 * (1 + loss), "batch %zu: loss %g, "
 			      "expected %g", s, st.loss, loss);
-		ck_assert(memcmp(rec.pushed, g, sizeof(g)) == 0);
+		ck_assert(memcmp(pushed, g, sizeof(g)) == 0);
 	}
 	ck_assert_int_eq(rec.pulls, 3);
 	ck_assert_int_eq(rec.pushes, 3);
@@ -271,7 +214,7 @@ START_TEST(test_lsq_steps_follow_partitions)
 		for (uint64_t i = 0; i < 100; i++)
 			dml_lsq_example(42, i, wt, 5, ex + i * 5, &ey[i]);
 		ck_assert_int_eq(app->evaluate(state, &io, &value, err, sizeof(err)), 0);
-		ck_assert(fabs(value - dml_lsq_loss_grad(ex, ey, 100, 5, rec.w, NULL, er)) <
+		ck_assert(fabs(value - dml_lsq_loss_grad(ex, ey, 100, 5, w, NULL, er)) <
 			  1e-5);
 	}
 
@@ -300,7 +243,7 @@ END_TEST
 /* create() refuses what lsq cannot run, saying why. */
 static void expect_refused(Dml__JobSpec *spec, const char *backend, const char *why)
 {
-	struct dml_app_env env = { backend };
+	struct dml_app_env env = { .backend = backend };
 	char err[256] = "";
 	void *state = (void *)1;
 
@@ -312,7 +255,7 @@ static void expect_refused(Dml__JobSpec *spec, const char *backend, const char *
 
 START_TEST(test_lsq_refuses_bad_specs)
 {
-	Dml__JobSpec *spec = spec_parse(lsq_job);
+	Dml__JobSpec *spec = app_test_spec(lsq_job);
 
 	expect_refused(spec, "cuda", "backend 'cuda'");
 	spec->tables[0]->width = 2;
@@ -381,7 +324,7 @@ START_TEST(test_conf_example)
 	ck_assert_str_eq(c.scheduler, "127.0.0.1:7000");
 	ck_assert_str_eq(c.cluster, "dml");
 	ck_assert_str_eq(c.zone, "");
-	ck_assert_str_eq(dml_worker_backend_names[c.backend], "cpu");
+	ck_assert_str_eq(dml_backend_names[c.backend], "cpu");
 	ck_assert_uint_eq(c.threads, 1);
 	ck_assert_uint_eq(c.spin_us, 50);
 	ck_assert_int_eq(c.profile, 1);
@@ -406,7 +349,7 @@ END_TEST
 /* The example job is one this worker runs. */
 START_TEST(test_example_job_runs_here)
 {
-	struct dml_app_env env = { "cpu" };
+	struct dml_app_env env = { .backend = "cpu" };
 	Dml__JobSpec *spec = NULL;
 	char path[4096], err[512];
 	void *state;
@@ -470,7 +413,7 @@ END_TEST
 
 START_TEST(test_profile_figures)
 {
-	struct dml_app_env env = { "cpu" };
+	struct dml_app_env env = { .backend = "cpu" };
 	struct dml_profile p;
 	char err[256];
 	double rate;
@@ -839,7 +782,7 @@ START_TEST(test_worker_assignments)
 {
 	struct dml_test_env *env;
 	struct mini mi;
-	Dml__JobSpec *good = spec_parse(lsq_job), *bad = spec_parse(lsq_job);
+	Dml__JobSpec *good = app_test_spec(lsq_job), *bad = app_test_spec(lsq_job);
 	uint64_t id;
 	size_t before;
 	pid_t pid;

@@ -119,16 +119,15 @@ test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlst
 check_PROGRAMS += test/check_worker
 TESTS += test/check_worker
 test_check_worker_SOURCES = test/check_worker.c test/harness.c test/harness.h test/json.c \
-	test/json.h worker/app_lsq.c worker/profile.c worker/worker_conf.c
+	test/json.h test/app_test.c test/app_test.h worker/worker_conf.c
 test_check_worker_CFLAGS = $(TEST_CFLAGS)
-test_check_worker_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
-	proto/libdmlproto.la $(OPENBLAS_LIBS) $(TEST_LIBS) -lm
+test_check_worker_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 
 # End to end: dml-sched, servers and workers from config files, dmlctl.
 check_PROGRAMS += test/check_e2e
 TESTS += test/check_e2e
-test_check_e2e_SOURCES = test/check_e2e.c test/harness.c test/harness.h test/json.c \
-	test/json.h
+test_check_e2e_SOURCES = test/check_e2e.c test/cluster.c test/cluster.h test/harness.c \
+	test/harness.h test/json.c test/json.h
 test_check_e2e_CFLAGS = $(TEST_CFLAGS)
 test_check_e2e_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -144,6 +143,46 @@ test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmls
 # Data readers: IDX files (Fashion-MNIST), gzipped or not, fuzzed.
 check_PROGRAMS += test/check_data
 TESTS += test/check_data
-test_check_data_SOURCES = test/check_data.c worker/data_idx.c worker/data_idx.h
+test_check_data_SOURCES = test/check_data.c test/tmpdir.c test/tmpdir.h
 test_check_data_CFLAGS = $(TEST_CFLAGS) $(ZLIB_CFLAGS)
-test_check_data_LDADD = proto/libdmlproto.la $(TEST_LIBS) $(ZLIB_LIBS) -lm
+test_check_data_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# The mlp app and the cpu backend: ops against a double reference, gradients
+# against finite differences, data, partitions, learning.
+check_PROGRAMS += test/check_mlp
+TESTS += test/check_mlp
+test_check_mlp_SOURCES = test/check_mlp.c test/tmpdir.c test/tmpdir.h test/app_test.c \
+	test/app_test.h
+test_check_mlp_CFLAGS = $(TEST_CFLAGS)
+test_check_mlp_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# Backends: cuda against cpu for every op and a full mlp step (SKIP without
+# a GPU), and the registry.
+check_PROGRAMS += test/check_backend
+TESTS += test/check_backend
+test_check_backend_SOURCES = test/check_backend.c test/app_test.c test/app_test.h
+test_check_backend_CFLAGS = $(TEST_CFLAGS)
+test_check_backend_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# The in-process parameter store, model files (fuzzed) and dml-worker --eval.
+check_PROGRAMS += test/check_model
+TESTS += test/check_model
+test_check_model_SOURCES = test/check_model.c test/tmpdir.c test/tmpdir.h
+test_check_model_CFLAGS = $(TEST_CFLAGS)
+test_check_model_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# dmlctl's SVG curve writer.
+check_PROGRAMS += test/check_curve
+TESTS += test/check_curve
+test_check_curve_SOURCES = test/check_curve.c tools/curve_svg.c tools/curve_svg.h
+test_check_curve_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(top_srcdir)/tools
+test_check_curve_CFLAGS = $(TEST_CFLAGS)
+test_check_curve_LDADD = proto/libdmlproto.la $(TEST_LIBS) -lm
+
+# Integration: dmlctl export from a real cluster, read back.
+check_PROGRAMS += test/check_export
+TESTS += test/check_export
+test_check_export_SOURCES = test/check_export.c test/cluster.c test/cluster.h test/harness.c \
+	test/harness.h test/json.c test/json.h
+test_check_export_CFLAGS = $(TEST_CFLAGS)
+test_check_export_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)

@@ -14,7 +14,6 @@
  * This file also holds the statistics and the windowed driver that
  * bench_raw.c shares (see bench.h), so both paths are timed by one code.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -33,13 +32,11 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_train.h"
+#include "bench_util.h"
 #include "dml.h"
 #include "log.h"
 #include "util.h"
-
-#define BENCH_EXIT_ERROR 1
-#define BENCH_EXIT_USAGE 2
-#define BENCH_EXIT_INTERRUPTED 130
 
 #define BENCH_MAX_LIST 16
 #define BENCH_MAX_CONNS 64
@@ -74,41 +71,6 @@ static uint64_t bench_sparse_max_width(void)
 	for (size_t i = 0; i < BENCH_NSPARSE; i++)
 		w = bench_sparse[i].width > w ? bench_sparse[i].width : w;
 	return w;
-}
-
-/* ---- interruption ---------------------------------------------------- */
-
-static atomic_int bench_stop;
-/* The server to stop at once if a second signal arrives. */
-static volatile sig_atomic_t bench_child_pid;
-
-static void bench_on_signal(int sig)
-{
-	pid_t pid = bench_child_pid;
-
-	/* First signal: finish the requests in flight and clean up. A second
-	 * one also stops the server so that nothing can keep us waiting. */
-	if (atomic_exchange(&bench_stop, 1) && pid > 0)
-		kill(pid, SIGTERM);
-}
-
-int bench_interrupted(void)
-{
-	return atomic_load(&bench_stop);
-}
-
-static void bench_signals_install(void)
-{
-	struct sigaction sa;
-
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = bench_on_signal;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
 }
 
 /* ---- statistics ------------------------------------------------------ */
@@ -514,11 +476,9 @@ static int bench_op_item(const char *tok, void *arg)
 	return 0;
 }
 
-static int bench_usage_error(const char *opt, const char *value, const char *want)
+static int bench_opt_error(const char *opt, const char *value, const char *want)
 {
-	dml_err("pushpull: bad %s '%s': %s (see dml-bench pushpull --help)", opt, value,
-		want);
-	return BENCH_EXIT_USAGE;
+	return bench_usage_error("pushpull", opt, value, want);
 }
 
 /* Fill in what the command line left unset. Returns 0 or an exit status. */
@@ -570,15 +530,13 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
+	int c, rc;
 
 	memset(o, 0, sizeof(*o));
 	o->seconds = o->warmup = -1; /* unset */
 	o->dense = o->sparse = 1;
-	*help = 0;
-	optind = 1;
-	opterr = 1;
-	while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
+	bench_getopt_reset(help);
+	while ((c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
 		const char *a = optarg;
 
 		switch (c) {
@@ -587,11 +545,11 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			break;
 		case O_SECONDS:
 			if (dml_parse_double(a, 0.01, 3600, &o->seconds))
-				return bench_usage_error("--seconds", a, "0.01 to 3600");
+				return bench_opt_error("--seconds", a, "0.01 to 3600");
 			break;
 		case O_WARMUP:
 			if (dml_parse_double(a, 0, 600, &o->warmup))
-				return bench_usage_error("--warmup", a, "0 to 600");
+				return bench_opt_error("--warmup", a, "0 to 600");
 			break;
 		case O_SIZES:
 		case O_CONNS:
@@ -599,21 +557,21 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			const struct bench_list_spec *sp = &bench_list_specs[c - O_SIZES];
 
 			if (bench_list_parse(o, (enum bench_list_id)(c - O_SIZES), a))
-				return bench_usage_error(sp->opt, a, sp->want);
+				return bench_opt_error(sp->opt, a, sp->want);
 			break;
 		}
 		case O_OPS:
 			o->ops = 0;
 			if (bench_split(a, bench_op_item, &o->ops))
-				return bench_usage_error("--ops", a, "push and/or pull");
+				return bench_opt_error("--ops", a, "push and/or pull");
 			break;
 		case O_DENSE:
 			if (bench_choice(a, bench_no_yes, 2, &o->dense))
-				return bench_usage_error("--dense", a, "yes or no");
+				return bench_opt_error("--dense", a, "yes or no");
 			break;
 		case O_SPARSE:
 			if (bench_choice(a, bench_no_yes, 2, &o->sparse))
-				return bench_usage_error("--sparse", a, "yes or no");
+				return bench_opt_error("--sparse", a, "yes or no");
 			break;
 		case O_QUICK:
 			o->quick = 1;
@@ -627,27 +585,18 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		case O_BASELINE:
 			if (bench_choice(a, bench_baseline_names, BENCH_NBASELINE,
 					 &o->baseline))
-				return bench_usage_error("--baseline", a,
-							 "yes, no or only");
+				return bench_opt_error("--baseline", a,
+						       "yes, no or only");
 			break;
 		case O_BASELINE_ONLY:
 			o->baseline = BENCH_BASELINE_ONLY;
 			break;
-		case 'v':
-			o->verbose++;
-			break;
-		case 'h':
-			*help = 1;
-			return 0;
 		default:
 			return BENCH_EXIT_USAGE;
 		}
 	}
-	if (optind < argc) {
-		dml_err("pushpull: unexpected argument '%s'", argv[optind]);
-		return BENCH_EXIT_USAGE;
-	}
-	return bench_opts_finish(o);
+	rc = bench_getopt_end("pushpull", argc, argv, *help);
+	return rc || *help ? rc : bench_opts_finish(o);
 }
 
 /* ---- configurations -------------------------------------------------- */
@@ -773,9 +722,7 @@ struct bench_server {
 static int bench_server_file(const struct bench_server *s, const char *name, char *buf,
 			     size_t len)
 {
-	int n = snprintf(buf, len, "%s/%s", s->dir, name);
-
-	return n > 0 && (size_t)n < len ? 0 : DML_EINVAL;
+	return bench_path(buf, len, s->dir, name);
 }
 
 /* The dml-server to run: --server, $DML_SERVER, or one next to this program. */
@@ -783,29 +730,16 @@ static int bench_server_find(const char *opt, char *out, size_t len)
 {
 	static const char *const rel[] = { "../server/dml-server", "dml-server" };
 	const char *env = getenv("DML_SERVER");
-	char exe[PATH_MAX], *slash;
-	ssize_t n;
+	char dir[PATH_MAX];
 
 	if (opt || (env && *env)) {
 		snprintf(out, len, "%s", opt ? opt : env);
 		return 0;
 	}
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
+	if (bench_exe_dir(dir, sizeof(dir)))
 		return DML_ENOTFOUND;
-	exe[n] = '\0';
-	slash = strrchr(exe, '/');
-	if (!slash)
-		return DML_ENOTFOUND;
-	*slash = '\0';
-	/* In a build tree libtool runs the real program from tools/.libs. */
-	slash = strrchr(exe, '/');
-	if (slash && strcmp(slash, "/.libs") == 0)
-		*slash = '\0';
 	for (size_t i = 0; i < DML_ARRAY_LEN(rel); i++) {
-		int m = snprintf(out, len, "%s/%s", exe, rel[i]);
-
-		if (m > 0 && (size_t)m < len && access(out, X_OK) == 0)
+		if (bench_path(out, len, dir, rel[i]) == 0 && access(out, X_OK) == 0)
 			return 0;
 	}
 	return DML_ENOTFOUND;
@@ -891,24 +825,12 @@ static int bench_server_write_conf(const struct bench_server *s,
 
 static void bench_server_log_tail(struct bench_server *s)
 {
-	char path[PATH_MAX], buf[BENCH_LOG_TAIL + 1], *line, *save = NULL;
-	FILE *f;
-	size_t n;
+	char path[PATH_MAX];
 
 	if (s->tail_shown || bench_server_file(s, "server.log", path, sizeof(path)))
 		return;
 	s->tail_shown = 1;
-	f = fopen(path, "r");
-	if (!f)
-		return;
-	if (fseek(f, -(long)BENCH_LOG_TAIL, SEEK_END))
-		rewind(f);
-	n = fread(buf, 1, BENCH_LOG_TAIL, f);
-	fclose(f);
-	buf[n] = '\0';
-	dml_err("last lines of the dml-server log:");
-	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
-		dml_err("  | %s", line);
+	bench_log_tail(path, BENCH_LOG_TAIL, "last lines of the dml-server log:");
 }
 
 /* In the child: become the server. Only returns by _exit. */
@@ -963,7 +885,7 @@ static int bench_server_spawn(struct bench_server *s, const char *exe)
 		return DML_EIO;
 	}
 	s->pid = pid;
-	bench_child_pid = pid;
+	bench_signals_child(pid);
 	return 0;
 }
 
@@ -972,16 +894,6 @@ static void bench_sleep_ms(unsigned ms)
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
 
 	nanosleep(&ts, NULL);
-}
-
-static void bench_server_exit_reason(int status, char *buf, size_t len)
-{
-	if (WIFEXITED(status))
-		snprintf(buf, len, "exit status %d", WEXITSTATUS(status));
-	else if (WIFSIGNALED(status))
-		snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
-	else
-		snprintf(buf, len, "status %#x", status);
 }
 
 /* 0 and s->port once the port file is there; the server may not have died. */
@@ -1000,8 +912,8 @@ static int bench_server_wait_port(struct bench_server *s)
 			return DML_ECLOSED;
 		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
 			s->pid = 0;
-			bench_child_pid = 0;
-			bench_server_exit_reason(status, why, sizeof(why));
+			bench_signals_child(0);
+			bench_exit_reason(status, why, sizeof(why));
 			dml_err("dml-server stopped before it was ready (%s)", why);
 			bench_server_log_tail(s);
 			return DML_ECONN;
@@ -1036,7 +948,7 @@ static void bench_server_stop(struct bench_server *s)
 
 	if (s->pid <= 0)
 		return;
-	bench_child_pid = 0;
+	bench_signals_child(0);
 	kill(s->pid, SIGTERM);
 	while (dml_now_ns() < deadline) {
 		got = waitpid(s->pid, &status, WNOHANG);
@@ -1051,7 +963,7 @@ static void bench_server_stop(struct bench_server *s)
 		got = waitpid(s->pid, &status, 0);
 	}
 	if (got == s->pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-		bench_server_exit_reason(status, why, sizeof(why));
+		bench_exit_reason(status, why, sizeof(why));
 		dml_warn("dml-server ended with %s", why);
 		bench_server_log_tail(s);
 	}
@@ -1060,39 +972,19 @@ static void bench_server_stop(struct bench_server *s)
 
 static void bench_server_remove_dir(struct bench_server *s)
 {
-	DIR *d;
-	struct dirent *e;
-
 	if (!s->have_dir)
 		return;
-	d = opendir(s->dir);
-	if (d) {
-		while ((e = readdir(d)) != NULL) {
-			if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-				unlinkat(dirfd(d), e->d_name, 0);
-		}
-		closedir(d);
-	}
-	if (rmdir(s->dir))
-		dml_warn("cannot remove %s: %s", s->dir, strerror(errno));
+	bench_tmpdir_remove(s->dir);
 	s->have_dir = 0;
 }
 
 static int bench_server_start(struct bench_server *s, const char *exe,
 			      const struct bench_opts *o)
 {
-	const char *tmp = getenv("TMPDIR");
-	int rc;
+	int rc = bench_tmpdir_make("dml-bench", s->dir, sizeof(s->dir));
 
-	if (!tmp || !*tmp)
-		tmp = P_tmpdir;
-	if (snprintf(s->dir, sizeof(s->dir), "%s/dml-bench.XXXXXX", tmp) >=
-	    (int)sizeof(s->dir))
-		return DML_EINVAL;
-	if (!mkdtemp(s->dir)) {
-		dml_err("mkdtemp in %s: %s", tmp, strerror(errno));
-		return DML_EIO;
-	}
+	if (rc)
+		return rc;
 	s->have_dir = 1;
 	rc = bench_server_write_secret(s);
 	if (rc == 0)
@@ -1195,13 +1087,7 @@ static int bench_conn_open(struct bench_conn *c, unsigned index,
 		if (rc)
 			return rc;
 	}
-	rc = dml_opts_new(&c->opts);
-	for (size_t i = 0; rc == 0 && i < DML_ARRAY_LEN(opts); i++) {
-		rc = dml_opts_set(c->opts, opts[i][0], opts[i][1]);
-		if (rc)
-			dml_err("libdml option %s=%s: %s", opts[i][0], opts[i][1],
-				dml_strerror(rc));
-	}
+	rc = bench_dml_opts_new(opts, DML_ARRAY_LEN(opts), &c->opts);
 	if (rc == 0) {
 		rc = dml_connect(c->opts, &c->d);
 		if (rc)
@@ -1498,13 +1384,6 @@ static void bench_print_targets(const struct bench_case *cases, size_t n,
 
 /* ---- pushpull -------------------------------------------------------- */
 
-static int bench_exit_status(int rc)
-{
-	if (rc == 0)
-		return 0;
-	return bench_interrupted() ? BENCH_EXIT_INTERRUPTED : BENCH_EXIT_ERROR;
-}
-
 static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn *conns,
 			   size_t nconns, const struct bench_opts *o)
 {
@@ -1555,13 +1434,8 @@ static int bench_pushpull_main(int argc, char **argv)
 	int help, rc;
 
 	rc = bench_opts_parse(argc, argv, &o, &help);
-	if (rc || help) {
-		if (help)
-			bench_pushpull_usage(stdout);
+	if (bench_cmd_begin(rc, help, bench_pushpull_usage, o.verbose))
 		return rc;
-	}
-	dml_log_set_level(DML_LOG_WARN + o.verbose);
-	bench_signals_install();
 	ncases = bench_cases_build(&o, &cases);
 	if (o.baseline != BENCH_BASELINE_ONLY) {
 		if (bench_server_find(o.server, exe, sizeof(exe))) {
@@ -1602,7 +1476,7 @@ out:
 
 /* ---- subcommands ----------------------------------------------------- */
 
-/* train, recovery and hetero join this table as they are written. */
+/* recovery and hetero join this table as they are written. */
 static const struct bench_cmd {
 	const char *name;
 	const char *summary;
@@ -1611,6 +1485,8 @@ static const struct bench_cmd {
 } bench_cmds[] = {
 	{ "pushpull", "push/pull throughput and latency against one dml-server, "
 		      "next to raw TCP", bench_pushpull_main, bench_pushpull_usage },
+	{ "train", "time to a target accuracy, single process and local cluster, "
+		   "next to PyTorch", bench_train_main, bench_train_usage },
 };
 
 static void bench_usage(FILE *out)

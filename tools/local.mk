@@ -1,8 +1,10 @@
 # tools/: dml-bench and the operator scripts.
 bin_PROGRAMS += tools/dml-bench
-tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h
-tools_dml_bench_LDADD = worker/libdml.la proto/libdmlproto.la
+tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h tools/bench_train.c \
+	tools/bench_train.h tools/bench_util.c tools/bench_util.h
+tools_dml_bench_LDADD = worker/libdml.la $(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
-tools_dmlctl_SOURCES = tools/dmlctl.c
-tools_dmlctl_LDADD = sched/libdmljobconf.la server/libdmlstore.la proto/libdmlproto.la
+tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_session.c \
+	tools/dmlctl_print.c tools/dmlctl_export.c tools/curve_svg.c tools/curve_svg.h
+tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local

@@ -1,8 +1,8 @@
 /*
  * Training apps of dml-worker: what a worker runs for a job, behind one
  * table of function pointers (STYLE #13), so that the trainer loop, the
- * profile and the tests treat every app (lsq now; mlp, sparse_lr, mf later)
- * and every compute backend (cpu now, cuda later) alike.
+ * profile and the tests treat every app (lsq, mlp; sparse_lr and mf later)
+ * alike. Apps compute through a backend (backend.h: cpu, cuda).
  *
  * An app is made from a JobSpec (the job file's [job] and [table]
  * sections), learns which data partitions are its own, and then runs one
@@ -13,8 +13,11 @@
  *
  * Must never: abort on a spec or an assignment it cannot run (create and
  * set_partitions return DML_EINVAL or DML_ENOMEM with a reason a person can
- * act on), talk to the network other than through its io, or keep a pull
- * or push in flight when step or evaluate returns.
+ * act on), talk to the network other than through its io, keep a pull in
+ * flight when step or evaluate returns, or touch a buffer of a push still
+ * in flight. Pushes may stay in flight past the end of a step (so a
+ * worker's next step overlaps their round trip); the app waits for them
+ * before it reuses their buffers, and in drain.
  */
 #ifndef DML_WORKER_APP_H
 #define DML_WORKER_APP_H
@@ -22,13 +25,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "dml.h"
 #include "dml.pb-c.h"
 #include "util.h"
 
-/** Where an app computes. */
+/**
+ * Where an app computes: a backend the caller opened (backend.h) and keeps
+ * open while the app lives. Apps never open or close it.
+ */
 struct dml_app_env {
-	const char *backend;        /* "cpu" (cuda later) */
+	const char *backend;                 /* "cpu", "cuda" */
+	const struct dml_backend_ops *be;
+	void *be_ctx;                        /* be->open()'s context */
 };
 
 /**
@@ -106,14 +115,22 @@ struct dml_app {
 	int (*set_partitions)(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen);
 	/**
-	 * One step: pull, compute on the next batch, push, all waited for.
-	 * Returns 0 or the io's error (err names what failed).
+	 * One step: pull, compute on the next batch, push. The pulls are
+	 * waited for; the pushes may not be (drain). Returns 0 or the io's
+	 * error (err names what failed: an error of a push of an earlier step
+	 * may show here).
 	 */
 	int (*step)(void *state, struct dml_app_io *io, struct dml_app_step *out, char *err,
 		    size_t errlen);
 	/** Evaluate the current model (its own pull): *value of `metric`. */
 	int (*evaluate)(void *state, struct dml_app_io *io, double *value, char *err,
 			size_t errlen);
+	/**
+	 * Wait for every push still in flight. Whoever ran steps calls it
+	 * before closing the io or destroying the app, and before reading the
+	 * model back from the servers. 0 or the first push error (err).
+	 */
+	int (*drain)(void *state, struct dml_app_io *io, char *err, size_t errlen);
 	/** Examples in the whole training set. */
 	uint64_t (*data_examples)(const void *state);
 	/** Free the state; NULL is fine. */
@@ -122,6 +139,13 @@ struct dml_app {
 
 /** The apps of this build. */
 extern const struct dml_app dml_app_lsq;
+extern const struct dml_app dml_app_mlp;
+
+/** Every app of this build, NULL-terminated (apps.c). */
+extern const struct dml_app *const dml_apps[];
+
+/** The app called name, or NULL. */
+const struct dml_app *dml_app_find(const char *name);
 
 /**
  * Record range [*begin, *end) of partition p of n records split into parts

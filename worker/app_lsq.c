@@ -26,25 +26,21 @@
 #include <string.h>
 
 #include "app.h"
+#include "app_util.h"
 #include "dml_error.h"
 
 #define NOISE_STDDEV 0.1
 #define EVAL_EXAMPLES 2000
 #define DEFAULT_EVAL_EVERY 10
-/* Largest batch_size * dim (floats) a step may need: 1 GiB. */
-#define BATCH_FLOATS_MAX (UINT64_C(1) << 28)
 /* A share of the data up to this size is made once and kept. */
 #define CACHE_BYTES (UINT64_C(256) << 20)
 /* sqrt(3): uniform features on [-sqrt 3, sqrt 3] have unit variance. */
 #define SQRT3 1.7320508075688772
 
-/* Records to draw examples from: ranges of example indices, in order. */
+/* Records to draw examples from, and all of them when they fit CACHE_BYTES. */
 struct source {
-	uint64_t *begin;          /* nranges each */
-	uint64_t *prefix;         /* prefix[r]: records before range r */
-	size_t nranges;
-	uint64_t total;
-	float *cx, *cy;           /* all records, when they fit CACHE_BYTES */
+	struct dml_records rec;
+	float *cx, *cy;
 };
 
 struct lsq {
@@ -63,29 +59,6 @@ struct lsq {
 
 /* ---- synthetic data ------------------------------------------------------ */
 
-/* splitmix64: small, good and the same on every machine. */
-static uint64_t rng_next(uint64_t *state)
-{
-	uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
-
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1), never 0, so that log() below is finite. */
-static double rng_uniform(uint64_t *state)
-{
-	return ((double)(rng_next(state) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-static double rng_normal(uint64_t *state)
-{
-	double u = rng_uniform(state), v = rng_uniform(state);
-
-	return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
-
 /* 32 random bits to a uniform float on [-sqrt 3, sqrt 3). */
 static float unit_feature(uint32_t bits)
 {
@@ -99,7 +72,7 @@ void dml_lsq_true_weights(uint64_t seed, uint32_t dim, float *w_true)
 
 	/* Scaled so that labels have unit variance whatever dim is. */
 	for (uint32_t j = 0; j < dim; j++)
-		w_true[j] = (float)(rng_normal(&state) * scale);
+		w_true[j] = (float)(dml_rng_normal(&state) * scale);
 }
 
 void dml_lsq_example(uint64_t seed, uint64_t i, const float *w_true, uint32_t dim, float *x,
@@ -111,16 +84,16 @@ void dml_lsq_example(uint64_t seed, uint64_t i, const float *w_true, uint32_t di
 
 	/* Two features per draw: making data must not cost more than using it. */
 	for (j = 0; j + 1 < dim; j += 2) {
-		uint64_t b = rng_next(&state);
+		uint64_t b = dml_rng_next(&state);
 
 		x[j] = unit_feature((uint32_t)b);
 		x[j + 1] = unit_feature((uint32_t)(b >> 32));
 	}
 	if (j < dim)
-		x[j] = unit_feature((uint32_t)rng_next(&state));
+		x[j] = unit_feature((uint32_t)dml_rng_next(&state));
 	for (j = 0; j < dim; j++)
 		dot += (double)x[j] * w_true[j];
-	*y = (float)(dot + NOISE_STDDEV * rng_normal(&state));
+	*y = (float)(dot + NOISE_STDDEV * dml_rng_normal(&state));
 }
 
 double dml_lsq_loss_grad(const float *x, const float *y, size_t rows, uint32_t dim,
@@ -148,80 +121,56 @@ double dml_lsq_loss_grad(const float *x, const float *y, size_t rows, uint32_t d
 
 static void source_clear(struct source *s)
 {
-	free(s->begin);
-	free(s->prefix);
+	dml_records_clear(&s->rec);
 	free(s->cx);
 	free(s->cy);
 	memset(s, 0, sizeof(*s));
-}
-
-/* Example index of the record at position pos < s->total. */
-static uint64_t source_record(const struct source *s, uint64_t pos)
-{
-	size_t lo = 0, hi = s->nranges;
-
-	/* The last range whose prefix is <= pos. */
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (s->prefix[mid] <= pos)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return s->begin[lo] + (pos - s->prefix[lo]);
 }
 
 /* rows records from position pos on (wrapping) into x and y. */
 static void source_fill(const struct lsq *a, const struct source *s, uint64_t pos,
 			size_t rows, float *x, float *y)
 {
-	for (size_t k = 0; k < rows; k++, pos = pos + 1 < s->total ? pos + 1 : 0) {
+	for (size_t k = 0; k < rows; k++, pos = pos + 1 < s->rec.total ? pos + 1 : 0) {
 		float *xr = x + k * a->dim;
 
 		if (s->cx) {
 			memcpy(xr, s->cx + pos * a->dim, (size_t)a->dim * sizeof(float));
 			y[k] = s->cy[pos];
 		} else {
-			dml_lsq_example(a->seed, source_record(s, pos), a->w_true, a->dim, xr,
+			dml_lsq_example(a->seed, dml_records_at(&s->rec, pos), a->w_true, a->dim, xr,
 					&y[k]);
 		}
 	}
 }
 
 /*
- * Build s from ranges [begin[r], end[r]) (empty ones are dropped), and keep
- * every record in memory when they fit. Takes nothing over on failure.
+ * Make s the records of partitions parts of n examples (app_util.h), and
+ * keep every record in memory when they fit. s is unchanged on failure.
  */
-static int source_build(const struct lsq *a, struct source *s, const uint64_t *begin,
-			const uint64_t *end, size_t n)
+static int source_build(const struct lsq *a, struct source *s, uint64_t n,
+			const uint32_t *parts, size_t nparts, uint32_t num_partitions,
+			char *err, size_t errlen)
 {
 	struct source t = { 0 };
+	uint64_t total;
+	int rc;
 
-	t.begin = calloc(n ? n : 1, sizeof(*t.begin));
-	t.prefix = calloc(n ? n : 1, sizeof(*t.prefix));
-	if (!t.begin || !t.prefix) {
-		source_clear(&t);
-		return DML_ENOMEM;
-	}
-	for (size_t r = 0; r < n; r++) {
-		if (end[r] <= begin[r])
-			continue;
-		t.begin[t.nranges] = begin[r];
-		t.prefix[t.nranges++] = t.total;
-		t.total += end[r] - begin[r];
-	}
-	if (t.total > 0 && t.total <= CACHE_BYTES / sizeof(float) / ((uint64_t)a->dim + 1)) {
-		t.cx = malloc((size_t)t.total * a->dim * sizeof(float));
-		t.cy = malloc((size_t)t.total * sizeof(float));
+	rc = dml_records_set(&t.rec, n, parts, nparts, num_partitions, err, errlen);
+	if (rc)
+		return rc;
+	total = t.rec.total;
+	if (total > 0 && total <= CACHE_BYTES / sizeof(float) / ((uint64_t)a->dim + 1)) {
+		t.cx = malloc((size_t)total * a->dim * sizeof(float));
+		t.cy = malloc((size_t)total * sizeof(float));
 		/* No room after all: make examples as they are needed. */
 		if (!t.cx || !t.cy) {
 			free(t.cx);
 			free(t.cy);
 			t.cx = t.cy = NULL;
 		} else {
-			for (uint64_t p = 0; p < t.total; p++)
-				dml_lsq_example(a->seed, source_record(&t, p), a->w_true,
+			for (uint64_t p = 0; p < total; p++)
+				dml_lsq_example(a->seed, dml_records_at(&t.rec, p), a->w_true,
 						a->dim, t.cx + p * a->dim, &t.cy[p]);
 		}
 	}
@@ -247,46 +196,19 @@ static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 	return rc;
 }
 
-static const Dml__TableSpec *table0(const Dml__JobSpec *spec)
-{
-	for (size_t i = 0; i < spec->n_tables; i++)
-		if (spec->tables[i] && spec->tables[i]->id == 0)
-			return spec->tables[i];
-	return NULL;
-}
-
-/* What this app needs of a spec; the scheduler checked the rest. */
+/*
+ * What this app needs of a spec: the scheduler's check (job_conf.c holds
+ * the lsq rules: synthetic data, the loss metric, batches it can hold, w in
+ * dense table 0), made again here for specs that did not come through it,
+ * and a backend it runs on.
+ */
 static int lsq_check(const Dml__JobSpec *spec, const struct dml_app_env *env, char *err,
 		     size_t errlen)
 {
-	const Dml__TableSpec *t = table0(spec);
-	const char *metric = spec->metric ? spec->metric : "";
-
 	if (!env || !env->backend || strcmp(env->backend, "cpu") != 0)
 		return fail(err, errlen, DML_EINVAL, "backend '%s' is not supported "
 			    "(only cpu)", env && env->backend ? env->backend : "");
-	if (!spec->data || strcmp(spec->data, "synthetic") != 0)
-		return fail(err, errlen, DML_EINVAL, "data '%.64s' is not supported (only "
-			    "synthetic)", spec->data ? spec->data : "");
-	if (metric[0] && strcmp(metric, "loss") != 0)
-		return fail(err, errlen, DML_EINVAL, "metric '%.64s' is not one it computes "
-			    "(loss)", metric);
-	if (spec->examples < 1)
-		return fail(err, errlen, DML_EINVAL, "synthetic data needs examples >= 1");
-	if (spec->dim < 1 || spec->dim > INT_MAX)
-		return fail(err, errlen, DML_EINVAL, "dim %" PRIu32 " out of range 1..%d",
-			    spec->dim, INT_MAX);
-	if (spec->batch_size < 1 || spec->batch_size > INT_MAX)
-		return fail(err, errlen, DML_EINVAL, "batch_size %" PRIu32 " out of range "
-			    "1..%d", spec->batch_size, INT_MAX);
-	if ((uint64_t)spec->batch_size * spec->dim > BATCH_FLOATS_MAX)
-		return fail(err, errlen, DML_EINVAL, "batch_size %" PRIu32 " x dim %" PRIu32
-			    " is more than %" PRIu64 " floats a batch may hold",
-			    spec->batch_size, spec->dim, BATCH_FLOATS_MAX);
-	if (!t || !t->dense || t->keys != spec->dim || t->width != 1)
-		return fail(err, errlen, DML_EINVAL, "needs table 0 dense with keys = dim (%"
-			    PRIu32 ") and width 1", spec->dim);
-	return 0;
+	return dml_app_spec_check("lsq", spec, err, errlen);
 }
 
 static void lsq_destroy(void *state)
@@ -338,9 +260,11 @@ static int lsq_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	dml_lsq_true_weights(a->seed, a->dim, a->w_true);
 	eval_end = a->n < EVAL_EXAMPLES ? a->n : EVAL_EXAMPLES;
 	{
-		uint64_t zero = 0;
+		static const uint32_t all = 0;
+		char why[160];
 
-		rc = source_build(a, &a->eval, &zero, &eval_end, 1);
+		/* The first eval_end examples: the one partition of eval_end. */
+		rc = source_build(a, &a->eval, eval_end, &all, 1, 1, why, sizeof(why));
 	}
 	if (rc) {
 		lsq_destroy(a);
@@ -358,49 +282,16 @@ static size_t lsq_tables(const void *state, const struct dml_app_table **out)
 	return 1;
 }
 
-static int cmp_u32(const void *x, const void *y)
-{
-	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
-
-	return a < b ? -1 : a > b;
-}
-
 static int lsq_set_partitions(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen)
 {
 	struct lsq *a = state;
-	uint32_t *sorted = NULL;
-	uint64_t *begin = NULL, *end = NULL;
-	size_t m = 0;
-	int rc = DML_ENOMEM;
+	char why[160];
+	int rc = source_build(a, &a->train, a->n, parts, n, num_partitions, why, sizeof(why));
 
-	for (size_t i = 0; i < n; i++)
-		if (parts[i] >= num_partitions)
-			return fail(err, errlen, DML_EINVAL, "partition %" PRIu32 " of %"
-				    PRIu32 " does not exist", parts[i], num_partitions);
-	if (n) {
-		sorted = malloc(n * sizeof(*sorted));
-		begin = malloc(n * sizeof(*begin));
-		end = malloc(n * sizeof(*end));
-		if (!sorted || !begin || !end)
-			goto out;
-		memcpy(sorted, parts, n * sizeof(*sorted));
-		qsort(sorted, n, sizeof(*sorted), cmp_u32);
-	}
-	for (size_t i = 0; i < n; i++) {
-		if (i && sorted[i] == sorted[i - 1])
-			continue;
-		dml_app_partition_range(a->n, num_partitions, sorted[i], &begin[m], &end[m]);
-		m++;
-	}
-	rc = source_build(a, &a->train, begin, end, m);
-	a->cursor = 0;
-out:
-	free(sorted);
-	free(begin);
-	free(end);
 	if (rc)
-		return fail(err, errlen, rc, "out of memory for %zu partitions", n);
+		return fail(err, errlen, rc, "%s", why);
+	a->cursor = 0;
 	return 0;
 }
 
@@ -425,7 +316,7 @@ static int lsq_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct lsq *a = state;
-	size_t rows = a->train.total ? a->batch : 0;
+	size_t rows = a->train.rec.total ? a->batch : 0;
 	dml_handle_t h;
 	int rc;
 
@@ -435,7 +326,7 @@ static int lsq_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	 * bound instead of racing through its clocks. */
 	if ((rc = pull_w(a, io, rows, err, errlen)) != 0 || rows == 0)
 		return rc;
-	a->cursor = (a->cursor + rows) % a->train.total;
+	a->cursor = (a->cursor + rows) % a->train.rec.total;
 	out->loss = dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, a->grad, a->r);
 	out->examples = rows;
 	rc = io->ops->push_range(io->arg, 0, 0, a->dim, a->grad, &h);
@@ -455,15 +346,21 @@ static int lsq_evaluate(void *state, struct dml_app_io *io, double *value, char 
 
 	if ((rc = pull_w(a, io, 0, err, errlen)) != 0)
 		return rc;
-	for (uint64_t pos = 0; pos < a->eval.total; pos += a->batch) {
-		size_t rows = (size_t)(a->eval.total - pos < a->batch ? a->eval.total - pos :
+	for (uint64_t pos = 0; pos < a->eval.rec.total; pos += a->batch) {
+		size_t rows = (size_t)(a->eval.rec.total - pos < a->batch ? a->eval.rec.total - pos :
 				       a->batch);
 
 		source_fill(a, &a->eval, pos, rows, a->x, a->y);
 		sum += dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, NULL, a->r) *
 		       (double)rows;
 	}
-	*value = sum / (double)a->eval.total;
+	*value = sum / (double)a->eval.rec.total;
+	return 0;
+}
+
+/* Its step waits for its push: nothing is ever left in flight. */
+static int lsq_drain(void *state, struct dml_app_io *io, char *err, size_t errlen)
+{
 	return 0;
 }
 
@@ -483,6 +380,7 @@ const struct dml_app dml_app_lsq = {
 	.set_partitions = lsq_set_partitions,
 	.step = lsq_step,
 	.evaluate = lsq_evaluate,
+	.drain = lsq_drain,
 	.data_examples = lsq_data_examples,
 	.destroy = lsq_destroy,
 };

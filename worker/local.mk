@@ -9,12 +9,39 @@ bin_PROGRAMS += worker/dml-example-lsq
 worker_dml_example_lsq_SOURCES = worker/example_lsq.c
 worker_dml_example_lsq_LDADD = worker/libdml.la
 
+# The training apps, their data readers, the compute backends, the
+# in-process parameter store and model files: one library for dml-worker,
+# dml-bench, dmlctl and the tests. Static, so that the CUDA object (built by
+# nvcc, below) can join it.
+noinst_LIBRARIES += worker/libdmlapps.a
+worker_libdmlapps_a_SOURCES = worker/apps.c worker/app_util.c worker/app_lsq.c worker/app_mlp.c \
+	worker/backend.c worker/backend_cpu.c worker/data_idx.c worker/local_store.c \
+	worker/model_file.c worker/profile.c
+worker_libdmlapps_a_CFLAGS = $(AM_CFLAGS) $(ZLIB_CFLAGS)
+noinst_HEADERS += worker/app.h worker/app_util.h worker/backend.h worker/data_idx.h worker/local_store.h \
+	worker/model_file.h worker/profile.h
+EXTRA_DIST += worker/backend_cuda.cu
+# What links libdmlapps.a links too (after it).
+APPS_LIBS = worker/libdmlapps.a sched/libdmljobconf.la server/libdmlstore.la \
+	proto/libdmlproto.la $(OPENBLAS_LIBS) $(ZLIB_LIBS) -lm
+if HAVE_CUDA
+worker_libdmlapps_a_LIBADD = worker/backend_cuda.o
+APPS_LIBS += $(CUDA_LIBS) -lstdc++
+# sm_80 (A100) and sm_90 (H100) machine code, and compute_90 PTX that newer
+# GPUs compile when loading.
+NVCC_FLAGS = -std=c++17 -O2 -gencode arch=compute_80,code=sm_80 \
+	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+	-Xcompiler -Wall,-Wextra,-Werror
+worker/backend_cuda.o: worker/backend_cuda.cu worker/backend.h config.h
+	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -I$(top_srcdir)/worker -I$(top_srcdir)/proto \
+		-I$(top_builddir) -c $(top_srcdir)/worker/backend_cuda.cu -o $@
+CLEANFILES += worker/backend_cuda.o
+endif
+
 # dml-worker: runs jobs the scheduler assigns (apps behind worker/app.h).
 bin_PROGRAMS += worker/dml-worker
-worker_dml_worker_SOURCES = worker/worker_main.c worker/worker.c worker/worker_conf.c \
-	worker/app_lsq.c worker/profile.c
-worker_dml_worker_LDADD = worker/libdml.la sched/libdmlschedlink.la sched/libdmljobconf.la \
-	server/libdmlstore.la proto/libdmldaemon.la proto/libdmlproto.la $(OPENBLAS_LIBS) \
-	-lpthread -lm
-noinst_HEADERS += worker/worker.h worker/worker_conf.h worker/app.h worker/profile.h
-EXTRA_DIST += conf/worker.conf
+worker_dml_worker_SOURCES = worker/worker_main.c worker/worker.c worker/worker_conf.c
+worker_dml_worker_LDADD = worker/libdmlapps.a worker/libdml.la sched/libdmlschedlink.la \
+	proto/libdmldaemon.la $(APPS_LIBS) -lpthread
+noinst_HEADERS += worker/worker.h worker/worker_conf.h
+EXTRA_DIST += conf/worker.conf conf/jobs/mlp.conf conf/jobs/softmax.conf

@@ -1,8 +1,8 @@
 /*
  * The worker's profile (profile.h): machine facts from sysconf, an sgemm
- * timing, and an app's step timed against a local stand-in for the servers
- * (pulls give zeros, pushes are dropped): what the step costs here, network
- * aside.
+ * timing, and an app's step timed against the local parameter store
+ * (local_store.h: the job's real tables, pushes applied by the job's
+ * optimizer): what the step costs here, network aside.
  *
  * Must never: run long or touch the network.
  */
@@ -14,6 +14,7 @@
 
 #include "dml_error.h"
 #include "job_conf.h"
+#include "local_store.h"
 #include "log.h"
 #include "profile.h"
 #include "util.h"
@@ -80,103 +81,27 @@ int dml_profile_sgemm(double seconds, double *gflops)
 	return 0;
 }
 
-/* ---- a local stand-in for the servers ------------------------------------ */
-
-struct local {
-	const struct dml_app_table *tables;
-	size_t ntables;
-};
-
-/* Floats per key of a table, 0 if the app did not name it. */
-static uint32_t local_width(const struct local *l, uint32_t table)
+/* Steps of a made app through io, timed; *rate gets examples per second. */
+static int time_steps(const struct dml_app *app, void *state, struct dml_app_io *io,
+		      double seconds, double *rate, char *err, size_t errlen)
 {
-	for (size_t i = 0; i < l->ntables; i++)
-		if (l->tables[i].id == table)
-			return l->tables[i].width;
-	return 0;
-}
-
-static int local_zeros(void *arg, uint32_t table, uint64_t rows, float *out,
-		       dml_handle_t *h)
-{
-	uint32_t w = local_width(arg, table);
-
-	if (!w)
-		return DML_ENOTFOUND;
-	memset(out, 0, (size_t)rows * w * sizeof(float));
-	*h = 1;
-	return 0;
-}
-
-static int local_drop(void *arg, uint32_t table, dml_handle_t *h)
-{
-	if (!local_width(arg, table))
-		return DML_ENOTFOUND;
-	*h = 1;
-	return 0;
-}
-
-static int local_pull_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
-			    float *out, dml_handle_t *h)
-{
-	return local_zeros(arg, table, end - begin, out, h);
-}
-
-static int local_push_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
-			    const float *vals, dml_handle_t *h)
-{
-	return local_drop(arg, table, h);
-}
-
-static int local_pull(void *arg, uint32_t table, const uint64_t *keys, size_t n, float *out,
-		      dml_handle_t *h)
-{
-	return local_zeros(arg, table, n, out, h);
-}
-
-static int local_push(void *arg, uint32_t table, const uint64_t *keys, size_t n,
-		      const float *vals, dml_handle_t *h)
-{
-	return local_drop(arg, table, h);
-}
-
-static int local_wait(void *arg, dml_handle_t h)
-{
-	return 0;
-}
-
-static const struct dml_app_io_ops local_ops = {
-	.pull_range = local_pull_range,
-	.push_range = local_push_range,
-	.pull = local_pull,
-	.push = local_push,
-	.wait = local_wait,
-};
-
-/* Steps of a made app, timed; *rate gets examples per second. */
-static int time_steps(const struct dml_app *app, void *state, double seconds, double *rate,
-		      char *err, size_t errlen)
-{
-	struct local l;
-	struct dml_app_io io = { &local_ops, &l, 0 };
 	struct dml_app_step st;
 	uint64_t t0, runs = 0, examples = 0;
 	double elapsed;
 	int rc;
 
-	l.ntables = app->tables(state, &l.tables);
-	if ((rc = app->step(state, &io, &st, err, errlen)) != 0)
+	if ((rc = app->step(state, io, &st, err, errlen)) != 0)
 		return rc;
 	t0 = dml_now_ns();
 	do {
-		if ((rc = app->step(state, &io, &st, err, errlen)) != 0)
+		if ((rc = app->step(state, io, &st, err, errlen)) != 0)
 			return rc;
 		examples += st.examples;
 		runs++;
 		elapsed = since(t0);
 	} while (runs < MIN_RUNS || elapsed < seconds);
 	*rate = (double)examples / elapsed;
-	return 0;
+	return app->drain(state, io, err, errlen);
 }
 
 int dml_profile_app(const struct dml_app *app, const struct dml_app_env *env, double seconds,
@@ -184,18 +109,25 @@ int dml_profile_app(const struct dml_app *app, const struct dml_app_env *env, do
 {
 	static const uint32_t all[] = { 0 };
 	Dml__JobSpec *spec = NULL;
+	struct dml_local_store *store = NULL;
+	struct dml_app_io io;
 	void *state = NULL;
 	int rc;
 
 	*examples_per_s = 0;
 	rc = dml_job_file_parse_string(app->name, app->profile_job, &spec, err, errlen);
 	if (rc == 0)
+		rc = dml_local_store_new(spec, &store, err, errlen);
+	if (rc == 0)
 		rc = app->create(spec, env, &state, err, errlen);
 	if (rc == 0)
 		rc = app->set_partitions(state, all, 1, 1, err, errlen);
-	if (rc == 0)
-		rc = time_steps(app, state, seconds, examples_per_s, err, errlen);
+	if (rc == 0) {
+		dml_local_store_io(store, &io);
+		rc = time_steps(app, state, &io, seconds, examples_per_s, err, errlen);
+	}
 	app->destroy(state);
+	dml_local_store_free(store);
 	dml_job_spec_free(spec);
 	return rc;
 }

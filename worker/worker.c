@@ -14,7 +14,6 @@
  * assigned RUNNING, or let a job's failure take the daemon down (it is
  * reported to the scheduler and the worker goes back to idle).
  */
-#include <cblas.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -53,9 +52,6 @@
 #define REASON_MAX 320
 /* How long the last frames to the scheduler get to leave when stopping. */
 #define LEAVE_FLUSH_MS 100
-
-/* The apps this worker runs; the first one is profiled at start. */
-static const struct dml_app *const apps[] = { &dml_app_lsq };
 
 /* ---- state shared by the loop and the trainer ---------------------------- */
 
@@ -150,6 +146,19 @@ static void assign_set(struct assign *dst, uint32_t job, uint64_t version, int s
 		memcpy(dst->parts, parts, nparts * sizeof(*parts));
 	dst->num_partitions = num_partitions;
 	dst->start_clock = start_clock;
+}
+
+/*
+ * Does a hold partition p? The worker holding partition 0 is the job's
+ * evaluator: one evaluation per eval_every clocks for the whole job, not
+ * one per worker (an evaluation can cost as much as many steps).
+ */
+static int assign_has_part(const struct assign *a, uint32_t p)
+{
+	for (size_t i = 0; i < a->nparts; i++)
+		if (a->parts[i] == p)
+			return 1;
+	return 0;
 }
 
 static void assign_copy(struct assign *dst, const struct assign *src)
@@ -301,14 +310,6 @@ static const struct dml_app_io_ops libdml_io = {
 	.wait = io_wait,
 };
 
-static const struct dml_app *app_find(const char *name)
-{
-	for (size_t i = 0; i < DML_ARRAY_LEN(apps); i++)
-		if (name && strcmp(apps[i]->name, name) == 0)
-			return apps[i];
-	return NULL;
-}
-
 static double seconds(uint64_t ns)
 {
 	return (double)ns / 1e9;
@@ -458,7 +459,7 @@ static int run_open(struct run *r)
 		run_fail(r, "job spec: %s", why);
 		return rc;
 	}
-	if (!(r->app = app_find(r->spec->app))) {
+	if (!(r->app = dml_app_find(r->spec->app))) {
 		run_fail(r, "app '%s' is not an app of this worker", r->spec->app);
 		return DML_EINVAL;
 	}
@@ -503,6 +504,12 @@ static int run_open(struct run *r)
 
 static void run_close(struct run *r)
 {
+	char why[sizeof(r->err)];
+
+	/* The last pushes are the app's to wait for; an error is too late to
+	 * fail the job over, but worth a line. */
+	if (r->d && r->state && r->app->drain(r->state, &r->io, why, sizeof(why)) != 0)
+		dml_warn("job %" PRIu32 ": the last pushes: %s", r->as.job, why);
 	if (r->d)
 		dml_close(r->d);
 	dml_opts_free(r->opts);
@@ -664,7 +671,8 @@ static int run_clock(struct run *r, int last)
 	r->examples += st.examples;
 	if (!isnan(st.loss))
 		r->loss = st.loss;
-	if ((last || (r->eval_every && r->clock % r->eval_every == 0)) &&
+	if ((last || (r->eval_every && r->clock % r->eval_every == 0 &&
+		      assign_has_part(&r->as, 0))) &&
 	    (rc = run_evaluate(r)) != 0)
 		return rc;
 	elapsed = dml_now_ns() - t0;
@@ -983,6 +991,26 @@ static int link_start(struct dml_worker *w, const struct dml_profile *prof)
 	return 0;
 }
 
+/* The configured compute backend, open for the worker's life. */
+static int backend_open(struct dml_worker *w)
+{
+	struct dml_backend_conf bc = { .threads = w->conf->threads,
+				       .device = (int)w->conf->device };
+	char err[256] = "";
+	int rc;
+
+	w->env.be = dml_backend_find(w->env.backend);
+	if (!w->env.be) {
+		dml_err("backend %s: not in this build", w->env.backend);
+		return DML_ECONF;
+	}
+	if ((rc = w->env.be->open(&bc, &w->env.be_ctx, err, sizeof(err))) != 0) {
+		dml_err("backend %s: %s", w->env.backend, err);
+		return rc;
+	}
+	return 0;
+}
+
 int dml_worker_new(const struct dml_worker_conf *conf, struct event_base *base,
 		   struct dml_worker **out)
 {
@@ -994,7 +1022,7 @@ int dml_worker_new(const struct dml_worker_conf *conf, struct event_base *base,
 
 	w->conf = conf;
 	w->base = base;
-	w->env.backend = dml_worker_backend_names[conf->backend];
+	w->env.backend = dml_backend_names[conf->backend];
 	pthread_mutex_init(&w->sh.mu, NULL);
 	/* Timed waits while paused must not follow changes of the wall clock. */
 	pthread_condattr_init(&cattr);
@@ -1015,12 +1043,13 @@ int dml_worker_new(const struct dml_worker_conf *conf, struct event_base *base,
 	w->conn_conf.node_id = conf->node_id;
 	w->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 
-	openblas_set_num_threads((int)conf->threads);
-	dml_profile_measure(apps[0], &w->env, conf->profile, &prof);
+	if ((rc = backend_open(w)) != 0)
+		return rc;
+	dml_profile_measure(dml_apps[0], &w->env, conf->profile, &prof);
 	dml_info("profile: %s, %" PRIu32 " cores, %" PRIu64 " MiB, %.1f GFLOP/s, %.0f "
 		 "examples/s (app %s, %" PRIu32 " OpenBLAS threads)%s", prof.device,
 		 prof.cores, prof.memory_bytes >> 20, prof.gflops, prof.examples_per_s,
-		 apps[0]->name, conf->threads,
+		 dml_apps[0]->name, conf->threads,
 		 conf->profile ? "" : " (not measured: profile = no)");
 
 	if ((rc = metrics_start(w)) != 0)
@@ -1076,6 +1105,8 @@ void dml_worker_free(struct dml_worker *w)
 	dml_secret_free(w->secret, w->secret_len);
 	dml_job_spec_free(w->sh.spec);
 	assign_clear(&w->sh.as);
+	if (w->env.be)
+		w->env.be->close(w->env.be_ctx);
 	pthread_cond_destroy(&w->sh.cv);
 	pthread_mutex_destroy(&w->sh.mu);
 	free(w);

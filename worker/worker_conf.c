@@ -11,12 +11,11 @@
 
 #include "dml_error.h"
 #include "util.h"
+#include "backend.h"
 #include "worker_conf.h"
 
 #define W(field) offsetof(struct dml_worker_conf, field)
 #define MAX_U32 4294967295.0
-
-const char *const dml_worker_backend_names[] = { "cpu", NULL };
 
 static const struct dml_conf_section sections[] = {
 	{ "worker", 0, 0, 0, 0, "identity, scheduler, secret and compute of this worker" },
@@ -36,9 +35,11 @@ static const struct dml_conf_option options[] = {
 	{ "worker", "zone", DML_CONF_STRING, W(zone), "", 0, 0, NULL, dml_conf_check_zone,
 	  "placement zone (rack, cloud region) reported to the scheduler" },
 	{ "worker", "backend", DML_CONF_ENUM, W(backend), "cpu", 0, 0,
-	  dml_worker_backend_names, NULL, "where apps compute: cpu (OpenBLAS)" },
+	  dml_backend_names, NULL, "where apps compute: cpu (OpenBLAS) or cuda" },
 	{ "worker", "threads", DML_CONF_U32, W(threads), "1", 1, 1024, NULL, NULL,
 	  "OpenBLAS threads" },
+	{ "worker", "device", DML_CONF_U32, W(device), "0", 0, 1023, NULL, NULL,
+	  "cuda: index of the GPU to use" },
 	{ "worker", "log_level", DML_CONF_ENUM, W(log_level), "info", 0, 0,
 	  dml_conf_log_levels, NULL, "lowest level logged to stderr" },
 	{ "worker", "metrics_listen", DML_CONF_STRING, W(metrics_listen), "", 0, 0, NULL,

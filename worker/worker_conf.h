@@ -17,8 +17,9 @@ struct dml_worker_conf {
 	char *cluster;
 	char *secret_file;
 	char *zone;               /* placement zone, "" when unset */
-	int backend;              /* index into dml_worker_backend_names */
+	int backend;              /* index into dml_backend_names (backend.h) */
 	uint32_t threads;         /* OpenBLAS threads */
+	uint32_t device;          /* cuda: GPU index */
 	int log_level;
 	char *metrics_listen;     /* "" = no metrics endpoint */
 	char *metrics_port_file;
@@ -28,9 +29,6 @@ struct dml_worker_conf {
 	uint64_t max_meta, max_payload;
 	uint32_t handshake_timeout_ms;
 };
-
-/** Compute backends of this build, NULL-terminated ("cpu"). */
-extern const char *const dml_worker_backend_names[];
 
 /* Parse with dml_conf_load(); the cross-field check wants metrics_listen
  * for metrics_port_file. */

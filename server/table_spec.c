@@ -1,0 +1,67 @@
+/*
+ * TableSpec to table storage settings (table_spec.h). Empty names mean the
+ * job file's defaults (zeros, sgd), as a spec built by hand may leave them.
+ *
+ * Must never: index the name tables with a name they lack.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "dml_error.h"
+#include "optim.h"
+#include "table_spec.h"
+
+static int name_index(const char *const *names, const char *name, const char *dflt)
+{
+	if (!name || !*name)
+		name = dflt;
+	for (int i = 0; names[i]; i++)
+		if (strcmp(names[i], name) == 0)
+			return i;
+	return -1;
+}
+
+int dml_table_conf_from_spec(const Dml__TableSpec *ts, struct dml_table_conf *t, char *err,
+			   size_t errlen)
+{
+	int init = name_index(dml_init_kind_names, ts->init, "zeros");
+	int opt = name_index(dml_optim_kind_names, ts->optimizer, "sgd");
+
+	memset(t, 0, sizeof(*t));
+	if (init < 0 || opt < 0) {
+		snprintf(err, errlen, "table %u: unknown %s '%s'", ts->id,
+			 init < 0 ? "init" : "optimizer", init < 0 ? ts->init : ts->optimizer);
+		return DML_EINVAL;
+	}
+	if (ts->width < 1) {
+		snprintf(err, errlen, "table %u: width 0", ts->id);
+		return DML_EINVAL;
+	}
+	if (ts->dense ? ts->keys == 0 : ts->keys != 0) {
+		snprintf(err, errlen, "table %u: %s", ts->id, ts->dense ? "dense without keys"
+			 : "keys given for a sparse table");
+		return DML_EINVAL;
+	}
+	t->id = ts->id;
+	t->width = ts->width;
+	t->kind = ts->dense ? DML_TABLE_DENSE : DML_TABLE_SPARSE;
+	t->init = (enum dml_init_kind)init;
+	t->init_scale = (float)ts->init_scale;
+	t->seed = ts->seed;
+	t->optim.kind = (enum dml_optim_kind)opt;
+	t->optim.lr = (float)ts->lr;
+	t->optim.weight_decay = (float)ts->weight_decay;
+	t->optim.momentum = (float)ts->momentum;
+	t->optim.beta1 = (float)ts->beta1;
+	t->optim.beta2 = (float)ts->beta2;
+	t->optim.eps = (float)ts->epsilon;
+	t->optim.lr_decay = (float)ts->lr_decay;
+	if (!(t->init_scale >= 0.0f && t->init_scale < 1e30f) ||
+	    dml_optim_validate(&t->optim) != 0) {
+		snprintf(err, errlen, "table %u: initializer or optimizer settings out of range",
+			 ts->id);
+		return DML_EINVAL;
+	}
+	return 0;
+}
+

@@ -1,0 +1,191 @@
+/*
+ * cluster.c - a whole cluster for end-to-end tests (see cluster.h): the
+ * daemons and workers started through harness.h, dmlctl --json answers
+ * parsed with json.h, and the suite that runs such tests.
+ *
+ * Must never decide a test's outcome by itself beyond asserting that the
+ * cluster it was asked for came up and went down cleanly.
+ */
+#define _GNU_SOURCE /* asprintf */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "check_run.h"
+#include "cluster.h"
+
+void cluster_sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+void cluster_add_server(struct cluster *c)
+{
+	struct dml_test_server_conf sc = { 0 };
+	char *line;
+
+	ck_assert_uint_lt(c->nservers, CLUSTER_MAX_SERVERS);
+	line = dml_test_scheduler_line(c->sched);
+	sc.node_id = (uint32_t)c->nservers + 1;
+	sc.server_extra = line;
+	ck_assert_int_eq(dml_test_server_start(c->env, &sc, &c->servers[c->nservers]), 0);
+	c->nservers++;
+	free(line);
+}
+
+void cluster_start_worker(struct cluster *c, uint32_t id)
+{
+	char name[32], *path, *bin, *text;
+
+	ck_assert(id >= 1 && id <= CLUSTER_MAX_WORKERS);
+	ck_assert_int_gt(asprintf(&text,
+				  "[worker]\nnode_id = %u\nscheduler = 127.0.0.1:%u\n"
+				  "secret_file = %s\nlog_level = info\nthreads = 1\n",
+				  id, c->port, dml_test_env_secret(c->env)), 0);
+	snprintf(name, sizeof(name), "worker-%u.conf", id);
+	ck_assert_int_eq(dml_test_env_write(c->env, name, text, 0644, &path), 0);
+	dml_test_bin("worker/dml-worker", &bin);
+	{
+		char *argv[] = { bin, (char *)"-c", path, NULL };
+
+		snprintf(name, sizeof(name), "worker-%u.log", id);
+		ck_assert_int_eq(dml_test_proc_spawn(c->env, argv, name, &c->workers[id]),
+				 0);
+	}
+	free(bin);
+	free(path);
+	free(text);
+}
+
+int cluster_dmlctl_json(struct cluster *c, const char *const *args, struct jval *doc)
+{
+	const char *argv[8] = { "--json" };
+	struct dml_test_output out;
+	int rc;
+	size_t n = 1;
+
+	for (; *args && n < 7; args++)
+		argv[n++] = *args;
+	argv[n] = NULL;
+	rc = dml_test_dmlctl(c->env, c->port, NULL, argv, &out);
+	if (rc == 0 && out.status == 0)
+		rc = json_parse(out.out, doc);
+	else
+		rc = -1;
+	if (rc)
+		fprintf(stderr, "dmlctl --json %s: status %d\nstdout: %s\nstderr: %s\n",
+			argv[1], out.status, out.out, out.err);
+	dml_test_output_free(&out);
+	return rc;
+}
+
+const struct jval *cluster_node(const struct jval *doc, const char *role, uint32_t id)
+{
+	const struct jval *nodes = json_get(doc, "nodes");
+
+	for (size_t i = 0; nodes && i < nodes->n; i++)
+		if (strcmp(jstr(&nodes->items[i], "role"), role) == 0 &&
+		    jnum(&nodes->items[i], "id") == id)
+			return &nodes->items[i];
+	return NULL;
+}
+
+void cluster_wait_workers(struct cluster *c, uint32_t n)
+{
+	static const char *const args[] = { "nodes", NULL };
+
+	for (int waited = 0; waited < CLUSTER_WAIT_MS; waited += CLUSTER_POLL_MS) {
+		struct jval doc;
+		uint32_t alive = 0;
+
+		if (cluster_dmlctl_json(c, args, &doc) == 0) {
+			for (uint32_t id = 1; id <= n; id++) {
+				const struct jval *e = cluster_node(&doc, "worker", id);
+
+				alive += e && strcmp(jstr(e, "state"), "alive") == 0;
+			}
+			json_free(&doc);
+		}
+		if (alive == n)
+			return;
+		cluster_sleep_ms(CLUSTER_POLL_MS);
+	}
+	ck_abort_msg("workers did not all register");
+}
+
+void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers)
+{
+	struct dml_test_sched_conf sc = { 0 };
+
+	memset(c, 0, sizeof(*c));
+	ck_assert_int_eq(dml_test_env_new(&c->env), 0);
+	sc.heartbeat_interval_ms = 100;
+	sc.suspect_after_ms = 400;
+	sc.dead_after_ms = 1000;
+	ck_assert_int_eq(dml_test_sched_start(c->env, &sc, &c->sched), 0);
+	c->port = dml_test_server_port(c->sched);
+	while (c->nservers < nservers)
+		cluster_add_server(c);
+	for (uint32_t id = 1; id <= nworkers; id++)
+		cluster_start_worker(c, id);
+	cluster_wait_workers(c, nworkers);
+}
+
+void cluster_down(struct cluster *c)
+{
+	for (uint32_t id = 1; id <= CLUSTER_MAX_WORKERS; id++) {
+		pid_t pid = c->workers[id];
+		int status;
+
+		if (!pid)
+			continue;
+		kill(pid, SIGTERM);
+		ck_assert_int_eq(dml_test_proc_wait(c->env, pid, 15000, &status), 0);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "worker %u exited with status %d", id, status);
+	}
+	for (size_t i = 0; i < c->nservers; i++)
+		ck_assert_int_eq(dml_test_server_stop(c->servers[i],
+						      DML_TEST_STOP_TIMEOUT_MS), 0);
+	ck_assert_int_eq(dml_test_server_stop(c->sched, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(c->env);
+}
+
+pid_t cluster_submit_wait(struct cluster *c, const char *path)
+{
+	char *bin, port[32];
+	pid_t pid;
+
+	dml_test_bin("tools/dmlctl", &bin);
+	snprintf(port, sizeof(port), "127.0.0.1:%u", c->port);
+	{
+		char *argv[] = { bin, (char *)"-s", port, (char *)"--secret",
+				 (char *)dml_test_env_secret(c->env), (char *)"submit",
+				 (char *)path, (char *)"--wait", NULL };
+
+		ck_assert_int_eq(dml_test_proc_spawn(c->env, argv, "submit.log", &pid),
+				 0);
+	}
+	free(bin);
+	return pid;
+}
+
+int cluster_suite_run(const char *name, const TTest *const *tests, size_t n)
+{
+	Suite *s = suite_create(name);
+	TCase *tc = tcase_create("cluster");
+
+	tcase_set_timeout(tc, CLUSTER_TEST_TIMEOUT_S);
+	for (size_t i = 0; i < n; i++)
+		tcase_add_test(tc, tests[i]);
+	suite_add_tcase(s, tc);
+	return dml_check_run(s);
+}

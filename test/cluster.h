@@ -1,0 +1,81 @@
+/*
+ * cluster.h - a whole cluster for end-to-end tests, on top of harness.h:
+ * dml-sched, dml-servers that take their tables from it and dml-workers
+ * from config files, as real processes on 127.0.0.1, driven through dmlctl
+ * the way an operator drives them.
+ *
+ * Every function asserts (Check) what it needs: a cluster that cannot
+ * start fails the test that asked for it. Nothing here stops a process it
+ * did not start, and cluster_down() checks that every one of them exits
+ * cleanly.
+ */
+#ifndef DML_TEST_CLUSTER_H
+#define DML_TEST_CLUSTER_H
+
+#include <check.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "harness.h"
+#include "json.h"
+
+#define CLUSTER_MAX_SERVERS 3
+#define CLUSTER_MAX_WORKERS 4
+/** How long one cluster test may run; waits below give up well before. */
+#define CLUSTER_TEST_TIMEOUT_S 180
+/** How long a wait for the cluster polls, and how often. */
+#define CLUSTER_WAIT_MS 60000
+#define CLUSTER_POLL_MS 100
+
+struct cluster {
+	struct dml_test_env *env;
+	struct dml_test_server *sched;
+	struct dml_test_server *servers[CLUSTER_MAX_SERVERS];
+	size_t nservers;
+	pid_t workers[CLUSTER_MAX_WORKERS + 1]; /* by node id; 0: not running */
+	uint16_t port;                          /* the scheduler's */
+};
+
+/** Sleep ms milliseconds, signals notwithstanding. */
+void cluster_sleep_ms(int ms);
+
+/**
+ * Start dml-sched (fast heartbeats: dead after 1 s), nservers servers and
+ * workers 1..nworkers, and wait until every worker is alive.
+ */
+void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers);
+
+/** SIGTERM every worker and check its clean exit, then stop the daemons. */
+void cluster_down(struct cluster *c);
+
+/** Start one more dml-server (node id: its index + 1) under the scheduler. */
+void cluster_add_server(struct cluster *c);
+
+/** Start dml-worker node id (1..CLUSTER_MAX_WORKERS), one thread. */
+void cluster_start_worker(struct cluster *c, uint32_t id);
+
+/**
+ * dmlctl --json ARGS... (at most 6, NULL-terminated), which must exit 0 and
+ * print one JSON value into doc (json_free() it). Returns 0, or -1 after
+ * printing what dmlctl said.
+ */
+int cluster_dmlctl_json(struct cluster *c, const char *const *args, struct jval *doc);
+
+/** The entry for (role, id) in the nodes of `dmlctl --json nodes`, or NULL. */
+const struct jval *cluster_node(const struct jval *doc, const char *role, uint32_t id);
+
+/** Wait until every worker 1..n is alive at the scheduler. */
+void cluster_wait_workers(struct cluster *c, uint32_t n);
+
+/** Run `dmlctl submit FILE --wait` in the background (output: submit.log). */
+pid_t cluster_submit_wait(struct cluster *c, const char *path);
+
+/**
+ * The main of a cluster test program: the n tests as suite `name`, one
+ * test case "cluster" with CLUSTER_TEST_TIMEOUT_S, run by dml_check_run().
+ * Returns the program's exit status.
+ */
+int cluster_suite_run(const char *name, const TTest *const *tests, size_t n);
+
+#endif

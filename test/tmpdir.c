@@ -1,0 +1,69 @@
+/*
+ * tmpdir.c - the private temporary folder of a unit-test suite (see
+ * tmpdir.h): mkdtemp under $TMPDIR, and its files and itself removed after.
+ *
+ * Must never remove anything outside the folder it made, nor recurse: the
+ * tests write plain files only.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tmpdir.h"
+
+static const char *g_prefix = "check";
+static char g_dir[4096];
+
+static void tmpdir_setup(void)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	if (!tmp || !*tmp)
+		tmp = P_tmpdir;
+	snprintf(g_dir, sizeof(g_dir), "%s/%s.XXXXXX", tmp, g_prefix);
+	if (!mkdtemp(g_dir)) {
+		perror("mkdtemp");
+		exit(1);
+	}
+}
+
+static void tmpdir_teardown(void)
+{
+	DIR *d = opendir(g_dir);
+	struct dirent *e;
+	char p[DML_TEST_PATH_MAX];
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		dml_test_tmpdir_path(p, sizeof(p), e->d_name);
+		unlink(p);
+	}
+	closedir(d);
+	rmdir(g_dir);
+	g_dir[0] = '\0';
+}
+
+void dml_test_tmpdir_fixture(TCase *tc, const char *prefix, int per_test)
+{
+	g_prefix = prefix;
+	if (per_test)
+		tcase_add_checked_fixture(tc, tmpdir_setup, tmpdir_teardown);
+	else
+		tcase_add_unchecked_fixture(tc, tmpdir_setup, tmpdir_teardown);
+}
+
+const char *dml_test_tmpdir(void)
+{
+	return g_dir;
+}
+
+const char *dml_test_tmpdir_path(char *path, size_t len, const char *name)
+{
+	snprintf(path, len, "%s/%s", g_dir, name);
+	return path;
+}

@@ -1,0 +1,117 @@
+/*
+ * dml-bench helpers that its subcommands share, pushpull (bench.c) and
+ * train (bench_train.c): exit statuses and option handling, interruption by
+ * signals, paths, the program's own build directory, private temporary
+ * directories, how a child process ended, daemon logs shown through the
+ * logger, and libdml options set from a table.
+ *
+ * Nothing declared here may start a process, a server or a connection: the
+ * subcommands do that themselves and stop what they started.
+ */
+#ifndef DML_BENCH_UTIL_H
+#define DML_BENCH_UTIL_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "dml.h"
+
+struct option;
+
+/* Exit statuses of every subcommand. */
+#define BENCH_EXIT_ERROR 1
+#define BENCH_EXIT_USAGE 2
+#define BENCH_EXIT_INTERRUPTED 130
+
+/**
+ * SIGINT, SIGTERM and SIGHUP set the flag that bench_interrupted() (bench.h)
+ * reads; a second one also sends SIGTERM to the child named by
+ * bench_signals_child(). SIGPIPE is ignored.
+ */
+void bench_signals_install(void);
+
+/** The child process to stop on a second signal; 0 for none. */
+void bench_signals_child(pid_t pid);
+
+/**
+ * Start a subcommand's option parsing: *help = 0 and getopt rewound, so that
+ * the parse works on any argv however often it runs.
+ */
+void bench_getopt_reset(int *help);
+
+/**
+ * getopt_long() with "vh": -v/--verbose (++*verbose) and -h/--help (*help
+ * = 1) are handled here and never returned. Returns the next other option
+ * (getopt's '?' included: bad usage), or -1 when none is left or after
+ * --help.
+ */
+int bench_getopt(int argc, char **argv, const struct option *longopts, int *verbose,
+		 int *help);
+
+/**
+ * After bench_getopt() returned -1 for subcommand cmd: 0 after --help or
+ * when every argument was an option, else BENCH_EXIT_USAGE (logged).
+ */
+int bench_getopt_end(const char *cmd, int argc, char **argv, int help);
+
+/**
+ * Log "CMD: bad OPT 'VALUE': WANT" and a pointer to `dml-bench CMD --help`.
+ * Returns BENCH_EXIT_USAGE.
+ */
+int bench_usage_error(const char *cmd, const char *opt, const char *value,
+		      const char *want);
+
+/**
+ * After a subcommand parsed its options into parse_rc and help: print its
+ * usage to stdout for --help, or else set the log level (warnings, and one
+ * level more per -v) and install the signal handlers. Returns non-zero when
+ * the subcommand should end now with parse_rc as its exit status.
+ */
+int bench_cmd_begin(int parse_rc, int help, void (*usage)(FILE *out), int verbose);
+
+/** The exit status for a subcommand's result rc (0 or a DML_E... code). */
+int bench_exit_status(int rc);
+
+/** out = "DIR/NAME". Returns 0, or DML_EINVAL when it does not fit in len. */
+int bench_path(char *out, size_t len, const char *dir, const char *name);
+
+/** Cut path at its last slash: its directory. DML_ENOTFOUND at the root. */
+int bench_dirname(char *path);
+
+/**
+ * The directory this program runs from, a libtool build's .libs left out
+ * (there it is the build tree's tools/). Returns 0 or DML_ENOTFOUND.
+ */
+int bench_exe_dir(char *out, size_t len);
+
+/**
+ * Make a private directory $TMPDIR/PREFIX.XXXXXX (P_tmpdir without TMPDIR)
+ * and write its name into dir. Returns 0, DML_EINVAL (the name does not fit
+ * in len) or DML_EIO (logged).
+ */
+int bench_tmpdir_make(const char *prefix, char *dir, size_t len);
+
+/** Remove dir and everything below it; what cannot be removed is logged. */
+void bench_tmpdir_remove(const char *dir);
+
+/** How a child ended, from waitpid()'s status: "exit status 3" and the like. */
+void bench_exit_reason(int status, char *buf, size_t len);
+
+/** Log each line of text (cut up in place) as an error, as "  | LINE". */
+void bench_log_lines(char *text);
+
+/**
+ * Log the line title, then the last `max` bytes of the file at path through
+ * bench_log_lines(). Nothing when the file cannot be opened.
+ */
+void bench_log_tail(const char *path, size_t max, const char *title);
+
+/**
+ * New libdml options set from n key/value pairs; a value libdml refuses is
+ * logged. Returns 0 or dml_opts_set()'s code; *out is to be freed with
+ * dml_opts_free() either way.
+ */
+int bench_dml_opts_new(const char *const (*kv)[2], size_t n, dml_opts_t **out);
+
+#endif

@@ -1,0 +1,874 @@
+/*
+ * dmlctl's printers: the scheduler's answers as aligned tables, one-line
+ * progress reports and JSON, and the figures derived from a job's status
+ * (epochs, how far it is) that several commands show.
+ *
+ * Must never: copy a byte a peer sent to the output unescaped (text cells
+ * get control characters replaced, JSON strings are escaped and bad UTF-8
+ * becomes U+FFFD), or print nan or inf into JSON.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dml_error.h"
+#include "dmlctl.h"
+#include "job_conf.h"
+#include "util.h"
+
+/* ---- JSON ---------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (NUL-terminated), or 0. */
+static size_t utf8_len(const unsigned char *s)
+{
+	uint32_t cp;
+	size_t n;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+		n = 2;
+		cp = s[0] & 0x1f;
+	} else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+		n = 3;
+		cp = s[0] & 0x0f;
+	} else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+		n = 4;
+		cp = s[0] & 0x07;
+	} else {
+		return 0;
+	}
+	/* A NUL fails the continuation test, so this never reads past the end. */
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+/* A JSON string: quotes, backslashes and controls escaped, bad UTF-8 as U+FFFD. */
+static void json_string(FILE *out, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+
+	fputc('"', out);
+	while (*p) {
+		size_t n = utf8_len(p);
+
+		if (n == 0) {
+			fputs("\\ufffd", out);
+			p++;
+			continue;
+		}
+		if (n > 1) {
+			fwrite(p, 1, n, out);
+			p += n;
+			continue;
+		}
+		switch (*p) {
+		case '"': fputs("\\\"", out); break;
+		case '\\': fputs("\\\\", out); break;
+		case '\n': fputs("\\n", out); break;
+		case '\r': fputs("\\r", out); break;
+		case '\t': fputs("\\t", out); break;
+		case '\b': fputs("\\b", out); break;
+		case '\f': fputs("\\f", out); break;
+		default:
+			if (*p < 0x20 || *p == 0x7f)
+				fprintf(out, "\\u%04x", *p);
+			else
+				fputc(*p, out);
+		}
+		p++;
+	}
+	fputc('"', out);
+}
+
+static void json_key(struct ctl_json *j, const char *key)
+{
+	if (j->more)
+		fputc(',', j->out);
+	if (key) {
+		json_string(j->out, key);
+		fputc(':', j->out);
+	}
+	j->more = 1;
+}
+
+void ctl_json_open(struct ctl_json *j, const char *key, char bracket)
+{
+	json_key(j, key);
+	fputc(bracket, j->out);
+	j->more = 0;
+}
+
+void ctl_json_close(struct ctl_json *j, char bracket)
+{
+	fputc(bracket, j->out);
+	j->more = 1;
+}
+
+void ctl_json_str(struct ctl_json *j, const char *key, const char *v)
+{
+	json_key(j, key);
+	json_string(j->out, v);
+}
+
+void ctl_json_u64(struct ctl_json *j, const char *key, uint64_t v)
+{
+	json_key(j, key);
+	fprintf(j->out, "%llu", (unsigned long long)v);
+}
+
+static void json_i64(struct ctl_json *j, const char *key, int64_t v)
+{
+	json_key(j, key);
+	fprintf(j->out, "%lld", (long long)v);
+}
+
+void ctl_json_num(struct ctl_json *j, const char *key, double v)
+{
+	json_key(j, key);
+	if (isfinite(v))
+		fprintf(j->out, "%.15g", v);
+	else
+		fputs("null", j->out);
+}
+
+static void json_bool(struct ctl_json *j, const char *key, int v)
+{
+	json_key(j, key);
+	fputs(v ? "true" : "false", j->out);
+}
+
+static void json_null(struct ctl_json *j, const char *key)
+{
+	json_key(j, key);
+	fputs("null", j->out);
+}
+
+/* ---- names and cells ------------------------------------------------------------- */
+
+static const char *role_name(uint32_t role)
+{
+	switch (role) {
+	case DML__ROLE__WORKER: return "worker";
+	case DML__ROLE__SERVER: return "server";
+	case DML__ROLE__SCHEDULER: return "scheduler";
+	case DML__ROLE__AGGREGATOR: return "aggregator";
+	case DML__ROLE__CONTROL: return "control";
+	default: return "unknown";
+	}
+}
+
+static const char *state_name(uint32_t state)
+{
+	switch (state) {
+	case DML__NODE_STATE__ALIVE: return "alive";
+	case DML__NODE_STATE__SUSPECT: return "suspect";
+	case DML__NODE_STATE__DEAD: return "dead";
+	default: return "unknown";
+	}
+}
+
+const char *ctl_action_name(int action)
+{
+	switch (action) {
+	case DML__JOB_ACTION__STOP: return "stop";
+	case DML__JOB_ACTION__PAUSE: return "pause";
+	case DML__JOB_ACTION__RESUME: return "resume";
+	default: return "none";
+	}
+}
+
+int ctl_job_ended(int state)
+{
+	return state == DML__JOB_STATE__DONE || state == DML__JOB_STATE__FAILED ||
+	       state == DML__JOB_STATE__STOPPED;
+}
+
+const char *ctl_clean(const char *s, char *buf, size_t len)
+{
+	size_t i = 0;
+
+	for (; s && s[i] && i + 1 < len; i++)
+		buf[i] = (unsigned char)s[i] < 0x20 || s[i] == 0x7f ? '?' : s[i];
+	buf[i] = '\0';
+	return buf;
+}
+
+/* Table cells: what a peer sent, with control characters made harmless. */
+static char *cell(const char *s)
+{
+	char *c = dml_xstrdup(s && *s ? s : "-");
+
+	for (char *p = c; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return c;
+}
+
+static char *cellf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *cellf(const char *fmt, ...)
+{
+	char buf[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return dml_xstrdup(buf);
+}
+
+/* A figure with printf format fmt, or "-" when there is none (NaN). */
+static char *cell_num(const char *fmt, double v)
+{
+	return isfinite(v) ? cellf(fmt, v) : dml_xstrdup("-");
+}
+
+/* Append to the NUL-terminated text in buf, truncating at len. */
+static void addf(char *buf, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void addf(char *buf, size_t len, const char *fmt, ...)
+{
+	size_t used = strlen(buf);
+	va_list ap;
+
+	if (used + 1 >= len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf + used, len - used, fmt, ap);
+	va_end(ap);
+}
+
+static void fmt_age(uint64_t ms, char *buf, size_t len)
+{
+	if (ms < 1000)
+		snprintf(buf, len, "%llums", (unsigned long long)ms);
+	else if (ms < 60000)
+		snprintf(buf, len, "%.1fs", (double)ms / 1000.0);
+	else if (ms < 3600000)
+		snprintf(buf, len, "%llum%02llus", (unsigned long long)(ms / 60000),
+			 (unsigned long long)(ms / 1000 % 60));
+	else if (ms < 86400000)
+		snprintf(buf, len, "%lluh%02llum", (unsigned long long)(ms / 3600000),
+			 (unsigned long long)(ms / 60000 % 60));
+	else
+		snprintf(buf, len, "%llud%02lluh", (unsigned long long)(ms / 86400000),
+			 (unsigned long long)(ms / 3600000 % 24));
+}
+
+static char *cell_age(uint64_t ms)
+{
+	char buf[48];
+
+	fmt_age(ms, buf, sizeof(buf));
+	return dml_xstrdup(buf);
+}
+
+/* ---- tables ------------------------------------------------------------------------ */
+
+/* Rows of malloc'ed cells printed in aligned columns; a NULL cell prints "-". */
+struct table {
+	size_t ncols, nrows;
+	char **cells;               /* nrows * ncols */
+};
+
+static char **table_row(struct table *t)
+{
+	t->cells = dml_xrealloc(t->cells, (t->nrows + 1) * t->ncols * sizeof(*t->cells));
+	memset(t->cells + t->nrows * t->ncols, 0, t->ncols * sizeof(*t->cells));
+	return t->cells + t->nrows++ * t->ncols;
+}
+
+static void table_init(struct table *t, const char *const *head, size_t ncols)
+{
+	char **row;
+
+	t->ncols = ncols;
+	t->nrows = 0;
+	t->cells = NULL;
+	row = table_row(t);
+	for (size_t c = 0; c < ncols; c++)
+		row[c] = dml_xstrdup(head[c]);
+}
+
+static void table_print(const struct table *t, FILE *out, const char *indent)
+{
+	size_t *width = dml_xcalloc(t->ncols, sizeof(*width));
+
+	for (size_t i = 0; i < t->nrows * t->ncols; i++) {
+		size_t c = i % t->ncols, n = t->cells[i] ? strlen(t->cells[i]) : 1;
+
+		if (n > width[c])
+			width[c] = n;
+	}
+	for (size_t r = 0; r < t->nrows; r++) {
+		char **row = t->cells + r * t->ncols;
+
+		fputs(indent, out);
+		for (size_t c = 0; c < t->ncols; c++) {
+			const char *v = row[c] ? row[c] : "-";
+
+			if (c + 1 < t->ncols)
+				fprintf(out, "%-*s  ", (int)width[c], v);
+			else
+				fprintf(out, "%s\n", v);
+		}
+	}
+	free(width);
+}
+
+static void table_free(struct table *t)
+{
+	for (size_t i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	t->cells = NULL;
+	t->nrows = 0;
+}
+
+/* ---- nodes ------------------------------------------------------------------------- */
+
+static void json_profile(struct ctl_json *j, const char *key, const Dml__Profile *p)
+{
+	if (!p) {
+		json_null(j, key);
+		return;
+	}
+	ctl_json_open(j, key, '{');
+	ctl_json_str(j, "device", p->device);
+	ctl_json_u64(j, "cores", p->cores);
+	ctl_json_u64(j, "memory_bytes", p->memory_bytes);
+	ctl_json_num(j, "gflops", p->gflops);
+	ctl_json_num(j, "examples_per_s", p->examples_per_s);
+	ctl_json_num(j, "link_mbps", p->link_mbps);
+	ctl_json_close(j, '}');
+}
+
+void ctl_print_nodes_json(FILE *out, const Dml__Meta *r)
+{
+	struct ctl_json j = { out, 0 };
+
+	ctl_json_open(&j, NULL, '{');
+	ctl_json_open(&j, "nodes", '[');
+	for (size_t i = 0; i < r->n_nodes; i++) {
+		const Dml__NodeInfo *n = r->nodes[i];
+		char shard[32];
+
+		ctl_json_open(&j, NULL, '{');
+		ctl_json_str(&j, "role", role_name(n->role));
+		ctl_json_u64(&j, "id", n->node_id);
+		ctl_json_str(&j, "zone", n->zone);
+		ctl_json_str(&j, "address", n->address);
+		ctl_json_str(&j, "state", state_name(n->state));
+		ctl_json_u64(&j, "last_heartbeat_ms", n->last_heartbeat_ms);
+		ctl_json_str(&j, "reason", n->reason);
+		if (n->shard_count) {
+			snprintf(shard, sizeof(shard), "%u/%u", n->shard_index,
+				 n->shard_count);
+			ctl_json_str(&j, "shard", shard);
+		} else {
+			json_null(&j, "shard");
+		}
+		json_profile(&j, "profile", n->profile);
+		ctl_json_close(&j, '}');
+	}
+	ctl_json_close(&j, ']');
+	ctl_json_close(&j, '}');
+	fputc('\n', out);
+}
+
+void ctl_print_nodes_table(FILE *out, const Dml__Meta *r)
+{
+	static const char *const head[] = {
+		"ROLE", "ID", "ZONE", "ADDRESS", "STATE", "LAST-HEARTBEAT", "REASON"
+	};
+	struct table t;
+
+	table_init(&t, head, DML_ARRAY_LEN(head));
+	for (size_t i = 0; i < r->n_nodes; i++) {
+		const Dml__NodeInfo *n = r->nodes[i];
+		char **row = table_row(&t);
+
+		row[0] = dml_xstrdup(role_name(n->role));
+		row[1] = cellf("%u", n->node_id);
+		row[2] = cell(n->zone);
+		row[3] = cell(n->address);
+		row[4] = dml_xstrdup(state_name(n->state));
+		row[5] = cell_age(n->last_heartbeat_ms);
+		row[6] = cell(n->reason);
+	}
+	table_print(&t, out, "");
+	table_free(&t);
+}
+
+/* ---- jobs as JSON ------------------------------------------------------------------ */
+
+static void json_table_spec(struct ctl_json *j, const Dml__TableSpec *t)
+{
+	ctl_json_open(j, NULL, '{');
+	ctl_json_u64(j, "id", t->id);
+	json_bool(j, "dense", t->dense);
+	ctl_json_u64(j, "width", t->width);
+	ctl_json_u64(j, "keys", t->keys);
+	ctl_json_u64(j, "capacity", t->capacity);
+	ctl_json_str(j, "init", t->init);
+	ctl_json_num(j, "init_scale", t->init_scale);
+	ctl_json_u64(j, "seed", t->seed);
+	ctl_json_str(j, "optimizer", t->optimizer);
+	ctl_json_num(j, "lr", t->lr);
+	ctl_json_num(j, "weight_decay", t->weight_decay);
+	ctl_json_num(j, "momentum", t->momentum);
+	ctl_json_num(j, "beta1", t->beta1);
+	ctl_json_num(j, "beta2", t->beta2);
+	ctl_json_num(j, "epsilon", t->epsilon);
+	ctl_json_num(j, "lr_decay", t->lr_decay);
+	ctl_json_close(j, '}');
+}
+
+static void json_job_spec(struct ctl_json *j, const char *key, const Dml__JobSpec *sp)
+{
+	if (!sp) {
+		json_null(j, key);
+		return;
+	}
+	ctl_json_open(j, key, '{');
+	ctl_json_str(j, "name", sp->name);
+	ctl_json_str(j, "app", sp->app);
+	ctl_json_str(j, "data", sp->data);
+	ctl_json_str(j, "test_data", sp->test_data);
+	ctl_json_open(j, "tables", '[');
+	for (size_t i = 0; i < sp->n_tables; i++)
+		json_table_spec(j, sp->tables[i]);
+	ctl_json_close(j, ']');
+	json_i64(j, "staleness", sp->staleness);
+	ctl_json_u64(j, "batch_size", sp->batch_size);
+	ctl_json_u64(j, "max_clocks", sp->max_clocks);
+	ctl_json_num(j, "max_epochs", sp->max_epochs);
+	ctl_json_num(j, "target", sp->target);
+	ctl_json_str(j, "metric", sp->metric);
+	ctl_json_u64(j, "workers", sp->workers);
+	ctl_json_open(j, "worker_ids", '[');
+	for (size_t i = 0; i < sp->n_worker_ids; i++)
+		ctl_json_u64(j, NULL, sp->worker_ids[i]);
+	ctl_json_close(j, ']');
+	ctl_json_u64(j, "partitions", sp->partitions);
+	ctl_json_u64(j, "examples", sp->examples);
+	ctl_json_u64(j, "dim", sp->dim);
+	ctl_json_str(j, "hidden", sp->hidden);
+	ctl_json_u64(j, "eval_every", sp->eval_every);
+	ctl_json_u64(j, "dead_after_ms", sp->dead_after_ms);
+	ctl_json_num(j, "min_rate", sp->min_rate);
+	ctl_json_u64(j, "seed", sp->seed);
+	ctl_json_close(j, '}');
+}
+
+static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
+{
+	ctl_json_open(j, NULL, '{');
+	ctl_json_u64(j, "worker", w->worker);
+	ctl_json_str(j, "state", state_name(w->state));
+	ctl_json_u64(j, "clock", w->clock);
+	ctl_json_u64(j, "examples", w->examples);
+	ctl_json_num(j, "examples_per_s", w->examples_per_s);
+	ctl_json_num(j, "loss", w->loss);
+	ctl_json_u64(j, "partitions", w->partitions);
+	ctl_json_str(j, "reason", w->reason);
+	ctl_json_num(j, "compute_s", w->compute_s);
+	ctl_json_num(j, "wait_s", w->wait_s);
+	ctl_json_close(j, '}');
+}
+
+void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStatus *st)
+{
+	ctl_json_open(j, key, '{');
+	ctl_json_u64(j, "id", st->id);
+	ctl_json_str(j, "name", st->name);
+	ctl_json_str(j, "state", dml_job_state_name(st->state));
+	ctl_json_str(j, "reason", st->reason);
+	json_job_spec(j, "spec", st->spec);
+	ctl_json_u64(j, "clock", st->clock);
+	ctl_json_u64(j, "examples", st->examples);
+	ctl_json_u64(j, "data_examples", st->data_examples);
+	ctl_json_num(j, "examples_per_s", st->examples_per_s);
+	ctl_json_num(j, "loss", st->loss);
+	ctl_json_num(j, "metric", st->has_metric ? st->metric : NAN);
+	json_bool(j, "has_metric", st->has_metric);
+	ctl_json_open(j, "workers", '[');
+	for (size_t i = 0; i < st->n_workers; i++)
+		json_worker_status(j, st->workers[i]);
+	ctl_json_close(j, ']');
+	ctl_json_u64(j, "age_ms", st->age_ms);
+	ctl_json_u64(j, "run_ms", st->run_ms);
+	ctl_json_u64(j, "shard_map_version", st->shard_map_version);
+	ctl_json_u64(j, "assignment_version", st->assignment_version);
+	ctl_json_open(j, "events", '[');
+	for (size_t i = 0; i < st->n_events; i++)
+		ctl_json_str(j, NULL, st->events[i]);
+	ctl_json_close(j, ']');
+	ctl_json_close(j, '}');
+}
+
+void ctl_json_shard_map(struct ctl_json *j, const char *key, const Dml__ShardMap *map)
+{
+	ctl_json_open(j, key, '{');
+	ctl_json_u64(j, "job", map->job);
+	ctl_json_u64(j, "version", map->version);
+	ctl_json_open(j, "servers", '[');
+	for (size_t i = 0; i < map->n_servers; i++) {
+		ctl_json_open(j, NULL, '{');
+		ctl_json_u64(j, "node_id", map->servers[i]->node_id);
+		ctl_json_str(j, "address", map->servers[i]->address);
+		ctl_json_close(j, '}');
+	}
+	ctl_json_close(j, ']');
+	ctl_json_open(j, "ranges", '[');
+	for (size_t i = 0; i < map->n_ranges; i++) {
+		const Dml__ShardRange *r = map->ranges[i];
+
+		ctl_json_open(j, NULL, '{');
+		ctl_json_u64(j, "table", r->table);
+		ctl_json_u64(j, "begin", r->begin);
+		ctl_json_u64(j, "end", r->end);
+		ctl_json_u64(j, "server", r->server);
+		ctl_json_close(j, '}');
+	}
+	ctl_json_close(j, ']');
+	ctl_json_close(j, '}');
+}
+
+/* ---- jobs as text ------------------------------------------------------------------ */
+
+double ctl_trained(uint64_t examples, double v)
+{
+	return examples ? v : NAN;
+}
+
+/* "42/100" with a clock limit, else "42". */
+static void fmt_clock(const Dml__JobStatus *st, char *buf, size_t len)
+{
+	if (st->spec && st->spec->max_clocks)
+		snprintf(buf, len, "%llu/%llu", (unsigned long long)st->clock,
+			 (unsigned long long)st->spec->max_clocks);
+	else
+		snprintf(buf, len, "%llu", (unsigned long long)st->clock);
+}
+
+double ctl_job_epochs(const Dml__JobStatus *st)
+{
+	if (st->data_examples == 0)
+		return NAN;
+	return (double)st->examples / (double)st->data_examples;
+}
+
+double ctl_job_fraction(const Dml__JobStatus *st)
+{
+	const Dml__JobSpec *sp = st->spec;
+	double f = -1, e = ctl_job_epochs(st);
+
+	if (st->state == DML__JOB_STATE__DONE)
+		return 1;
+	if (sp && sp->max_clocks)
+		f = (double)st->clock / (double)sp->max_clocks;
+	if (sp && sp->max_epochs > 0 && isfinite(e) && e / sp->max_epochs > f)
+		f = e / sp->max_epochs;
+	return f < 0 ? -1 : f > 1 ? 1 : f;
+}
+
+void ctl_print_jobs_table(FILE *out, const Dml__Meta *r)
+{
+	static const char *const head[] = {
+		"ID", "NAME", "STATE", "CLOCK", "EXAMPLES/S", "LOSS", "METRIC", "AGE"
+	};
+	struct table t;
+	char clock[48];
+
+	table_init(&t, head, DML_ARRAY_LEN(head));
+	for (size_t i = 0; i < r->n_jobs; i++) {
+		const Dml__JobStatus *st = r->jobs[i];
+		char **row = table_row(&t);
+
+		fmt_clock(st, clock, sizeof(clock));
+		row[0] = cellf("%u", st->id);
+		row[1] = cell(st->name);
+		row[2] = dml_xstrdup(dml_job_state_name(st->state));
+		row[3] = dml_xstrdup(clock);
+		row[4] = cell_num("%.1f", ctl_trained(st->examples, st->examples_per_s));
+		row[5] = cell_num("%.4g", ctl_trained(st->examples, st->loss));
+		row[6] = cell_num("%.4g", st->has_metric ? st->metric : NAN);
+		row[7] = cell_age(st->age_ms);
+	}
+	table_print(&t, out, "");
+	table_free(&t);
+}
+
+void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *indent)
+{
+	static const char *const head[] = {
+		"WORKER", "STATE", "CLOCK", "EXAMPLES", "EXAMPLES/S", "LOSS", "PARTITIONS",
+		"REASON"
+	};
+	struct table t;
+
+	table_init(&t, head, DML_ARRAY_LEN(head));
+	for (size_t i = 0; i < st->n_workers; i++) {
+		const Dml__WorkerStatus *w = st->workers[i];
+		char **row = table_row(&t);
+
+		row[0] = cellf("%u", w->worker);
+		row[1] = dml_xstrdup(state_name(w->state));
+		row[2] = cellf("%llu", (unsigned long long)w->clock);
+		row[3] = cellf("%llu", (unsigned long long)w->examples);
+		row[4] = cell_num("%.1f", ctl_trained(w->examples, w->examples_per_s));
+		row[5] = cell_num("%.4g", ctl_trained(w->examples, w->loss));
+		row[6] = cellf("%u", w->partitions);
+		row[7] = cell(w->reason);
+	}
+	table_print(&t, out, indent);
+	table_free(&t);
+}
+
+/* The spec in a few lines: what runs, when it stops, on whom, which tables. */
+static void print_spec_summary(FILE *out, const Dml__JobSpec *sp, uint64_t data_examples)
+{
+	char a[128], b[128], line[512];
+
+	if (!sp)
+		return;
+	fprintf(out, "  app %s on %s", ctl_clean(sp->app, a, sizeof(a)),
+		*sp->data ? ctl_clean(sp->data, b, sizeof(b)) : "(no data)");
+	if (data_examples)
+		fprintf(out, ", %llu examples", (unsigned long long)data_examples);
+	if (sp->dim)
+		fprintf(out, ", dim %u", sp->dim);
+	if (*sp->hidden)
+		fprintf(out, ", hidden %s", ctl_clean(sp->hidden, a, sizeof(a)));
+	fprintf(out, ", batch %u, ", sp->batch_size);
+	if (sp->staleness == 0)
+		fputs("BSP\n", out);
+	else if (sp->staleness > 0)
+		fprintf(out, "SSP staleness %lld\n", (long long)sp->staleness);
+	else
+		fputs("asynchronous\n", out);
+
+	line[0] = '\0';
+	if (sp->max_clocks)
+		addf(line, sizeof(line), ", %llu clocks",
+		     (unsigned long long)sp->max_clocks);
+	if (sp->max_epochs > 0)
+		addf(line, sizeof(line), ", %g epochs", sp->max_epochs);
+	if (*sp->metric && sp->target > 0)
+		addf(line, sizeof(line), ", %s %s %g", ctl_clean(sp->metric, a, sizeof(a)),
+		     strcmp(sp->metric, "accuracy") == 0 ? ">=" : "<=", sp->target);
+	fprintf(out, "  stops at: %s\n", line[0] ? line + 2 : "(no condition)");
+
+	line[0] = '\0';
+	if (sp->n_worker_ids) {
+		addf(line, sizeof(line), "ids");
+		for (size_t i = 0; i < sp->n_worker_ids; i++)
+			addf(line, sizeof(line), "%s%u", i ? "," : " ", sp->worker_ids[i]);
+	} else if (sp->workers) {
+		addf(line, sizeof(line), "%u", sp->workers);
+	} else {
+		addf(line, sizeof(line), "all alive");
+	}
+	if (sp->partitions)
+		addf(line, sizeof(line), "; %u partitions", sp->partitions);
+	else
+		addf(line, sizeof(line), "; 8 partitions per worker");
+	fprintf(out, "  workers: %s\n", line);
+
+	for (size_t i = 0; i < sp->n_tables; i++) {
+		const Dml__TableSpec *t = sp->tables[i];
+
+		fprintf(out, "  table %u: %s, ", t->id, t->dense ? "dense" : "sparse");
+		if (t->dense)
+			fprintf(out, "%llu keys", (unsigned long long)t->keys);
+		else
+			fprintf(out, "capacity %llu", (unsigned long long)t->capacity);
+		fprintf(out, " x %u, %s lr %g\n", t->width,
+			ctl_clean(t->optimizer, a, sizeof(a)), t->lr);
+	}
+}
+
+void ctl_print_job_detail(FILE *out, const Dml__JobStatus *st)
+{
+	char a[256], b[256], clock[48], age[48], ran[48];
+
+	fprintf(out, "job %u (%s): %s", st->id, ctl_clean(st->name, a, sizeof(a)),
+		dml_job_state_name(st->state));
+	if (*st->reason)
+		fprintf(out, ": %s", ctl_clean(st->reason, b, sizeof(b)));
+	fputc('\n', out);
+	print_spec_summary(out, st->spec, st->data_examples);
+	fmt_clock(st, clock, sizeof(clock));
+	fprintf(out, "  progress: clock %s, %llu examples", clock,
+		(unsigned long long)st->examples);
+	if (isfinite(ctl_job_epochs(st)))
+		fprintf(out, " (%.2f epochs)", ctl_job_epochs(st));
+	if (isfinite(ctl_trained(st->examples, st->examples_per_s)))
+		fprintf(out, ", %.1f examples/s", st->examples_per_s);
+	if (isfinite(ctl_trained(st->examples, st->loss)))
+		fprintf(out, ", loss %.4g", st->loss);
+	if (st->has_metric && isfinite(st->metric))
+		fprintf(out, ", eval %s %.4g", st->spec && *st->spec->metric
+			? ctl_clean(st->spec->metric, a, sizeof(a)) : "metric", st->metric);
+	fmt_age(st->age_ms, age, sizeof(age));
+	fmt_age(st->run_ms, ran, sizeof(ran));
+	fprintf(out, "\n  submitted %s ago, running for %s; shard map version %llu, "
+		"assignment version %llu\n", age, ran,
+		(unsigned long long)st->shard_map_version,
+		(unsigned long long)st->assignment_version);
+	if (st->n_workers) {
+		fputc('\n', out);
+		ctl_print_workers_table(out, st, "  ");
+	}
+	if (st->n_events) {
+		fputs("\n  events (newest last):\n", out);
+		for (size_t i = 0; i < st->n_events; i++)
+			fprintf(out, "    %s\n", ctl_clean(st->events[i], a, sizeof(a)));
+	}
+}
+
+/* A rate: "41,235" (thousands grouped) from 1000 on, else three digits. */
+static void fmt_rate(double v, char *buf, size_t len)
+{
+	char digits[32];
+	size_t n, o = 0;
+
+	if (!(v >= 1000 && v < 1e15)) {
+		snprintf(buf, len, "%.3g", v);
+		return;
+	}
+	n = (size_t)snprintf(digits, sizeof(digits), "%.0f", v);
+	for (size_t i = 0; i < n && o + 2 < len; i++) {
+		if (i && (n - i) % 3 == 0)
+			buf[o++] = ',';
+		buf[o++] = digits[i];
+	}
+	buf[o] = '\0';
+}
+
+const char *ctl_metric_name(const Dml__JobSpec *sp, char *buf, size_t len)
+{
+	/* An empty metric leaves the choice to the app: it is then just what
+	 * its evaluation computes. */
+	return ctl_clean(sp && *sp->metric ? sp->metric : "eval", buf, len);
+}
+
+/*
+ * Where the job is ("clock 42/100", or "1.50/3 epochs" when epochs are its
+ * only limit), then the epoch when the data size is known and not shown yet,
+ * the rate, the training loss and the latest evaluation.
+ */
+void ctl_fmt_progress(const Dml__JobStatus *st, int bar_width, char *buf, size_t len)
+{
+	double f = ctl_job_fraction(st), e = ctl_job_epochs(st);
+	const Dml__JobSpec *sp = st->spec;
+	int epochs_shown = 0;
+	char a[192];
+
+	snprintf(buf, len, "job %u %s", st->id, dml_job_state_name(st->state));
+	if (f >= 0 && bar_width > 0) {
+		int done = (int)(f * bar_width);
+
+		addf(buf, len, " [");
+		for (int i = 0; i < bar_width; i++)
+			addf(buf, len, "%c", i < done ? '#' : '-');
+		addf(buf, len, "]");
+	}
+	if (f >= 0)
+		addf(buf, len, " %3d%%", (int)(f * 100));
+	if (sp && !sp->max_clocks && sp->max_epochs > 0 && isfinite(e)) {
+		addf(buf, len, " %.2f/%g epochs", e, sp->max_epochs);
+		epochs_shown = 1;
+	} else if (sp && sp->max_clocks) {
+		addf(buf, len, " clock %llu/%llu", (unsigned long long)st->clock,
+		     (unsigned long long)sp->max_clocks);
+	} else {
+		addf(buf, len, " clock %llu", (unsigned long long)st->clock);
+	}
+	if (isfinite(ctl_trained(st->examples, e)) && !epochs_shown)
+		addf(buf, len, e < 100 ? ", epoch %.3g" : ", epoch %.0f", e);
+	if (isfinite(ctl_trained(st->examples, st->examples_per_s))) {
+		fmt_rate(st->examples_per_s, a, sizeof(a));
+		addf(buf, len, ", %s ex/s", a);
+	}
+	if (isfinite(ctl_trained(st->examples, st->loss)))
+		addf(buf, len, ", loss %.4g", st->loss);
+	if (st->has_metric && isfinite(st->metric))
+		addf(buf, len, ", %s %.4g", ctl_metric_name(sp, a, sizeof(a)), st->metric);
+	if (st->state != DML__JOB_STATE__RUNNING && *st->reason)
+		addf(buf, len, " (%s)", ctl_clean(st->reason, a, sizeof(a)));
+}
+
+void ctl_print_job_end(FILE *out, const Dml__JobStatus *st)
+{
+	char a[128], b[256], ran[48];
+
+	fmt_age(st->run_ms, ran, sizeof(ran));
+	fprintf(out, "job %u (%s): %s", st->id, ctl_clean(st->name, a, sizeof(a)),
+		dml_job_state_name(st->state));
+	if (*st->reason)
+		fprintf(out, ": %s", ctl_clean(st->reason, b, sizeof(b)));
+	fprintf(out, "; clock %llu, %llu examples", (unsigned long long)st->clock,
+		(unsigned long long)st->examples);
+	if (isfinite(ctl_trained(st->examples, st->loss)))
+		fprintf(out, ", loss %.4g", st->loss);
+	if (st->has_metric && isfinite(st->metric))
+		fprintf(out, ", eval %s %.4g", st->spec && *st->spec->metric
+			? ctl_clean(st->spec->metric, a, sizeof(a)) : "metric", st->metric);
+	fprintf(out, ", ran %s\n", ran);
+}
+
+void ctl_print_shard_map(FILE *out, const Dml__ShardMap *map, const Dml__JobSpec *sp)
+{
+	static const char *const head[] = {
+		"TABLE", "KIND", "RANGE", "SERVER", "ADDRESS"
+	};
+	struct table t;
+	char a[128];
+
+	fprintf(out, "job %u", map->job);
+	if (sp && *sp->name)
+		fprintf(out, " (%s)", ctl_clean(sp->name, a, sizeof(a)));
+	fprintf(out, ": shard map version %llu, %zu servers, %zu ranges\n",
+		(unsigned long long)map->version, map->n_servers, map->n_ranges);
+	table_init(&t, head, DML_ARRAY_LEN(head));
+	for (size_t i = 0; i < map->n_ranges; i++) {
+		const Dml__ShardRange *r = map->ranges[i];
+		const Dml__TableSpec *ts = NULL;
+		const char *addr = NULL;
+		char **row = table_row(&t);
+
+		for (size_t k = 0; sp && k < sp->n_tables; k++)
+			if (sp->tables[k]->id == r->table)
+				ts = sp->tables[k];
+		for (size_t k = 0; k < map->n_servers; k++)
+			if (map->servers[k]->node_id == r->server)
+				addr = map->servers[k]->address;
+		row[0] = cellf("%u", r->table);
+		row[1] = dml_xstrdup(!ts ? "?" : ts->dense ? "dense" : "sparse");
+		/* Sparse ranges are ranges of a 64-bit key hash: hex reads better. */
+		if (ts && !ts->dense)
+			row[2] = cellf("0x%016llx..0x%016llx", (unsigned long long)r->begin,
+				       (unsigned long long)r->end);
+		else
+			row[2] = cellf("%llu..%llu", (unsigned long long)r->begin,
+				       (unsigned long long)r->end);
+		row[3] = cellf("%u", r->server);
+		row[4] = cell(addr);
+	}
+	table_print(&t, out, "");
+	table_free(&t);
+}
+

@@ -1,0 +1,58 @@
+/*
+ * What every app of dml-worker needs alike: the records a worker holds (its
+ * data partitions as ranges of record indices) and the deterministic random
+ * numbers that synthetic data, initial values and shuffling are made from,
+ * so that every worker on every machine makes the same ones.
+ *
+ * Must never: allocate without bound on a request from a peer (the ranges
+ * are at most one per partition, and partitions are bounded by the job
+ * check), or give different numbers on different machines.
+ */
+#ifndef DML_WORKER_APP_UTIL_H
+#define DML_WORKER_APP_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dml.pb-c.h"
+
+/**
+ * The job check (job_conf.c: the scheduler's, app rules included) made by
+ * an app on a spec it is given: 0, or DML_EINVAL with err starting "app
+ * NAME: " as app.h wants.
+ */
+int dml_app_spec_check(const char *app, const Dml__JobSpec *spec, char *err, size_t errlen);
+
+/** A worker's records: ranges of record indices, in increasing order. */
+struct dml_records {
+	uint64_t *begin;          /* nranges each */
+	uint64_t *prefix;         /* prefix[r]: records before range r */
+	size_t nranges;
+	uint64_t total;
+};
+
+/**
+ * Make r the records of partitions parts (any order, duplicates ignored) of
+ * n records split into num_partitions (dml_app_partition_range). Returns
+ * 0; DML_EINVAL when a partition >= num_partitions ("partition 9 of 8 does
+ * not exist" into err); DML_ENOMEM. r is unchanged on failure.
+ */
+int dml_records_set(struct dml_records *r, uint64_t n, const uint32_t *parts, size_t nparts,
+		    uint32_t num_partitions, char *err, size_t errlen);
+
+/** The record index at position pos < r->total. */
+uint64_t dml_records_at(const struct dml_records *r, uint64_t pos);
+
+/** Free and zero r; a zeroed r is fine. */
+void dml_records_clear(struct dml_records *r);
+
+/** splitmix64's finaliser: a good 64-bit mix. */
+uint64_t dml_rng_mix64(uint64_t z);
+/** splitmix64: the next number of the stream in *state. */
+uint64_t dml_rng_next(uint64_t *state);
+/** Uniform in (0, 1), never 0 (so log() of it is finite). */
+double dml_rng_uniform(uint64_t *state);
+/** Standard normal (Box-Muller). */
+double dml_rng_normal(uint64_t *state);
+
+#endif
