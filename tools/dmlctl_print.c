@@ -695,8 +695,11 @@ static void print_spec_summary(FILE *out, const Dml__JobSpec *sp, uint64_t data_
 			fprintf(out, "%llu keys", (unsigned long long)t->keys);
 		else
 			fprintf(out, "capacity %llu", (unsigned long long)t->capacity);
-		fprintf(out, " x %u, %s lr %g\n", t->width,
+		fprintf(out, " x %u, %s lr %g", t->width,
 			ctl_clean(t->optimizer, a, sizeof(a)), t->lr);
+		if (t->lr_decay > 0)
+			fprintf(out, ", lr_decay %g", t->lr_decay);
+		fputc('\n', out);
 	}
 }
 
