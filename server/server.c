@@ -74,6 +74,7 @@ static void table_conf_from(const struct dml_server_table_conf *tc, uint64_t beg
 	t->optim.beta1 = (float)tc->beta1;
 	t->optim.beta2 = (float)tc->beta2;
 	t->optim.eps = (float)tc->epsilon;
+	t->optim.lr_decay = (float)tc->lr_decay;
 }
 
 /* The config file's tables: each split evenly by "shard = i/n". */

@@ -99,6 +99,8 @@ static const struct dml_conf_option options[] = {
 	  "adam second-moment decay" },
 	{ "table", "epsilon", DML_CONF_DOUBLE, T(epsilon), "1e-8", 1e-30, 1, NULL, NULL,
 	  "adagrad/adam denominator guard" },
+	{ "table", "lr_decay", DML_CONF_DOUBLE, T(lr_decay), "0", 0, 1e30, NULL, NULL,
+	  "inverse-time decay: a row's t-th update uses lr / (1 + lr_decay (t - 1))" },
 };
 
 int dml_server_parse_shard(const char *s, uint32_t *index, uint32_t *count)

@@ -21,7 +21,7 @@ struct dml_server_table_conf {
 	double init_scale;
 	uint64_t seed;
 	int optimizer;            /* enum dml_optim_kind */
-	double lr, weight_decay, momentum, beta1, beta2, epsilon;
+	double lr, weight_decay, momentum, beta1, beta2, epsilon, lr_decay;
 };
 
 struct dml_server_conf {
