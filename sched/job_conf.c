@@ -44,8 +44,9 @@
 #define MLP_UNITS_MAX 65535u
 
 /* The apps that dml-worker of this build runs. */
-static const char *const job_apps[] = { "lsq", "mlp", NULL };
-static const char *const job_metrics[] = { "loss", "accuracy", NULL };
+static const char *const job_apps[] = { "lsq", "mlp", "sparse_lr", NULL };
+/* Every metric but loss is higher-is-better (sched/jobs.c's target test). */
+static const char *const job_metrics[] = { "loss", "accuracy", "auc", NULL };
 
 /* ---- the file's schema ----------------------------------------------- */
 
@@ -322,11 +323,13 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "name", DML_CONF_STRING, J(name), NULL, 0, 0, NULL, validate_name,
 	  "job name: 1 to 63 letters, digits, '_', '.' and '-'" },
 	{ "job", "app", DML_CONF_STRING, J(app), NULL, 0, 0, NULL, validate_app,
-	  "training app the workers run (this build: lsq, mlp)" },
+	  "training app the workers run (this build: lsq, mlp, sparse_lr)" },
 	{ "job", "data", DML_CONF_STRING, J(data), "synthetic", 0, 0, NULL, validate_text,
-	  "training data: synthetic, or mlp: IMAGES,LABELS (IDX files)" },
+	  "training data: synthetic, or mlp: IMAGES,LABELS (IDX files), sparse_lr: a "
+	  "libsvm file" },
 	{ "job", "test_data", DML_CONF_STRING, J(test_data), "", 0, 0, NULL, validate_text,
-	  "evaluation data, empty for none (mlp: IMAGES,LABELS; lsq: unused)" },
+	  "evaluation data, empty for none (mlp: IMAGES,LABELS; sparse_lr: a libsvm "
+	  "file or synthetic; lsq: unused)" },
 	{ "job", "staleness", DML_CONF_I64, J(staleness), "1", 0, 0, NULL, NULL,
 	  "staleness bound s: 0 = BSP, s > 0 = SSP, negative = asynchronous" },
 	{ "job", "batch_size", DML_CONF_U32, J(batch_size), "64", 1, MAX_U32, NULL, NULL,
@@ -336,7 +339,7 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "max_epochs", DML_CONF_DOUBLE, J(max_epochs), "0", 0, DBL_MAX, NULL, NULL,
 	  "stop after this many passes over the data (0: no)" },
 	{ "job", "metric", DML_CONF_STRING, J(metric), "", 0, 0, NULL, validate_metric,
-	  "evaluation metric: empty, loss (lower is better) or accuracy" },
+	  "evaluation metric: empty, loss (lower is better), accuracy or auc" },
 	{ "job", "target", DML_CONF_DOUBLE, J(target), "0", 0, DBL_MAX, NULL, NULL,
 	  "with metric: stop once the metric reaches it (0: no)" },
 	{ "job", "workers", DML_CONF_U32, J(workers), "0", 0, MAX_U32, NULL, NULL,
@@ -348,7 +351,7 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "examples", DML_CONF_U64, J(examples), "10000", 0, 0, NULL, NULL,
 	  "synthetic data: number of examples" },
 	{ "job", "dim", DML_CONF_U32, J(dim), "64", 0, MAX_U32, NULL, NULL,
-	  "input features (lsq, mlp)" },
+	  "input features (lsq, mlp); sparse_lr: hashed feature space (keys 0..dim)" },
 	{ "job", "hidden", DML_CONF_STRING, J(hidden), "", 0, 0, NULL, validate_hidden,
 	  "mlp: hidden layer sizes, e.g. 512,256 (empty: softmax regression)" },
 	{ "job", "eval_every", DML_CONF_U32, J(eval_every), "0", 0, MAX_U32, NULL, NULL,
@@ -828,6 +831,47 @@ static int check_app_mlp(const Dml__JobSpec *s, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * What the sparse_lr app of dml-worker needs: a libsvm file or synthetic
+ * data, a metric it computes, and one sparse table 0 of width 1 (binary
+ * logistic regression) or width = classes (a logistic unit per class, one
+ * against the rest) holding hashed keys 0..dim-1 and the bias key dim.
+ * Synthetic data is binary. Whether a file's labels fit the width is
+ * known only once it is read (the app's create says so).
+ */
+static int check_app_sparse_lr(const Dml__JobSpec *s, char *err, size_t errlen)
+{
+	const Dml__TableSpec *t = table_find(s, 0);
+	const char *m = str_or_empty(s->metric);
+	int synth = strcmp(str_or_empty(s->data), "synthetic") == 0 ||
+		    strcmp(str_or_empty(s->test_data), "synthetic") == 0;
+
+	if (!*str_or_empty(s->data))
+		return fail(err, errlen, "app sparse_lr: data is empty (a libsvm file or "
+			    "synthetic)");
+	if (*m && strcmp(m, "auc") != 0 && strcmp(m, "loss") != 0 &&
+	    strcmp(m, "accuracy") != 0)
+		return fail(err, errlen, "app sparse_lr: metric '%s' is not one it computes "
+			    "(auc, loss, accuracy)", m);
+	if (strcmp(str_or_empty(s->data), "synthetic") == 0 && s->examples < 1)
+		return fail(err, errlen, "app sparse_lr: synthetic data needs examples >= 1");
+	if (s->dim < 1)
+		return fail(err, errlen, "app sparse_lr: dim must be at least 1 (the hashed "
+			    "feature space)");
+	if (s->n_tables != 1 || !t || t->dense)
+		return fail(err, errlen, "app sparse_lr: needs exactly one table, id 0, sparse "
+			    "(keys 0..dim: hashed features and the bias)");
+	if (synth && t->width != 1)
+		return fail(err, errlen, "app sparse_lr: synthetic data is binary: table 0 "
+			    "needs width 1, not %" PRIu32, t->width);
+	if (s->batch_size > INT_MAX ||
+	    (uint64_t)s->batch_size * t->width > APP_BATCH_FLOATS_MAX)
+		return fail(err, errlen, "app sparse_lr: batch_size %" PRIu32 " x width %"
+			    PRIu32 " is more than %" PRIu64 " floats a batch may hold",
+			    s->batch_size, t->width, APP_BATCH_FLOATS_MAX);
+	return 0;
+}
+
 /* Metric with a target: a stop condition (the same test as jobs.c makes). */
 static int metric_stops(const Dml__JobSpec *s)
 {
@@ -900,6 +944,8 @@ int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen)
 		rc = check_app_lsq(spec, err, errlen);
 	if (!rc && strcmp(str_or_empty(spec->app), "mlp") == 0)
 		rc = check_app_mlp(spec, err, errlen);
+	if (!rc && strcmp(str_or_empty(spec->app), "sparse_lr") == 0)
+		rc = check_app_sparse_lr(spec, err, errlen);
 	return rc;
 }
 

@@ -26,39 +26,6 @@ static const char *path_of(const char *name)
 	return dml_test_tmpdir_path(p, sizeof(p), name);
 }
 
-/* Write bytes to name in the test folder, gzipped if gz; give its path. */
-static const char *write_file(const char *name, const void *buf, size_t len, int gz)
-{
-	const char *p = path_of(name);
-
-	if (gz) {
-		gzFile f = gzopen(p, "wb");
-
-		ck_assert_ptr_nonnull(f);
-		if (len)
-			ck_assert_int_eq(gzwrite(f, buf, (unsigned)len), (int)len);
-		ck_assert_int_eq(gzclose(f), Z_OK);
-	} else {
-		FILE *f = fopen(p, "wb");
-
-		ck_assert_ptr_nonnull(f);
-		ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
-		ck_assert_int_eq(fclose(f), 0);
-	}
-	return p;
-}
-
-static size_t read_file(const char *p, uint8_t *buf, size_t cap)
-{
-	FILE *f = fopen(p, "rb");
-	size_t n;
-
-	ck_assert_ptr_nonnull(f);
-	n = fread(buf, 1, cap, f);
-	fclose(f);
-	return n;
-}
-
 static void put_be32(uint8_t *b, uint32_t v)
 {
 	b[0] = (uint8_t)(v >> 24);
@@ -122,7 +89,7 @@ static void check_shape_and_values(int gz)
 		for (uint32_t i = 1; i < nd; i++)
 			rec *= dims[i];
 		len = make_idx(buf, 0x08, nd, dims, dims[0] * rec);
-		p = write_file(gz ? "ok.gz" : "ok", buf, len, gz);
+		p = dml_test_tmpdir_write(gz ? "ok.gz" : "ok", buf, len, gz);
 		ck_assert_int_eq(dml_idx_load(p, &idx, err, sizeof(err)), 0);
 		ck_assert_uint_eq(idx.ndims, nd);
 		for (uint32_t i = 0; i < 4; i++)
@@ -161,34 +128,34 @@ START_TEST(header_errors)
 	size_t len;
 
 	for (int gz = 0; gz <= 1; gz++) {
-		expect_error(write_file("magic", bad, 8, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("magic", bad, 8, gz), DML_ECONF,
 			     "bad magic 0x12345678 (not an IDX file)");
 		len = make_idx(buf, 0x0d, 1, d5, 1);
-		expect_error(write_file("type", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("type", buf, len, gz), DML_ECONF,
 			     "data type 0x0d not supported (only unsigned bytes, 0x08)");
 		len = make_idx(buf, 0x08, 5, d5, 1);
-		expect_error(write_file("dims5", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("dims5", buf, len, gz), DML_ECONF,
 			     "5 dimensions (1..4 allowed)");
 		len = make_idx(buf, 0x08, 0, d5, 0);
-		expect_error(write_file("dims0", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("dims0", buf, len, gz), DML_ECONF,
 			     "0 dimensions (1..4 allowed)");
 		len = make_idx(buf, 0x08, 3, dz, 0);
-		expect_error(write_file("size0", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("size0", buf, len, gz), DML_ECONF,
 			     "size 0 in dimension 2");
 		len = make_idx(buf, 0x08, 2, big, 4);
-		expect_error(write_file("big", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("big", buf, len, gz), DML_ECONF,
 			     "0x100000000 bytes of data is over the limit");
 		len = make_idx(buf, 0x08, 4, huge, 4);
-		expect_error(write_file("huge", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("huge", buf, len, gz), DML_ECONF,
 			     "data size overflows 64 bits (over the limit)");
 		/* Exactly the cap passes the header check; the bytes are missing. */
 		len = make_idx(buf, 0x08, 2, cap, 10);
-		expect_error(write_file("cap", buf, len, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("cap", buf, len, gz), DML_ECONF,
 			     "truncated: record 1 of 16384 is incomplete");
-		expect_error(write_file("empty", buf, 0, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("empty", buf, 0, gz), DML_ECONF,
 			     "truncated: the header ends after 0 bytes");
 		len = make_idx(buf, 0x08, 3, dz, 0);
-		expect_error(write_file("short", buf, 9, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("short", buf, 9, gz), DML_ECONF,
 			     "truncated: the header ends after 9 bytes");
 	}
 }
@@ -202,12 +169,12 @@ START_TEST(truncated_and_trailing)
 
 	for (int gz = 0; gz <= 1; gz++) {
 		/* 16 + 8 + 5 bytes: record 2's last 3 bytes are missing. */
-		expect_error(write_file("trunc", buf, len - 3 - 8, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("trunc", buf, len - 3 - 8, gz), DML_ECONF,
 			     "truncated: record 2 of 3 is incomplete");
-		expect_error(write_file("trunc1", buf, len - 1, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("trunc1", buf, len - 1, gz), DML_ECONF,
 			     "truncated: record 3 of 3 is incomplete");
 		make_idx(buf, 0x08, 3, dims, 3 * 8 + 1);
-		expect_error(write_file("trail", buf, len + 1, gz), DML_ECONF,
+		expect_error(dml_test_tmpdir_write("trail", buf, len + 1, gz), DML_ECONF,
 			     "trailing bytes after the last record (3)");
 	}
 }
@@ -218,23 +185,23 @@ START_TEST(gzip_stream_errors)
 	static const uint32_t dims[2] = { 4, 50 };
 	uint8_t buf[512], z[512];
 	size_t len = make_idx(buf, 0x08, 2, dims, 200), zlen;
-	const char *p = write_file("z.gz", buf, len, 1);
+	const char *p = dml_test_tmpdir_write("z.gz", buf, len, 1);
 	struct dml_idx idx;
 	char err[256];
 
-	zlen = read_file(p, z, sizeof(z));
+	zlen = dml_test_read_file(p, z, sizeof(z));
 	ck_assert_uint_gt(zlen, 18);
 	/* Without the 8-byte trailer (CRC, size) the data is all there. */
-	p = write_file("cut.gz", z, zlen - 8, 0);
+	p = dml_test_tmpdir_write("cut.gz", z, zlen - 8, 0);
 	expect_error(p, DML_ECONF, "truncated: gzip stream cut short after the data");
 	/* A wrong CRC. */
 	z[zlen - 8] ^= 0xff;
-	p = write_file("crc.gz", z, zlen, 0);
+	p = dml_test_tmpdir_write("crc.gz", z, zlen, 0);
 	ck_assert_int_eq(dml_idx_load(p, &idx, err, sizeof(err)), DML_ECONF);
 	ck_assert_ptr_nonnull(strstr(err, "gzip: "));
 	ck_assert_ptr_null(idx.data);
 	/* Only the gzip magic. */
-	p = write_file("magiconly.gz", z, 2, 0);
+	p = dml_test_tmpdir_write("magiconly.gz", z, 2, 0);
 	ck_assert_int_eq(dml_idx_load(p, &idx, err, sizeof(err)), DML_ECONF);
 	ck_assert_ptr_nonnull(strstr(err, p));
 }
@@ -305,7 +272,7 @@ START_TEST(fuzz_random_and_mutated)
 	const char *p;
 	int ok = 0, bad = 0;
 
-	zlen = read_file(write_file("seed.gz", seed, slen, 1), zseed, sizeof(zseed));
+	zlen = dml_test_read_file(dml_test_tmpdir_write("seed.gz", seed, slen, 1), zseed, sizeof(zseed));
 	for (int round = 0; round < 3000; round++) {
 		int kind = round % 3;
 
@@ -333,7 +300,7 @@ START_TEST(fuzz_random_and_mutated)
 			else if (rnd() % 8 == 0)
 				buf[n++] = (uint8_t)rnd();
 		}
-		p = write_file("fuzz", buf, n, 0);
+		p = dml_test_tmpdir_write("fuzz", buf, n, 0);
 		if (fuzz_one(p) == 0)
 			ok++;
 		else
@@ -358,9 +325,9 @@ START_TEST(pair_checks)
 	const char *lp;
 
 	len = make_idx(buf, 0x08, 3, im, 16);
-	snprintf(ipath, sizeof(ipath), "%s", write_file("img.gz", buf, len, 1));
+	snprintf(ipath, sizeof(ipath), "%s", dml_test_tmpdir_write("img.gz", buf, len, 1));
 	len = make_idx(buf, 0x08, 1, l4, 4);
-	lp = write_file("lab4", buf, len, 0);
+	lp = dml_test_tmpdir_write("lab4", buf, len, 0);
 	ck_assert_int_eq(dml_idx_load_pair(ipath, lp, &img, &lab, err, sizeof(err)), 0);
 	ck_assert_uint_eq(img.count, 4);
 	ck_assert_uint_eq(img.record_size, 4);
@@ -370,7 +337,7 @@ START_TEST(pair_checks)
 	dml_idx_free(&lab);
 
 	len = make_idx(buf, 0x08, 1, l3, 3);
-	lp = write_file("lab3", buf, len, 0);
+	lp = dml_test_tmpdir_write("lab3", buf, len, 0);
 	ck_assert_int_eq(dml_idx_load_pair(ipath, lp, &img, &lab, err, sizeof(err)),
 			 DML_ECONF);
 	snprintf(want, sizeof(want), "%s: 3 labels for 4 images in %s", lp, ipath);
@@ -379,7 +346,7 @@ START_TEST(pair_checks)
 	ck_assert_ptr_null(lab.data);
 
 	len = make_idx(buf, 0x08, 2, l2d, 4);
-	lp = write_file("lab2d", buf, len, 0);
+	lp = dml_test_tmpdir_write("lab2d", buf, len, 0);
 	ck_assert_int_eq(dml_idx_load_pair(ipath, lp, &img, &lab, err, sizeof(err)),
 			 DML_ECONF);
 	snprintf(want, sizeof(want), "%s: 2 dimensions (labels must be 1-D)", lp);

@@ -195,7 +195,7 @@ START_TEST(bad_files_say_where_and_why)
 		   "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcd\n",
 		   "t.conf:2: name: is 64 characters long");
 	assert_bad("[job]\nname = j\napp = sgd-net\n", "t.conf:3: app: 'sgd-net' is not an "
-		   "app of this build (lsq, mlp)");
+		   "app of this build (lsq, mlp, sparse_lr)");
 	assert_bad(MIN_JOB "metric = f1\n" MIN_TABLE, "t.conf:6: metric: 'f1' is not one of");
 	assert_bad(MIN_JOB "worker_ids = 1,,2\n" MIN_TABLE, "t.conf:6: worker_ids:");
 	assert_bad(MIN_JOB "worker_ids = 1, x\n" MIN_TABLE, "t.conf:6: worker_ids: 'x' is "
@@ -356,7 +356,7 @@ static const char *spec_break(struct spec_buf *b, int i)
 	case 3: s->app = "cnn"; return "app 'cnn' is not an app of this build";
 	case 4: s->batch_size = 0; return "batch_size must be at least 1";
 	case 5: s->max_clocks = 0; return "no stop condition";
-	case 6: s->metric = "auc"; return "metric 'auc' is not one of loss, accuracy";
+	case 6: s->metric = "f1"; return "metric 'f1' is not one of loss, accuracy, auc";
 	case 7: s->max_epochs = NAN; return "max_epochs nan must be finite";
 	case 8: s->max_epochs = -1; return "max_epochs -1 must be finite";
 	case 9: s->metric = "loss"; s->target = INFINITY; return "target inf must be finite";
@@ -462,7 +462,7 @@ static const char *mlp_break(Dml__JobSpec *s, int i)
 	case 8: s->data = "a.gz"; return "data 'a.gz' is not IMAGES,LABELS";
 	case 9: s->data = "a.gz, "; return "the labels file is missing";
 	case 10: s->test_data = "x,y,z"; return "test_data 'x,y,z' is not IMAGES,LABELS";
-	case 11: s->metric = "auc"; return "metric 'auc' is not one of";
+	case 11: s->metric = "auc"; return "app mlp: metric 'auc' is not one it computes";
 	case 12: s->data = "synthetic"; s->examples = 0;
 		return "synthetic data needs examples >= 1";
 	case 13: s->batch_size = 1u << 20; return "batch_size 1048576 x the widest layer";
@@ -483,6 +483,87 @@ START_TEST(mlp_spec_rules)
 	char err[ERRLEN];
 	const char *want = mlp_break(&v, _i);
 
+	ck_assert_ptr_nonnull(want);
+	ck_assert_int_eq(dml_job_spec_check(&v, err, sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, want) != NULL, "case %d: error '%s' lacks '%s'", _i, err,
+		      want);
+	dml_job_spec_free(s);
+}
+END_TEST
+
+/*
+ * sparse_lr jobs: the example file parses and passes, the metrics and data
+ * it takes pass, and each of its rules is refused with its reason.
+ */
+START_TEST(example_sparse_lr_conf_parses)
+{
+	static const char *const ok_metrics[] = { "auc", "loss", "accuracy", "" };
+	Dml__JobSpec *s = mlp_example("sparse_lr.conf");
+	Dml__JobSpec v = *s;
+	char err[ERRLEN];
+
+	ck_assert_str_eq(s->app, "sparse_lr");
+	ck_assert_str_eq(s->metric, "auc");
+	ck_assert_uint_eq(s->dim, 1u << 20);
+	ck_assert_uint_eq(s->n_tables, 1);
+	ck_assert(!s->tables[0]->dense && s->tables[0]->width == 1);
+	ck_assert_str_eq(s->tables[0]->optimizer, "adagrad");
+	for (size_t i = 0; i < 4; i++) {
+		v.metric = (char *)ok_metrics[i];
+		ck_assert_msg(dml_job_spec_check(&v, err, sizeof(err)) == 0, "%s", err);
+	}
+	/* A file of classes: one logistic unit per class. */
+	v.data = "/srv/train.svm.gz";
+	v.test_data = "";
+	s->tables[0]->width = 7;
+	ck_assert_msg(dml_job_spec_check(&v, err, sizeof(err)) == 0, "%s", err);
+	/* auc is higher-is-better, lsq and mlp do not compute it. */
+	v.app = "lsq";
+	v.data = "synthetic";
+	v.metric = "auc";
+	ck_assert_int_eq(dml_job_spec_check(&v, err, sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, "app lsq: metric 'auc' is not one it computes") != NULL, "%s",
+		      err);
+	dml_job_spec_free(s);
+}
+END_TEST
+
+/* The sparse_lr example with one rule broken; what the error must say. */
+static const char *sparse_lr_break(Dml__JobSpec *s, int i)
+{
+	Dml__TableSpec *t = s->tables[0];
+
+	switch (i) {
+	case 0: s->data = ""; return "app sparse_lr: data is empty (a libsvm file or synthetic)";
+	case 1: s->examples = 0; return "app sparse_lr: synthetic data needs examples >= 1";
+	case 2: s->dim = 0; return "app sparse_lr: dim must be at least 1";
+	case 3: t->dense = 1; t->keys = 5;
+		return "app sparse_lr: needs exactly one table, id 0, sparse";
+	case 4: t->id = 3; return "app sparse_lr: needs exactly one table, id 0, sparse";
+	case 5: t->width = 2;
+		return "app sparse_lr: synthetic data is binary: table 0 needs width 1, not 2";
+	case 6: s->data = "a.svm"; t->width = 2;
+		return "app sparse_lr: synthetic data is binary: table 0 needs width 1";
+	case 7: s->data = "a.svm"; s->test_data = ""; t->width = 2; s->batch_size = 1u << 28;
+		return "app sparse_lr: batch_size 268435456 x width 2 is more than";
+	case 8: s->metric = "f1"; return "metric 'f1' is not one of loss, accuracy, auc";
+	default: return NULL;
+	}
+}
+
+#define SPARSE_LR_BREAKS 9
+
+START_TEST(sparse_lr_spec_rules)
+{
+	Dml__JobSpec *s = mlp_example("sparse_lr.conf");
+	/* Broken on shallow copies: string literals never reach the spec's free. */
+	Dml__JobSpec v = *s;
+	Dml__TableSpec t = *s->tables[0], *tp = &t;
+	char err[ERRLEN];
+	const char *want;
+
+	v.tables = &tp;
+	want = sparse_lr_break(&v, _i);
 	ck_assert_ptr_nonnull(want);
 	ck_assert_int_eq(dml_job_spec_check(&v, err, sizeof(err)), DML_EINVAL);
 	ck_assert_msg(strstr(err, want) != NULL, "case %d: error '%s' lacks '%s'", _i, err,
@@ -1599,6 +1680,8 @@ static Suite *jobs_suite(void)
 	tcase_add_test(files, example_lsq_conf_parses);
 	tcase_add_test(files, example_mlp_confs_parse);
 	tcase_add_loop_test(files, mlp_spec_rules, 0, MLP_BREAKS);
+	tcase_add_test(files, example_sparse_lr_conf_parses);
+	tcase_add_loop_test(files, sparse_lr_spec_rules, 0, SPARSE_LR_BREAKS);
 	tcase_add_loop_test(files, spec_check_catches_each_rule, 0, SPEC_BREAKS);
 	tcase_add_test(files, spec_check_accepts_edges);
 	tcase_add_test(files, too_many_tables_are_refused);

@@ -1,7 +1,7 @@
 # test/: Check unit tests per module, and integration tests that start real
 # daemons on 127.0.0.1 with free ports (see test/harness.h).
-TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-TEST_LIBS = $(CHECK_LIBS)
+TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
+TEST_LIBS = $(CHECK_LIBS) $(ZLIB_LIBS)
 noinst_HEADERS += test/check_run.h
 
 check_PROGRAMS += test/check_frame test/check_auth test/check_conf \
@@ -155,6 +155,22 @@ test_check_mlp_SOURCES = test/check_mlp.c test/tmpdir.c test/tmpdir.h test/app_t
 	test/app_test.h
 test_check_mlp_CFLAGS = $(TEST_CFLAGS)
 test_check_mlp_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# The libsvm reader: parsing, gzip, every error, a fuzz loop.
+check_PROGRAMS += test/check_libsvm
+TESTS += test/check_libsvm
+test_check_libsvm_SOURCES = test/check_libsvm.c test/tmpdir.c test/tmpdir.h
+test_check_libsvm_CFLAGS = $(TEST_CFLAGS) $(ZLIB_CFLAGS)
+test_check_libsvm_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# The sparse_lr app: gradients against finite differences, AUC, learning,
+# specs it refuses, evaluation.
+check_PROGRAMS += test/check_sparse_lr
+TESTS += test/check_sparse_lr
+test_check_sparse_lr_SOURCES = test/check_sparse_lr.c test/tmpdir.c test/tmpdir.h \
+	test/app_test.c test/app_test.h
+test_check_sparse_lr_CFLAGS = $(TEST_CFLAGS)
+test_check_sparse_lr_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # Backends: cuda against cpu for every op and a full mlp step (SKIP without
 # a GPU), and the registry.

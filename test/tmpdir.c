@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "tmpdir.h"
 
@@ -66,4 +67,37 @@ const char *dml_test_tmpdir_path(char *path, size_t len, const char *name)
 {
 	snprintf(path, len, "%s/%s", g_dir, name);
 	return path;
+}
+
+const char *dml_test_tmpdir_write(const char *name, const void *buf, size_t len, int gz)
+{
+	static char p[DML_TEST_PATH_MAX];
+
+	dml_test_tmpdir_path(p, sizeof(p), name);
+	if (gz) {
+		gzFile f = gzopen(p, "wb");
+
+		ck_assert_ptr_nonnull(f);
+		if (len)
+			ck_assert_int_eq(gzwrite(f, buf, (unsigned)len), (int)len);
+		ck_assert_int_eq(gzclose(f), Z_OK);
+	} else {
+		FILE *f = fopen(p, "wb");
+
+		ck_assert_ptr_nonnull(f);
+		ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+		ck_assert_int_eq(fclose(f), 0);
+	}
+	return p;
+}
+
+size_t dml_test_read_file(const char *path, void *buf, size_t cap)
+{
+	FILE *f = fopen(path, "rb");
+	size_t n;
+
+	ck_assert_ptr_nonnull(f);
+	n = fread(buf, 1, cap, f);
+	fclose(f);
+	return n;
 }

@@ -30,4 +30,13 @@ const char *dml_test_tmpdir(void);
 /** path = "FOLDER/NAME" (cut to len bytes). Returns path. */
 const char *dml_test_tmpdir_path(char *path, size_t len, const char *name);
 
+/**
+ * Write len bytes to NAME in the folder, gzipped when gz is non-zero, and
+ * give its path (valid until the next call); a failed write fails the test.
+ */
+const char *dml_test_tmpdir_write(const char *name, const void *buf, size_t len, int gz);
+
+/** Read up to cap bytes of the file at path into buf; how many it read. */
+size_t dml_test_read_file(const char *path, void *buf, size_t cap);
+
 #endif

@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_clicks.h"
+#include "bench_sparse.h"
 #include "bench_train.h"
 #include "bench_util.h"
 #include "dml.h"
@@ -1487,6 +1489,11 @@ static const struct bench_cmd {
 		      "next to raw TCP", bench_pushpull_main, bench_pushpull_usage },
 	{ "train", "time to a target accuracy, single process and local cluster, "
 		   "next to PyTorch", bench_train_main, bench_train_usage },
+	{ "gen-clicks", "write click-like libsvm data with a known best AUC",
+	  bench_gen_clicks_main, bench_gen_clicks_usage },
+	{ "sparse", "sparse_lr on click-like data at scale on the local cluster: "
+		    "examples/s, AUC next to the true model's", bench_sparse_main,
+	  bench_sparse_usage },
 };
 
 static void bench_usage(FILE *out)

@@ -18,26 +18,19 @@
  * directory (unless --keep). Its exit status says whether it ran, not
  * whether a target was met.
  */
-#define _GNU_SOURCE /* pipe2 */
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "app.h"
 #include "backend.h"
 #include "bench.h"
+#include "bench_cluster.h"
 #include "bench_train.h"
 #include "bench_util.h"
 #include "dml.h"
@@ -46,18 +39,9 @@
 #include "log.h"
 #include "util.h"
 
-/*
- * The cluster run: a copy of the model this often, and a `dmlctl status`
- * this often. Each dmlctl run costs a process start and a handshake: with
- * five a second, copying and polling took 7% of a core from a 2-core
- * cluster, with two 3%. Workers report to the scheduler every 200 ms.
- */
+/* The cluster run: a copy of the model this often (BENCH_CLUSTER_POLL_MS
+ * between status polls). */
 #define TRAIN_SNAP_MS 50
-#define TRAIN_POLL_MS 500
-/* Status polls that may fail in a row before the run is given up. */
-#define TRAIN_POLL_TRIES 3
-/* How long a submitted job may take to start training. */
-#define TRAIN_START_S 60
 /* libdml: give up on the scheduler or a server after this long. */
 #define TRAIN_CONNECT_MS "20000"
 #define TRAIN_REQUEST_MS "10000"
@@ -70,10 +54,6 @@
 #define TRAIN_SNAPS_PER_EPOCH 10
 /* Epochs the single process trains for when the job sets no max_epochs. */
 #define TRAIN_DEFAULT_EPOCHS 15
-/* Bytes of each daemon's log shown when the cluster run fails. */
-#define TRAIN_LOG_TAIL 1536
-/* Output of a helper program kept for its error message or its JSON. */
-#define TRAIN_OUT_MAX (64u << 10)
 
 /*
  * The issue's reference figures: Debian's python3-torch 1.13 (OpenBLAS) on
@@ -106,13 +86,6 @@ struct train_opts {
 	double target, max_seconds;
 	int skip_cluster, skip_single, keep, verbose;
 };
-
-static unsigned train_cores(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	return n > 0 ? (unsigned)n : 1;
-}
 
 void bench_train_usage(FILE *out)
 {
@@ -148,7 +121,7 @@ void bench_train_usage(FILE *out)
 		"cluster worker takes batch_size examples per clock.\n"
 		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
 		"2 on bad usage, 130 when interrupted.\n",
-		TRAIN_REF_TARGET, TRAIN_DEFAULT_EPOCHS, train_cores(), TRAIN_SNAP_MS);
+		TRAIN_REF_TARGET, TRAIN_DEFAULT_EPOCHS, bench_cores(), TRAIN_SNAP_MS);
 }
 
 static int train_usage_error(const char *opt, const char *value, const char *want)
@@ -159,15 +132,12 @@ static int train_usage_error(const char *opt, const char *value, const char *wan
 static int train_parse_count(const char *opt, const char *a, uint64_t min, uint64_t max,
 			     unsigned *out)
 {
-	char want[64];
 	uint64_t v;
+	int rc = bench_parse_count("train", opt, a, min, max, &v);
 
-	if (dml_parse_u64(a, min, max, &v)) {
-		snprintf(want, sizeof(want), "%" PRIu64 " to %" PRIu64, min, max);
-		return train_usage_error(opt, a, want);
-	}
-	*out = (unsigned)v;
-	return 0;
+	if (rc == 0)
+		*out = (unsigned)v;
+	return rc;
 }
 
 /* Returns 0, or the exit status to end with (0 after --help). */
@@ -197,7 +167,7 @@ static int train_opts_parse(int argc, char **argv, struct train_opts *o, int *he
 	o->servers = 2;
 	o->target = TRAIN_REF_TARGET;
 	o->max_seconds = 60;
-	o->threads = train_cores();
+	o->threads = bench_cores();
 	bench_getopt_reset(help);
 	while (rc == 0 &&
 	       (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
@@ -261,63 +231,12 @@ struct train_paths {
 	char job[PATH_MAX];
 };
 
-/* The build tree this program runs from: BUILD/tools/dml-bench. */
-static int train_build_from_exe(char *out, size_t len)
-{
-	return bench_exe_dir(out, len) || bench_dirname(out) ? DML_ENOTFOUND : 0;
-}
-
-/*
- * The source tree of a build tree: automake writes abs_top_srcdir into every
- * Makefile it makes; a build inside the source tree (tools/quickstart's
- * build/release) is also found by looking two levels up.
- */
-static int train_src_find(const char *build, char *out, size_t len)
-{
-	static const char key[] = "abs_top_srcdir = ";
-	char path[PATH_MAX], line[PATH_MAX + 64], probe[PATH_MAX];
-	FILE *f;
-	int found = 0;
-
-	if (bench_path(path, sizeof(path), build, "Makefile") == 0 &&
-	    (f = fopen(path, "r")) != NULL) {
-		while (!found && fgets(line, sizeof(line), f)) {
-			const char *v = line + sizeof(key) - 1;
-			size_t n = strcspn(v, "\r\n");
-
-			if (strncmp(line, key, sizeof(key) - 1) != 0 || n == 0 ||
-			    n >= len)
-				continue;
-			memcpy(out, v, n);
-			out[n] = '\0';
-			found = 1;
-		}
-		fclose(f);
-	}
-	if (!found && bench_path(path, sizeof(path), build, "../..") == 0 &&
-	    realpath(path, out) &&
-	    bench_path(probe, sizeof(probe), out, "tools/dml-local") == 0 &&
-	    access(probe, X_OK) == 0)
-		found = 1;
-	if (!found)
-		out[0] = '\0';
-	return found ? 0 : DML_ENOTFOUND;
-}
-
 static int train_paths_find(const struct train_opts *o, struct train_paths *p)
 {
 	memset(p, 0, sizeof(*p));
-	if (o->build) {
-		if (!realpath(o->build, p->build)) {
-			dml_err("--build %s: %s", o->build, strerror(errno));
-			return DML_ENOTFOUND;
-		}
-	} else if (train_build_from_exe(p->build, sizeof(p->build))) {
-		dml_err("cannot tell which build tree this dml-bench is in: "
-			"give --build");
+	if (bench_build_find(o->build, p->build, sizeof(p->build)))
 		return DML_ENOTFOUND;
-	}
-	train_src_find(p->build, p->src, sizeof(p->src));
+	bench_src_find(p->build, p->src, sizeof(p->src));
 	if (o->job) {
 		snprintf(p->job, sizeof(p->job), "%s", o->job);
 	} else if (!p->src[0] ||
@@ -332,152 +251,6 @@ static int train_paths_find(const struct train_opts *o, struct train_paths *p)
 		return DML_ENOTFOUND;
 	}
 	return 0;
-}
-
-/* ---- helper programs ------------------------------------------------- */
-
-/* In the child: run argv with stdout and stderr into fd. Only returns by _exit. */
-static void train_exec_child(const char *const *argv, int fd)
-{
-	int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	sigset_t none;
-
-	signal(SIGPIPE, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (nullfd < 0 || dup2(nullfd, STDIN_FILENO) < 0 || dup2(fd, STDOUT_FILENO) < 0 ||
-	    dup2(fd, STDERR_FILENO) < 0)
-		_exit(127);
-	execv(argv[0], (char *const *)argv);
-	dprintf(STDERR_FILENO, "cannot run %s: %s\n", argv[0], strerror(errno));
-	_exit(127);
-}
-
-/*
- * Run argv[0] (a path) to its end, its stdout and stderr together into out
- * (NUL-terminated; what does not fit in len - 1 bytes is dropped). Returns
- * 0 when it exited 0, DML_EIO otherwise (*why says how it ended).
- */
-static int train_exec(const char *const *argv, char *out, size_t len, char *why,
-		      size_t whylen)
-{
-	int fds[2], status = 0;
-	size_t n = 0;
-	pid_t pid;
-
-	out[0] = '\0';
-	snprintf(why, whylen, "not run");
-	if (pipe2(fds, O_CLOEXEC)) {
-		snprintf(why, whylen, "pipe: %s", strerror(errno));
-		return DML_EIO;
-	}
-	pid = fork();
-	if (pid == 0)
-		train_exec_child(argv, fds[1]);
-	close(fds[1]);
-	if (pid < 0) {
-		close(fds[0]);
-		snprintf(why, whylen, "fork: %s", strerror(errno));
-		return DML_EIO;
-	}
-	for (;;) {
-		char buf[4096];
-		ssize_t r = read(fds[0], buf, sizeof(buf));
-		size_t take;
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		take = (size_t)r < len - 1 - n ? (size_t)r : len - 1 - n;
-		memcpy(out + n, buf, take);
-		n += take;
-	}
-	out[n] = '\0';
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0) {
-		if (errno != EINTR) {
-			snprintf(why, whylen, "waitpid: %s", strerror(errno));
-			return DML_EIO;
-		}
-	}
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-		return 0;
-	bench_exit_reason(status, why, whylen);
-	return DML_EIO;
-}
-
-/* Log a helper's failure: its command, how it ended, what it printed. */
-static void train_exec_report(const char *const *argv, const char *why, char *out)
-{
-	char cmd[512] = "";
-	size_t n = 0;
-
-	/* snprintf counts what did not fit too: n past the end stops the loop. */
-	for (size_t i = 0; argv[i] && n < sizeof(cmd); i++)
-		n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, "%s%s", i ? " " : "",
-				      argv[i]);
-	dml_err("%s: %s", cmd, why);
-	bench_log_lines(out);
-}
-
-/* Run a helper; on failure log it. */
-static int train_run(const char *const *argv, char *out, size_t len)
-{
-	char why[128];
-	int rc = train_exec(argv, out, len, why, sizeof(why));
-
-	if (rc)
-		train_exec_report(argv, why, out);
-	return rc;
-}
-
-/*
- * The value of key in the outermost object of a JSON text (a number, a
- * literal, or a string without its quotes; escapes are kept as written).
- * Returns 0 or DML_ENOTFOUND.
- */
-static int train_json_get(const char *json, const char *key, char *out, size_t len)
-{
-	size_t klen = strlen(key);
-	int depth = 0;
-
-	for (const char *p = json; *p; p++) {
-		const char *s, *v, *e;
-
-		if (*p == '{' || *p == '[') {
-			depth++;
-			continue;
-		}
-		if (*p == '}' || *p == ']') {
-			depth--;
-			continue;
-		}
-		if (*p != '"')
-			continue;
-		s = ++p;
-		while (*p && *p != '"')
-			p += p[0] == '\\' && p[1] ? 2 : 1;
-		if (!*p)
-			break;
-		if (depth != 1 || (size_t)(p - s) != klen || memcmp(s, key, klen) != 0)
-			continue;
-		for (v = p + 1; *v == ' '; v++)
-			;
-		if (*v++ != ':')
-			continue; /* a string value that happens to read like the key */
-		while (*v == ' ')
-			v++;
-		if (*v == '"') {
-			for (e = ++v; *e && *e != '"'; e += e[0] == '\\' && e[1] ? 2 : 1)
-				;
-		} else {
-			e = v + strcspn(v, ",}] \n");
-		}
-		snprintf(out, len, "%.*s", (int)(e - v), v);
-		return 0;
-	}
-	return DML_ENOTFOUND;
 }
 
 /* ---- the model's layout ---------------------------------------------- */
@@ -871,204 +644,28 @@ static int train_single(struct train_ctx *c, struct train_series *s,
 
 /* ---- the cluster ------------------------------------------------------- */
 
-/* One `dmlctl status` answer. */
-struct train_poll {
-	uint64_t ns;
-	uint64_t examples, run_ms;
-	char state[16];
-	double metric; /* NaN when the job has evaluated nothing yet */
-};
-
+/* The cluster of bench_cluster.h and our control client of its job. */
 struct train_cluster {
-	char run[PATH_MAX];      /* dml-local's directory, made by us */
-	char dml_local[PATH_MAX], dmlctl[PATH_MAX];
-	char sched[320], secret[PATH_MAX];
-	int have_run, up, ended;
-	uint32_t job;            /* 0 until submitted */
-	char job_arg[16];
+	struct bench_cluster b;
 	dml_opts_t *opts;
 	dml_t *d;
-	struct train_poll *polls;
-	size_t npolls;
-	char *out;               /* TRAIN_OUT_MAX bytes of helper output */
 };
-
-static int train_state_final(const char *state)
-{
-	return strcmp(state, "done") == 0 || strcmp(state, "failed") == 0 ||
-	       strcmp(state, "stopped") == 0;
-}
-
-/* threads = N of the workers' template, 1 when it says nothing. */
-static unsigned train_worker_threads(const char *src)
-{
-	char path[PATH_MAX], line[256];
-	unsigned threads = 1;
-	FILE *f;
-
-	if (bench_path(path, sizeof(path), src, "conf/local/worker.conf") ||
-	    !(f = fopen(path, "r")))
-		return threads;
-	while (fgets(line, sizeof(line), f)) {
-		char *p = line, *v;
-		uint64_t n;
-
-		p += strspn(p, " \t");
-		if (strncmp(p, "threads", 7) != 0)
-			continue;
-		v = p + 7 + strspn(p + 7, " \t");
-		if (*v != '=')
-			continue;
-		v++;
-		v += strspn(v, " \t");
-		v[strcspn(v, " \t\r\n#")] = '\0';
-		if (dml_parse_u64(v, 0, 4096, &n) == 0)
-			threads = n ? (unsigned)n : train_cores();
-	}
-	fclose(f);
-	return threads;
-}
-
-/* A value of RUN/env as dml-local writes it (bash %q: backslash escapes). */
-static int train_env_value(const char *in, char *out, size_t len)
-{
-	size_t n = 0;
-
-	if (in[0] == '$' || in[0] == '\'' || in[0] == '"')
-		return DML_EINVAL;
-	for (const char *p = in; *p && *p != '\n'; p++) {
-		if (*p == '\\' && p[1])
-			p++;
-		if (n + 1 >= len)
-			return DML_EINVAL;
-		out[n++] = *p;
-	}
-	out[n] = '\0';
-	return n ? 0 : DML_EINVAL;
-}
-
-/* DML_SCHEDULER and DML_SECRET_FILE from RUN/env, into our environment too. */
-static int train_env_load(struct train_cluster *k)
-{
-	char path[PATH_MAX], line[PATH_MAX + 64];
-	int have = 0;
-	FILE *f;
-
-	if (bench_path(path, sizeof(path), k->run, "env") || !(f = fopen(path, "r"))) {
-		dml_err("%s/env: %s", k->run, strerror(errno));
-		return DML_EIO;
-	}
-	while (fgets(line, sizeof(line), f)) {
-		static const char sched[] = "export DML_SCHEDULER=";
-		static const char secret[] = "export DML_SECRET_FILE=";
-
-		if (strncmp(line, sched, sizeof(sched) - 1) == 0 &&
-		    train_env_value(line + sizeof(sched) - 1, k->sched,
-				    sizeof(k->sched)) == 0)
-			have |= 1;
-		else if (strncmp(line, secret, sizeof(secret) - 1) == 0 &&
-			 train_env_value(line + sizeof(secret) - 1, k->secret,
-					 sizeof(k->secret)) == 0)
-			have |= 2;
-	}
-	fclose(f);
-	if (have != 3) {
-		dml_err("%s: no DML_SCHEDULER and DML_SECRET_FILE in it", path);
-		return DML_ECONF;
-	}
-	if (setenv("DML_SCHEDULER", k->sched, 1) ||
-	    setenv("DML_SECRET_FILE", k->secret, 1))
-		return DML_ENOMEM;
-	return 0;
-}
-
-static int train_cluster_up(struct train_cluster *k, const struct train_opts *o,
-			    const struct train_paths *p)
-{
-	char servers[16], workers[16];
-	const char *argv[] = { k->dml_local, "up", "--dir", k->run, "--servers", servers,
-			       "--workers", workers, "--build", p->build, NULL };
-	int rc;
-
-	if (bench_path(k->dml_local, sizeof(k->dml_local), p->src, "tools/dml-local") ||
-	    bench_path(k->dmlctl, sizeof(k->dmlctl), p->build, "tools/dmlctl"))
-		return DML_EINVAL;
-	rc = bench_tmpdir_make("dml-bench-train", k->run, sizeof(k->run));
-	if (rc)
-		return rc;
-	k->have_run = 1;
-	snprintf(servers, sizeof(servers), "%u", o->servers);
-	snprintf(workers, sizeof(workers), "%u", o->workers);
-	/* Down is due even when up failed half way (it stops what it started). */
-	k->up = 1;
-	if (train_run(argv, k->out, TRAIN_OUT_MAX))
-		return DML_ECONN;
-	return train_env_load(k);
-}
-
-static int train_cluster_submit(struct train_cluster *k, const char *job)
-{
-	const char *argv[] = { k->dmlctl, "--json", "submit", job, NULL };
-	char id[32];
-	uint64_t v;
-
-	if (train_run(argv, k->out, TRAIN_OUT_MAX))
-		return DML_EIO;
-	if (train_json_get(k->out, "job", id, sizeof(id)) ||
-	    dml_parse_u64(id, 1, UINT32_MAX, &v)) {
-		dml_err("dmlctl submit: no job id in its answer: %.200s", k->out);
-		return DML_EIO;
-	}
-	k->job = (uint32_t)v;
-	snprintf(k->job_arg, sizeof(k->job_arg), "%" PRIu32, k->job);
-	return 0;
-}
-
-/* Ask the scheduler how the job is doing; append the answer to the polls. */
-static int train_cluster_poll(struct train_cluster *k, struct train_poll **out)
-{
-	const char *argv[] = { k->dmlctl, "--json", "status", k->job_arg, NULL };
-	struct train_poll p;
-	char v[64];
-
-	memset(&p, 0, sizeof(p));
-	if (train_run(argv, k->out, TRAIN_OUT_MAX))
-		return DML_EIO;
-	p.ns = dml_now_ns();
-	if (train_json_get(k->out, "state", p.state, sizeof(p.state)) ||
-	    train_json_get(k->out, "examples", v, sizeof(v)) ||
-	    dml_parse_u64(v, 0, UINT64_MAX, &p.examples) ||
-	    train_json_get(k->out, "run_ms", v, sizeof(v)) ||
-	    dml_parse_u64(v, 0, UINT64_MAX, &p.run_ms)) {
-		dml_err("dmlctl status %s: unexpected answer: %.200s", k->job_arg,
-			k->out);
-		return DML_EIO;
-	}
-	p.metric = NAN;
-	if (train_json_get(k->out, "has_metric", v, sizeof(v)) == 0 &&
-	    strcmp(v, "true") == 0 && train_json_get(k->out, "metric", v, sizeof(v)) == 0)
-		dml_parse_double(v, -1e300, 1e300, &p.metric);
-	k->polls = dml_xrealloc(k->polls, (k->npolls + 1) * sizeof(*k->polls));
-	k->polls[k->npolls] = p;
-	*out = &k->polls[k->npolls++];
-	return 0;
-}
 
 static int train_cluster_connect(struct train_cluster *k, const struct train_layout *l)
 {
 	const char *const opts[][2] = {
-		{ "scheduler", k->sched },
-		{ "secret_file", k->secret },
+		{ "scheduler", k->b.sched },
+		{ "secret_file", k->b.secret },
 		{ "role", "control" },
-		{ "job", k->job_arg },
+		{ "job", k->b.job_arg },
 		{ "connect_timeout_ms", TRAIN_CONNECT_MS },
 		{ "request_timeout_ms", TRAIN_REQUEST_MS },
 	};
 	int rc = bench_dml_opts_new(opts, DML_ARRAY_LEN(opts), &k->opts);
 
 	if (rc == 0 && (rc = dml_connect(k->opts, &k->d)) != 0)
-		dml_err("libdml: connecting to job %s through %s: %s", k->job_arg,
-			k->sched, dml_strerror(rc));
+		dml_err("libdml: connecting to job %s through %s: %s", k->b.job_arg,
+			k->b.sched, dml_strerror(rc));
 	for (size_t i = 0; rc == 0 && i < l->ntables; i++) {
 		uint32_t w = 0;
 		uint64_t keys = 0;
@@ -1109,8 +706,8 @@ static double train_polls_examples(const struct train_cluster *k, uint64_t t0,
 	uint64_t pt = t0;
 	double pe = 0;
 
-	for (size_t i = 0; i < k->npolls; i++) {
-		const struct train_poll *p = &k->polls[i];
+	for (size_t i = 0; i < k->b.npolls; i++) {
+		const struct bench_poll *p = &k->b.polls[i];
 		double step;
 
 		if (p->ns < t0)
@@ -1151,8 +748,8 @@ static int train_cluster_t0(const struct train_cluster *k, const struct train_se
 		dml_err("the cluster's model never changed in %zu copies", s->n);
 		return DML_EIO;
 	}
-	for (size_t j = 0; j < k->npolls; j++) {
-		const struct train_poll *p = &k->polls[j];
+	for (size_t j = 0; j < k->b.npolls; j++) {
+		const struct bench_poll *p = &k->b.polls[j];
 
 		if (p->examples > 0 && p->ns > p->run_ms * 1000000u) {
 			*t0 = p->ns - p->run_ms * 1000000u;
@@ -1164,25 +761,6 @@ static int train_cluster_t0(const struct train_cluster *k, const struct train_se
 	}
 	dml_err("no copy of the cluster's model and no status with examples");
 	return DML_EIO;
-}
-
-/* Examples/s between the first status with examples and the last one running. */
-static double train_polls_rate(const struct train_cluster *k)
-{
-	const struct train_poll *a = NULL, *b = NULL;
-
-	for (size_t i = 0; i < k->npolls; i++) {
-		const struct train_poll *p = &k->polls[i];
-
-		if (p->examples == 0 || strcmp(p->state, "running") != 0)
-			continue;
-		if (!a)
-			a = p;
-		b = p;
-	}
-	if (!a || b->ns <= a->ns)
-		return NAN;
-	return (double)(b->examples - a->examples) / ((double)(b->ns - a->ns) / 1e9);
 }
 
 static uint64_t train_ms_ns(uint64_t ms)
@@ -1213,29 +791,20 @@ struct train_watch {
 	uint64_t started;     /* the first sign of training; 0 until then */
 	uint64_t next_copy, next_poll;
 	char state[16];       /* the job's state in the last answer */
-	unsigned poll_fails;  /* status polls failed in a row */
 };
 
 /* Ask for the job's status; a lone failed poll is forgiven. */
 static int train_watch_poll(struct train_cluster *k, struct train_watch *w)
 {
-	struct train_poll *p;
-	int rc = train_cluster_poll(k, &p);
+	struct bench_poll *p;
+	int rc = bench_cluster_watch_poll(&k->b, &p);
 
-	if (rc)
-		return ++w->poll_fails < TRAIN_POLL_TRIES ? 0 : rc;
-	w->poll_fails = 0;
-	snprintf(w->state, sizeof(w->state), "%s", p->state);
-	if (!w->started && p->examples > 0)
-		w->started = p->ns;
-	if (train_state_final(w->state)) {
-		k->ended = 1;
-		if (strcmp(w->state, "done") != 0) {
-			dml_err("job %s ended %s", k->job_arg, w->state);
-			return DML_EIO;
-		}
+	if (p) {
+		snprintf(w->state, sizeof(w->state), "%s", p->state);
+		if (!w->started && p->examples > 0)
+			w->started = p->ns;
 	}
-	return 0;
+	return rc;
 }
 
 /* Copy the model; a failed pull is the end once the job has ended. */
@@ -1252,10 +821,10 @@ static int train_watch_copy(struct train_cluster *k, struct train_ctx *c,
 	if (rc) {
 		/* A job that ended may take its tables with it. */
 		train_series_drop_last(s);
-		prc = k->ended ? 0 : train_watch_poll(k, w);
-		if (prc || k->ended)
+		prc = k->b.ended ? 0 : train_watch_poll(k, w);
+		if (prc || k->b.ended)
 			return prc;
-		dml_err("pulling the model of job %s: %s", k->job_arg, dml_strerror(rc));
+		dml_err("pulling the model of job %s: %s", k->b.job_arg, dml_strerror(rc));
 		return rc;
 	}
 	s->v[s->n - 1].ns = dml_now_ns();
@@ -1276,14 +845,14 @@ static int train_cluster_watch(struct train_cluster *k, struct train_ctx *c,
 			       struct train_series *s)
 {
 	uint64_t max_ns = (uint64_t)(c->o->max_seconds * 1e9), now, wake;
-	uint64_t start_ns = (uint64_t)TRAIN_START_S * 1000000000u;
-	uint64_t poll_ns = train_ms_ns(TRAIN_POLL_MS);
+	uint64_t start_ns = (uint64_t)BENCH_CLUSTER_START_S * 1000000000u;
+	uint64_t poll_ns = train_ms_ns(BENCH_CLUSTER_POLL_MS);
 	struct train_watch w = { .begin = dml_now_ns(), .state = "pending" };
 	int rc = 0;
 
 	w.next_copy = w.next_poll = w.begin;
 	train_series_init(s, c->layout.floats, train_ms_ns(TRAIN_SNAP_MS));
-	while (rc == 0 && !k->ended) {
+	while (rc == 0 && !k->b.ended) {
 		if (bench_interrupted())
 			return DML_ECLOSED;
 		now = dml_now_ns();
@@ -1291,7 +860,7 @@ static int train_cluster_watch(struct train_cluster *k, struct train_ctx *c,
 			rc = train_watch_copy(k, c, s, &w);
 			w.next_copy = train_next(w.next_copy, now, s->every);
 		}
-		if (rc == 0 && !k->ended && now >= w.next_poll) {
+		if (rc == 0 && !k->b.ended && now >= w.next_poll) {
 			rc = train_watch_poll(k, &w);
 			w.next_poll = train_next(w.next_poll, now, poll_ns);
 		}
@@ -1300,41 +869,14 @@ static int train_cluster_watch(struct train_cluster *k, struct train_ctx *c,
 			break;
 		if (rc == 0 && !w.started && now - w.begin >= start_ns) {
 			dml_err("job %s did not start training within %d s (state %s)",
-				k->job_arg, TRAIN_START_S, w.state);
+				k->b.job_arg, BENCH_CLUSTER_START_S, w.state);
 			rc = DML_ETIMEDOUT;
 		}
 		wake = w.next_copy < w.next_poll ? w.next_copy : w.next_poll;
-		if (rc == 0 && !k->ended && wake > now)
+		if (rc == 0 && !k->b.ended && wake > now)
 			dml_progress(k->d, (int)((wake - now + 999999) / 1000000));
 	}
 	return rc;
-}
-
-/* The last lines of one daemon's log, through the logger. */
-static void train_log_tail(const char *dir, const char *name)
-{
-	char path[PATH_MAX], title[NAME_MAX + 32];
-
-	if (bench_path(path, sizeof(path), dir, name))
-		return;
-	snprintf(title, sizeof(title), "---- %s (its end) ----", name);
-	bench_log_tail(path, TRAIN_LOG_TAIL, title);
-}
-
-/* On a failure: what each daemon logged last, before the logs are removed. */
-static void train_cluster_log_tails(const struct train_cluster *k)
-{
-	struct dirent **names = NULL;
-	int n = k->have_run ? scandir(k->run, &names, NULL, alphasort) : -1;
-
-	for (int i = 0; i < n; i++) {
-		size_t len = strlen(names[i]->d_name);
-
-		if (len > 4 && strcmp(names[i]->d_name + len - 4, ".log") == 0)
-			train_log_tail(k->run, names[i]->d_name);
-		free(names[i]);
-	}
-	free(names);
 }
 
 /* Stop the job, take the cluster down, remove its directory: always. */
@@ -1345,29 +887,14 @@ static void train_cluster_down(struct train_cluster *k, int keep)
 	k->d = NULL;
 	dml_opts_free(k->opts);
 	k->opts = NULL;
-	if (k->job && !k->ended) {
-		const char *argv[] = { k->dmlctl, "stop", k->job_arg, NULL };
-
-		train_run(argv, k->out, TRAIN_OUT_MAX);
-	}
-	if (k->up) {
-		const char *argv[] = { k->dml_local, "down", "--dir", k->run, NULL };
-
-		k->up = 0;
-		train_run(argv, k->out, TRAIN_OUT_MAX);
-	}
-	if (k->have_run && keep)
-		dml_warn("kept %s", k->run);
-	else if (k->have_run)
-		bench_tmpdir_remove(k->run);
-	k->have_run = 0;
+	bench_cluster_down(&k->b, keep);
 }
 
 static int train_cluster_figures(struct train_cluster *k, struct train_ctx *c,
 				 struct train_series *s, struct train_result *r)
 {
 	uint64_t t0 = 0;
-	const struct train_poll *lp = k->npolls ? &k->polls[k->npolls - 1] : NULL;
+	const struct bench_poll *lp = k->b.npolls ? &k->b.polls[k->b.npolls - 1] : NULL;
 	int rc = train_cluster_t0(k, s, &c->eval, &c->layout, &t0, r);
 
 	if (rc)
@@ -1375,7 +902,7 @@ static int train_cluster_figures(struct train_cluster *k, struct train_ctx *c,
 	for (size_t i = 0; i < s->n; i++)
 		s->v[i].examples =
 			s->v[i].ns < t0 ? 0 : train_polls_examples(k, t0, s->v[i].ns);
-	r->rate = train_polls_rate(k);
+	r->rate = bench_cluster_rate(&k->b);
 	snprintf(r->every, sizeof(r->every), "every %" PRIu64 " ms",
 		 s->every / 1000000u);
 	if (lp && !isnan(lp->metric))
@@ -1391,10 +918,11 @@ static int train_cluster(struct train_ctx *c, struct train_series *s,
 	int rc;
 
 	memset(&k, 0, sizeof(k));
-	k.out = dml_xmalloc(TRAIN_OUT_MAX);
-	rc = train_cluster_up(&k, c->o, c->p);
+	bench_cluster_init(&k.b);
+	rc = bench_cluster_up(&k.b, "dml-bench-train", c->p->src, c->p->build,
+			      c->o->servers, c->o->workers);
 	if (rc == 0)
-		rc = train_cluster_submit(&k, c->p->job);
+		rc = bench_cluster_submit(&k.b, c->p->job);
 	if (rc == 0)
 		rc = train_cluster_connect(&k, &c->layout);
 	if (rc == 0) {
@@ -1406,30 +934,16 @@ static int train_cluster(struct train_ctx *c, struct train_series *s,
 		r->watch_s = (double)(dml_now_ns() - t) / 1e9;
 	}
 	if (rc && !bench_interrupted())
-		train_cluster_log_tails(&k);
+		bench_cluster_log_tails(&k.b);
 	/* The figures need the polls and the copies, not the cluster. */
 	train_cluster_down(&k, c->o->keep);
 	if (rc == 0)
 		rc = train_cluster_figures(&k, c, s, r);
-	free(k.polls);
-	free(k.out);
+	bench_cluster_free(&k.b);
 	return rc;
 }
 
 /* ---- report ------------------------------------------------------------ */
-
-static void train_loadavg(char *buf, size_t len)
-{
-	FILE *f = fopen("/proc/loadavg", "r");
-	double a = 0, b = 0, cc = 0;
-
-	if (f && fscanf(f, "%lf %lf %lf", &a, &b, &cc) == 3)
-		snprintf(buf, len, "%.2f %.2f %.2f", a, b, cc);
-	else
-		snprintf(buf, len, "unknown");
-	if (f)
-		fclose(f);
-}
 
 static void train_print_preface(const struct train_ctx *c, unsigned wthreads)
 {
@@ -1437,7 +951,7 @@ static void train_print_preface(const struct train_ctx *c, unsigned wthreads)
 	const struct train_opts *o = c->o;
 	char load[64];
 
-	train_loadavg(load, sizeof(load));
+	bench_loadavg(load, sizeof(load));
 	printf("dml-bench train: %s\n", c->p->job);
 	printf("job %s: app %s%s%s, %" PRIu64 " training examples, batch %" PRIu32
 	       "; target test accuracy >= %.3f\n", sp->name, sp->app,
@@ -1453,7 +967,7 @@ static void train_print_preface(const struct train_ctx *c, unsigned wthreads)
 			printf(", momentum %g", t->momentum);
 		printf(" (PyTorch's figures: plain SGD, lr 0.1)\n");
 	}
-	printf("load average at the start: %s (%u cores)\n", load, train_cores());
+	printf("load average at the start: %s (%u cores)\n", load, bench_cores());
 	if (!o->skip_single)
 		printf("single process: cpu backend, %u OpenBLAS threads, batch %" PRIu32
 		       " per step,\n  at most %.0f s or %.4g epochs; a copy every 1/%d "
@@ -1467,9 +981,9 @@ static void train_print_preface(const struct train_ctx *c, unsigned wthreads)
 		       "end;\n  a copy every %d ms by a control client\n", o->servers,
 		       o->workers, wthreads, wthreads == 1 ? "" : "s", sp->staleness,
 		       sp->batch_size, o->max_seconds, TRAIN_SNAP_MS);
-	if (!o->skip_cluster && o->workers * wthreads > train_cores())
+	if (!o->skip_cluster && o->workers * wthreads > bench_cores())
 		printf("warning: %u workers x %u threads oversubscribe %u cores\n",
-		       o->workers, wthreads, train_cores());
+		       o->workers, wthreads, bench_cores());
 	fflush(stdout);
 }
 
@@ -1634,7 +1148,7 @@ static void train_print_table(const struct train_ctx *c, const struct train_resu
 		printf("cluster: copying and polling cost this program %.2f s CPU in "
 		       "%.1f s (%.0f%% of one core, dmlctl included)\n", k->watch_cpu_s,
 		       k->watch_s, 100 * k->watch_cpu_s / k->watch_s);
-	train_loadavg(load, sizeof(load));
+	bench_loadavg(load, sizeof(load));
 	printf("load average at the end: %s\n", load);
 	train_print_ratios(c, s, k);
 	train_print_goals(c, s, k);
@@ -1740,7 +1254,7 @@ int bench_train_main(int argc, char **argv)
 	if (rc == 0)
 		rc = train_eval_open(&c.eval, spec, &c.env, &c.layout);
 	if (rc == 0) {
-		train_print_preface(&c, o.skip_cluster ? 1 : train_worker_threads(p.src));
+		train_print_preface(&c, o.skip_cluster ? 1 : bench_cluster_worker_threads(p.src));
 		rc = train_measure(&c, &rs, &rk);
 	}
 	/* What was measured is shown even when a later part failed. */

@@ -1,8 +1,8 @@
 /*
  * dml-bench helpers shared by its subcommands (see bench_util.h): option
  * handling and exit statuses, the interruption flag its signal handlers
- * set, paths and private temporary directories, and the logging of what a
- * child left behind.
+ * set, the machine's cores and load, paths and private temporary
+ * directories, and the logging of what a child left behind.
  *
  * Nothing here may start a process or touch the network: a second signal
  * may stop the child a subcommand named, and that is all.
@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -106,6 +107,17 @@ int bench_usage_error(const char *cmd, const char *opt, const char *value,
 	return BENCH_EXIT_USAGE;
 }
 
+int bench_parse_count(const char *cmd, const char *opt, const char *a, uint64_t min,
+		      uint64_t max, uint64_t *out)
+{
+	char want[64];
+
+	if (dml_parse_u64(a, min, max, out) == 0)
+		return 0;
+	snprintf(want, sizeof(want), "%" PRIu64 " to %" PRIu64, min, max);
+	return bench_usage_error(cmd, opt, a, want);
+}
+
 int bench_cmd_begin(int parse_rc, int help, void (*usage)(FILE *out), int verbose)
 {
 	if (parse_rc || help) {
@@ -123,6 +135,28 @@ int bench_exit_status(int rc)
 	if (rc == 0)
 		return 0;
 	return bench_interrupted() ? BENCH_EXIT_INTERRUPTED : BENCH_EXIT_ERROR;
+}
+
+/* ---- the machine ------------------------------------------------------ */
+
+unsigned bench_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (unsigned)n : 1;
+}
+
+void bench_loadavg(char *buf, size_t len)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double a = 0, b = 0, c = 0;
+
+	if (f && fscanf(f, "%lf %lf %lf", &a, &b, &c) == 3)
+		snprintf(buf, len, "%.2f %.2f %.2f", a, b, c);
+	else
+		snprintf(buf, len, "unknown");
+	if (f)
+		fclose(f);
 }
 
 /* ---- paths and directories ------------------------------------------- */

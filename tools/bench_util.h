@@ -1,9 +1,10 @@
 /*
- * dml-bench helpers that its subcommands share, pushpull (bench.c) and
- * train (bench_train.c): exit statuses and option handling, interruption by
- * signals, paths, the program's own build directory, private temporary
- * directories, how a child process ended, daemon logs shown through the
- * logger, and libdml options set from a table.
+ * dml-bench helpers that its subcommands share, pushpull (bench.c), train
+ * (bench_train.c) and the others: exit statuses and option handling,
+ * interruption by signals, the machine's cores and load, paths, the
+ * program's own build directory, private temporary directories, how a
+ * child process ended, daemon logs shown through the logger, and libdml
+ * options set from a table.
  *
  * Nothing declared here may start a process, a server or a connection: the
  * subcommands do that themselves and stop what they started.
@@ -12,6 +13,7 @@
 #define DML_BENCH_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -63,12 +65,25 @@ int bench_usage_error(const char *cmd, const char *opt, const char *value,
 		      const char *want);
 
 /**
+ * Parse option opt's value a as an integer in [min, max] into *out. Returns
+ * 0, or bench_usage_error()'s status ("MIN to MAX" wanted).
+ */
+int bench_parse_count(const char *cmd, const char *opt, const char *a, uint64_t min,
+		      uint64_t max, uint64_t *out);
+
+/**
  * After a subcommand parsed its options into parse_rc and help: print its
  * usage to stdout for --help, or else set the log level (warnings, and one
  * level more per -v) and install the signal handlers. Returns non-zero when
  * the subcommand should end now with parse_rc as its exit status.
  */
 int bench_cmd_begin(int parse_rc, int help, void (*usage)(FILE *out), int verbose);
+
+/** The online CPU cores; 1 when unknown. */
+unsigned bench_cores(void);
+
+/** The load averages of /proc/loadavg as "1.00 0.50 0.25", or "unknown". */
+void bench_loadavg(char *buf, size_t len);
 
 /** The exit status for a subcommand's result rc (0 or a DML_E... code). */
 int bench_exit_status(int rc);

@@ -140,6 +140,7 @@ struct dml_app {
 /** The apps of this build. */
 extern const struct dml_app dml_app_lsq;
 extern const struct dml_app dml_app_mlp;
+extern const struct dml_app dml_app_sparse_lr;
 
 /** Every app of this build, NULL-terminated (apps.c). */
 extern const struct dml_app *const dml_apps[];

@@ -20,7 +20,6 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,20 +180,8 @@ static int source_build(const struct lsq *a, struct source *s, uint64_t n,
 
 /* ---- the app ------------------------------------------------------------- */
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	int n = snprintf(err, errlen, "app lsq: ");
-
-	va_start(ap, fmt);
-	if (n > 0 && (size_t)n < errlen)
-		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-	va_end(ap);
-	return rc;
-}
+/* err = "app lsq: " and the reason; returns rc. */
+#define fail(err, errlen, rc, ...) dml_app_fail(err, errlen, rc, "lsq", __VA_ARGS__)
 
 /*
  * What this app needs of a spec: the scheduler's check (job_conf.c holds

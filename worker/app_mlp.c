@@ -28,7 +28,6 @@
  */
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,20 +99,8 @@ struct mlp {
 	float *hx, *hy;
 };
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-	va_list ap;
-	int n = snprintf(err, errlen, "app mlp: ");
-
-	va_start(ap, fmt);
-	if (n > 0 && (size_t)n < errlen)
-		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
-	va_end(ap);
-	return rc;
-}
+/* err = "app mlp: " and the reason; returns rc. */
+#define fail(err, errlen, rc, ...) dml_app_fail(err, errlen, rc, "mlp", __VA_ARGS__)
 
 /* ---- random numbers and the synthetic data --------------------------------- */
 
@@ -264,40 +251,10 @@ static int dataset_open(struct mlp *a, struct dataset *d, const char *key, const
 
 /* ---- the worker's records, shuffled each pass ------------------------------ */
 
-/*
- * A permutation of [0, n) keyed by key: a 4-round Feistel network on the
- * smallest even number of bits that holds n, walking the cycle until it
- * lands below n (fewer than 4 rounds of walking on average).
- */
-static uint64_t shuffle(uint64_t key, uint64_t n, uint64_t x)
-{
-	unsigned half = 1;
-	uint64_t mask;
-
-	while (half < 32 && (UINT64_C(1) << (2 * half)) < n)
-		half++;
-	mask = (UINT64_C(1) << half) - 1;
-	do {
-		uint64_t l = x >> half, r = x & mask;
-
-		for (uint64_t round = 0; round < 4; round++) {
-			uint64_t t = l ^ (dml_rng_mix64(r ^ key ^ (round << 56)) & mask);
-
-			l = r;
-			r = t;
-		}
-		x = l << half | r;
-	} while (x >= n);
-	return x;
-}
-
 /* The record of the worker's pos-th training example since set_partitions. */
 static uint64_t train_record(const struct mlp *a, uint64_t pos)
 {
-	uint64_t pass = pos / a->src.total;
-	uint64_t key = dml_rng_mix64(a->seed ^ STREAM_SHUFFLE ^ (pass * UINT64_C(0x9e3779b97f4a7c15)));
-
-	return dml_records_at(&a->src, shuffle(key, a->src.total, pos % a->src.total));
+	return dml_records_shuffled(&a->src, a->seed ^ STREAM_SHUFFLE, pos);
 }
 
 /* ---- the backend ----------------------------------------------------------- */

@@ -5,6 +5,7 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,18 @@ static int cmp_u32(const void *x, const void *y)
 	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
 
 	return a < b ? -1 : a > b;
+}
+
+int dml_app_fail(char *err, size_t errlen, int rc, const char *app, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(err, errlen, "app %s: ", app);
+
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < errlen)
+		vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
+	va_end(ap);
+	return rc;
 }
 
 int dml_records_set(struct dml_records *r, uint64_t n, const uint32_t *parts, size_t nparts,
@@ -92,11 +105,90 @@ uint64_t dml_records_at(const struct dml_records *r, uint64_t pos)
 	return r->begin[lo] + (pos - r->prefix[lo]);
 }
 
+/*
+ * A permutation of [0, n) keyed by key: a 4-round Feistel network on the
+ * smallest even number of bits that holds n, walking the cycle until it
+ * lands below n (fewer than 4 rounds of walking on average).
+ */
+static uint64_t permute(uint64_t key, uint64_t n, uint64_t x)
+{
+	unsigned half = 1;
+	uint64_t mask;
+
+	while (half < 32 && (UINT64_C(1) << (2 * half)) < n)
+		half++;
+	mask = (UINT64_C(1) << half) - 1;
+	do {
+		uint64_t l = x >> half, r = x & mask;
+
+		for (uint64_t round = 0; round < 4; round++) {
+			uint64_t t = l ^ (dml_rng_mix64(r ^ key ^ (round << 56)) & mask);
+
+			l = r;
+			r = t;
+		}
+		x = l << half | r;
+	} while (x >= n);
+	return x;
+}
+
+uint64_t dml_records_shuffled(const struct dml_records *r, uint64_t key, uint64_t pos)
+{
+	uint64_t pass = pos / r->total;
+
+	key = dml_rng_mix64(key ^ (pass * UINT64_C(0x9e3779b97f4a7c15)));
+	return dml_records_at(r, permute(key, r->total, pos % r->total));
+}
+
 void dml_records_clear(struct dml_records *r)
 {
 	free(r->begin);
 	free(r->prefix);
 	memset(r, 0, sizeof(*r));
+}
+
+struct scored {
+	float s;
+	int pos;
+};
+
+/* By score, NaN first, so that equal scores end up side by side. */
+static int scored_cmp(const void *x, const void *y)
+{
+	float a = ((const struct scored *)x)->s, b = ((const struct scored *)y)->s;
+
+	if (isnan(a) || isnan(b))
+		return isnan(b) - isnan(a);
+	return a < b ? -1 : a > b;
+}
+
+double dml_auc(const float *scores, const float *labels, size_t n)
+{
+	struct scored *v = malloc((n ? n : 1) * sizeof(*v));
+	double pos = 0, rank_sum = 0;
+	size_t i = 0;
+
+	if (!v)
+		return NAN;
+	for (size_t k = 0; k < n; k++) {
+		v[k] = (struct scored){ scores[k], labels[k] > 0.5f };
+		pos += v[k].pos;
+	}
+	qsort(v, n, sizeof(*v), scored_cmp);
+	/* Mann-Whitney: the positives' ranks (from 1), a tie group sharing
+	 * its mean rank. */
+	while (i < n) {
+		size_t j = i, group_pos = 0;
+
+		while (j < n && scored_cmp(&v[i], &v[j]) == 0)
+			group_pos += (size_t)v[j++].pos;
+		rank_sum += (double)group_pos * ((double)(i + 1) + (double)j) / 2.0;
+		i = j;
+	}
+	free(v);
+	if (pos == 0 || pos == (double)n)
+		return NAN;
+	return (rank_sum - pos * (pos + 1) / 2.0) / (pos * ((double)n - pos));
 }
 
 uint64_t dml_rng_mix64(uint64_t z)

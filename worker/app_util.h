@@ -23,6 +23,13 @@
  */
 int dml_app_spec_check(const char *app, const Dml__JobSpec *spec, char *err, size_t errlen);
 
+/**
+ * Write "app APP: " and the printf-formatted reason into err (errlen bytes,
+ * cut to fit) and return rc: how an app reports a refusal (app.h).
+ */
+int dml_app_fail(char *err, size_t errlen, int rc, const char *app, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
 /** A worker's records: ranges of record indices, in increasing order. */
 struct dml_records {
 	uint64_t *begin;          /* nranges each */
@@ -43,8 +50,24 @@ int dml_records_set(struct dml_records *r, uint64_t n, const uint32_t *parts, si
 /** The record index at position pos < r->total. */
 uint64_t dml_records_at(const struct dml_records *r, uint64_t pos);
 
+/**
+ * The record at position pos (any number: pos / r->total is the pass) of a
+ * walk over r that visits every record once a pass, in an order of its own
+ * for each pass and each key. Apps train on records 0, 1, 2, ... of it.
+ */
+uint64_t dml_records_shuffled(const struct dml_records *r, uint64_t key, uint64_t pos);
+
 /** Free and zero r; a zeroed r is fine. */
 void dml_records_clear(struct dml_records *r);
+
+/**
+ * The area under the ROC curve of scores against labels (n each; a label
+ * above 0.5 is a positive): the chance that a random positive scores above
+ * a random negative, ties counted half. NaN when there are no positives or
+ * no negatives, or no memory for the sort (O(n) scratch). NaN scores rank
+ * below every number.
+ */
+double dml_auc(const float *scores, const float *labels, size_t n);
 
 /** splitmix64's finaliser: a good 64-bit mix. */
 uint64_t dml_rng_mix64(uint64_t z);

@@ -10,7 +10,8 @@
 #include "app.h"
 
 /* The first one is what a worker's profile times at start. */
-const struct dml_app *const dml_apps[] = { &dml_app_lsq, &dml_app_mlp, NULL };
+const struct dml_app *const dml_apps[] = { &dml_app_lsq, &dml_app_mlp, &dml_app_sparse_lr,
+						 NULL };
 
 const struct dml_app *dml_app_find(const char *name)
 {
