@@ -144,7 +144,7 @@ test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmls
 check_PROGRAMS += test/check_data
 TESTS += test/check_data
 test_check_data_SOURCES = test/check_data.c test/tmpdir.c test/tmpdir.h
-test_check_data_CFLAGS = $(TEST_CFLAGS) $(ZLIB_CFLAGS)
+test_check_data_CFLAGS = $(TEST_CFLAGS)
 test_check_data_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # The mlp app and the cpu backend: ops against a double reference, gradients
@@ -160,7 +160,7 @@ test_check_mlp_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 check_PROGRAMS += test/check_libsvm
 TESTS += test/check_libsvm
 test_check_libsvm_SOURCES = test/check_libsvm.c test/tmpdir.c test/tmpdir.h
-test_check_libsvm_CFLAGS = $(TEST_CFLAGS) $(ZLIB_CFLAGS)
+test_check_libsvm_CFLAGS = $(TEST_CFLAGS)
 test_check_libsvm_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # The sparse_lr app: gradients against finite differences, AUC, learning,
@@ -171,6 +171,14 @@ test_check_sparse_lr_SOURCES = test/check_sparse_lr.c test/tmpdir.c test/tmpdir.
 	test/app_test.c test/app_test.h
 test_check_sparse_lr_CFLAGS = $(TEST_CFLAGS)
 test_check_sparse_lr_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# Synthetic clicks and dml-bench gen-clicks: same records every time, their
+# shape and skew, the hidden model's AUC, files that read back alike.
+check_PROGRAMS += test/check_clicks
+TESTS += test/check_clicks
+test_check_clicks_SOURCES = test/check_clicks.c test/tmpdir.c test/tmpdir.h
+test_check_clicks_CFLAGS = $(TEST_CFLAGS)
+test_check_clicks_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # Backends: cuda against cpu for every op and a full mlp step (SKIP without
 # a GPU), and the registry.
