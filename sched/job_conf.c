@@ -44,9 +44,10 @@
 #define MLP_UNITS_MAX 65535u
 
 /* The apps that dml-worker of this build runs. */
-static const char *const job_apps[] = { "lsq", "mlp", "sparse_lr", NULL };
-/* Every metric but loss is higher-is-better (sched/jobs.c's target test). */
-static const char *const job_metrics[] = { "loss", "accuracy", "auc", NULL };
+static const char *const job_apps[] = { "lsq", "mlp", "sparse_lr", "mf", NULL };
+static const char *const job_metrics[] = { "loss", "accuracy", "auc", "rmse", NULL };
+/* The metrics a job wants as small as possible (targets are upper bounds). */
+static const char *const job_metrics_lower[] = { "loss", "rmse", NULL };
 
 /* ---- the file's schema ----------------------------------------------- */
 
@@ -69,7 +70,7 @@ struct job_file {
 	uint64_t max_clocks;
 	double max_epochs, target;
 	uint32_t workers, partitions;
-	uint64_t examples;
+	uint64_t examples, users, items;
 	uint32_t dim, eval_every, dead_after_ms;
 	double min_rate;
 	uint64_t seed;
@@ -323,13 +324,13 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "name", DML_CONF_STRING, J(name), NULL, 0, 0, NULL, validate_name,
 	  "job name: 1 to 63 letters, digits, '_', '.' and '-'" },
 	{ "job", "app", DML_CONF_STRING, J(app), NULL, 0, 0, NULL, validate_app,
-	  "training app the workers run (this build: lsq, mlp, sparse_lr)" },
+	  "training app the workers run (this build: lsq, mlp, sparse_lr, mf)" },
 	{ "job", "data", DML_CONF_STRING, J(data), "synthetic", 0, 0, NULL, validate_text,
 	  "training data: synthetic, or mlp: IMAGES,LABELS (IDX files), sparse_lr: a "
-	  "libsvm file" },
+	  "libsvm file, mf: a file of USER ITEM RATING lines" },
 	{ "job", "test_data", DML_CONF_STRING, J(test_data), "", 0, 0, NULL, validate_text,
 	  "evaluation data, empty for none (mlp: IMAGES,LABELS; sparse_lr: a libsvm "
-	  "file or synthetic; lsq: unused)" },
+	  "file or synthetic; mf: a ratings file or synthetic; lsq: unused)" },
 	{ "job", "staleness", DML_CONF_I64, J(staleness), "1", 0, 0, NULL, NULL,
 	  "staleness bound s: 0 = BSP, s > 0 = SSP, negative = asynchronous" },
 	{ "job", "batch_size", DML_CONF_U32, J(batch_size), "64", 1, MAX_U32, NULL, NULL,
@@ -339,7 +340,7 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "max_epochs", DML_CONF_DOUBLE, J(max_epochs), "0", 0, DBL_MAX, NULL, NULL,
 	  "stop after this many passes over the data (0: no)" },
 	{ "job", "metric", DML_CONF_STRING, J(metric), "", 0, 0, NULL, validate_metric,
-	  "evaluation metric: empty, loss (lower is better), accuracy or auc" },
+	  "evaluation metric: empty, loss or rmse (lower is better), accuracy or auc" },
 	{ "job", "target", DML_CONF_DOUBLE, J(target), "0", 0, DBL_MAX, NULL, NULL,
 	  "with metric: stop once the metric reaches it (0: no)" },
 	{ "job", "workers", DML_CONF_U32, J(workers), "0", 0, MAX_U32, NULL, NULL,
@@ -350,6 +351,10 @@ static const struct dml_conf_option job_options[] = {
 	  NULL, "data partitions spread over the workers (0: 8 per worker)" },
 	{ "job", "examples", DML_CONF_U64, J(examples), "10000", 0, 0, NULL, NULL,
 	  "synthetic data: number of examples" },
+	{ "job", "users", DML_CONF_U64, J(users), "1000", 1, MAX_U32, NULL, NULL,
+	  "mf, synthetic data: users (ids 0..users-1)" },
+	{ "job", "items", DML_CONF_U64, J(items), "1000", 1, MAX_U32, NULL, NULL,
+	  "mf, synthetic data: items (ids 0..items-1)" },
 	{ "job", "dim", DML_CONF_U32, J(dim), "64", 0, MAX_U32, NULL, NULL,
 	  "input features (lsq, mlp); sparse_lr: hashed feature space (keys 0..dim)" },
 	{ "job", "hidden", DML_CONF_STRING, J(hidden), "", 0, 0, NULL, validate_hidden,
@@ -462,6 +467,8 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->worker_ids = v->ids;
 	s->partitions = f->partitions;
 	s->examples = f->examples;
+	s->users = f->users;
+	s->items = f->items;
 	s->dim = f->dim;
 	s->hidden = f->hidden;
 	s->eval_every = f->eval_every;
@@ -872,6 +879,42 @@ static int check_app_sparse_lr(const Dml__JobSpec *s, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * What the mf app of dml-worker needs: a ratings file or synthetic data,
+ * a metric it computes, and two sparse tables of one width k, 0 for the
+ * users' factors and 1 for the items', not both starting at zeros (their
+ * gradients would stay zero: each side's is the other side's factors).
+ */
+static int check_app_mf(const Dml__JobSpec *s, char *err, size_t errlen)
+{
+	const Dml__TableSpec *u = table_find(s, 0), *v = table_find(s, 1);
+	const char *m = str_or_empty(s->metric);
+
+	if (!*str_or_empty(s->data))
+		return fail(err, errlen, "app mf: data is empty (a ratings file or synthetic)");
+	if (*m && strcmp(m, "rmse") != 0 && strcmp(m, "loss") != 0)
+		return fail(err, errlen, "app mf: metric '%s' is not one it computes (rmse, "
+			    "loss)", m);
+	if (strcmp(str_or_empty(s->data), "synthetic") == 0 && s->examples < 1)
+		return fail(err, errlen, "app mf: synthetic data needs examples >= 1");
+	if (s->n_tables != 2 || !u || !v || u->dense || v->dense)
+		return fail(err, errlen, "app mf: needs two sparse tables, id 0 (users) and "
+			    "id 1 (items)");
+	if (u->width != v->width)
+		return fail(err, errlen, "app mf: tables 0 and 1 need one width (the factors "
+			    "per id), not %" PRIu32 " and %" PRIu32, u->width, v->width);
+	if (strcmp(str_or_empty(u->init), "zeros") == 0 &&
+	    strcmp(str_or_empty(v->init), "zeros") == 0)
+		return fail(err, errlen, "app mf: tables 0 and 1 both start at zeros, where "
+			    "every gradient is zero: give them init = normal (scale 0.1, say)");
+	if (s->batch_size > INT_MAX ||
+	    (uint64_t)s->batch_size * u->width > APP_BATCH_FLOATS_MAX)
+		return fail(err, errlen, "app mf: batch_size %" PRIu32 " x width %" PRIu32
+			    " is more than %" PRIu64 " floats a batch may hold", s->batch_size,
+			    u->width, APP_BATCH_FLOATS_MAX);
+	return 0;
+}
+
 /* Metric with a target: a stop condition (the same test as jobs.c makes). */
 static int metric_stops(const Dml__JobSpec *s)
 {
@@ -929,6 +972,11 @@ static int check_job(const Dml__JobSpec *s, char *err, size_t errlen)
 	return 0;
 }
 
+int dml_metric_lower_is_better(const char *metric)
+{
+	return metric && name_in(metric, job_metrics_lower);
+}
+
 int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen)
 {
 	int rc;
@@ -946,6 +994,8 @@ int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen)
 		rc = check_app_mlp(spec, err, errlen);
 	if (!rc && strcmp(str_or_empty(spec->app), "sparse_lr") == 0)
 		rc = check_app_sparse_lr(spec, err, errlen);
+	if (!rc && strcmp(str_or_empty(spec->app), "mf") == 0)
+		rc = check_app_mf(spec, err, errlen);
 	return rc;
 }
 

@@ -46,6 +46,9 @@ int dml_job_file_parse_string(const char *name, const char *text, Dml__JobSpec *
  */
 int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen);
 
+/** Non-zero for a metric a job wants small (loss, rmse): its target is a ceiling. */
+int dml_metric_lower_is_better(const char *metric);
+
 /* mlp: the most hidden layers a job may have. */
 #define DML_MLP_HIDDEN_MAX 8
 

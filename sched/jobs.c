@@ -556,7 +556,7 @@ static int job_stop_met(const struct dml_job *job, char *why, size_t len)
 	size_t live = 0, at_max = 0, finished = 0;
 
 	if (*spec->metric && spec->target > 0 && job->has_metric) {
-		int lower = strcmp(spec->metric, "loss") == 0;
+		int lower = dml_metric_lower_is_better(spec->metric);
 
 		if (lower ? job->metric <= spec->target : job->metric >= spec->target) {
 			snprintf(why, len, "%s %g reached target %g", spec->metric, job->metric,

@@ -11,6 +11,7 @@
 #define DML_TEST_APP_TEST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "app.h"
 #include "job_conf.h"
@@ -44,5 +45,48 @@ struct app_test_io {
  */
 void app_test_io_init(struct app_test_io *f, const struct dml_app *app, void *state,
 		      struct dml_app_io *io);
+
+/*
+ * An io over sparse tables 0..ntables-1 whose keys lie below ids: pulls copy
+ * rows of p[t] (ids x width[t] floats, the test's to fill), pushes are kept
+ * (the last one of each table, keys and values) and stay in flight until
+ * waited for. Keys must come sorted and distinct, and with bias_last the
+ * largest key (sparse_lr's bias, ids - 1) must be among them. Bit t of
+ * fail_pull or fail_push makes that request on table t fail when it is
+ * made; fail_push_wait makes waiting for any push fail.
+ */
+#define APP_TEST_SPARSE_TABLES 2
+#define APP_TEST_SPARSE_MAX_REQ 4096
+struct app_test_sparse {
+	size_t ntables;
+	uint64_t ids;
+	uint32_t width[APP_TEST_SPARSE_TABLES];
+	float *p[APP_TEST_SPARSE_TABLES];
+	uint64_t *pushed_keys[APP_TEST_SPARSE_TABLES];  /* ids each */
+	float *pushed[APP_TEST_SPARSE_TABLES];          /* ids x width */
+	size_t npushed[APP_TEST_SPARSE_TABLES], npulled[APP_TEST_SPARSE_TABLES];
+	int pulls, pushes, in_flight;
+	unsigned fail_pull, fail_push;
+	int fail_push_wait, bias_last;
+	char is_push[APP_TEST_SPARSE_MAX_REQ];
+	dml_handle_t next;
+};
+
+/** ntables tables of ids keys, width floats a row, all zero. */
+void app_test_sparse_init(struct app_test_sparse *t, size_t ntables, uint64_t ids,
+			  uint32_t width);
+void app_test_sparse_free(struct app_test_sparse *t);
+/** An io through t. */
+struct dml_app_io app_test_sparse_io(struct app_test_sparse *t);
+
+/**
+ * One step of app that must succeed on rows examples, leaving at most one
+ * push a table in flight, then a drain that must land them: the step's loss.
+ */
+double app_test_sparse_step(const struct dml_app *app, void *state, struct app_test_sparse *t,
+			    uint64_t rows);
+/** An evaluation that must succeed and leave nothing in flight: its value. */
+double app_test_sparse_evaluate(const struct dml_app *app, void *state,
+				struct app_test_sparse *t);
 
 #endif

@@ -195,7 +195,7 @@ START_TEST(bad_files_say_where_and_why)
 		   "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcd\n",
 		   "t.conf:2: name: is 64 characters long");
 	assert_bad("[job]\nname = j\napp = sgd-net\n", "t.conf:3: app: 'sgd-net' is not an "
-		   "app of this build (lsq, mlp, sparse_lr)");
+		   "app of this build (lsq, mlp, sparse_lr, mf)");
 	assert_bad(MIN_JOB "metric = f1\n" MIN_TABLE, "t.conf:6: metric: 'f1' is not one of");
 	assert_bad(MIN_JOB "worker_ids = 1,,2\n" MIN_TABLE, "t.conf:6: worker_ids:");
 	assert_bad(MIN_JOB "worker_ids = 1, x\n" MIN_TABLE, "t.conf:6: worker_ids: 'x' is "
@@ -546,7 +546,7 @@ static const char *sparse_lr_break(Dml__JobSpec *s, int i)
 		return "app sparse_lr: synthetic data is binary: table 0 needs width 1";
 	case 7: s->data = "a.svm"; s->test_data = ""; t->width = 2; s->batch_size = 1u << 28;
 		return "app sparse_lr: batch_size 268435456 x width 2 is more than";
-	case 8: s->metric = "f1"; return "metric 'f1' is not one of loss, accuracy, auc";
+	case 8: s->metric = "f1"; return "metric 'f1' is not one of loss, accuracy, auc, rmse";
 	default: return NULL;
 	}
 }
@@ -569,6 +569,37 @@ START_TEST(sparse_lr_spec_rules)
 	ck_assert_msg(strstr(err, want) != NULL, "case %d: error '%s' lacks '%s'", _i, err,
 		      want);
 	dml_job_spec_free(s);
+}
+END_TEST
+
+/*
+ * mf jobs: the example file parses and passes with the synthetic data's
+ * users and items, and rmse is a ceiling, as loss is.
+ */
+START_TEST(example_mf_conf_parses)
+{
+	Dml__JobSpec *s = mlp_example("mf.conf");
+	Dml__JobSpec v = *s;
+	char err[ERRLEN];
+
+	ck_assert_str_eq(s->app, "mf");
+	ck_assert_str_eq(s->metric, "rmse");
+	ck_assert(s->users == 1000 && s->items == 1000 && s->n_tables == 2);
+	ck_assert(s->tables[0]->width == 16 && s->tables[1]->width == 16);
+	ck_assert(dml_metric_lower_is_better("rmse") && dml_metric_lower_is_better("loss"));
+	ck_assert(!dml_metric_lower_is_better("auc") && !dml_metric_lower_is_better("accuracy"));
+	ck_assert(!dml_metric_lower_is_better(NULL));
+	v.metric = "loss";
+	ck_assert_msg(dml_job_spec_check(&v, err, sizeof(err)) == 0, "%s", err);
+	v.metric = "accuracy";
+	ck_assert_int_eq(dml_job_spec_check(&v, err, sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, "app mf: metric 'accuracy' is not one it computes") != NULL,
+		      "%s", err);
+	v.metric = "rmse";
+	v.app = "mlp";
+	ck_assert_int_eq(dml_job_spec_check(&v, err, sizeof(err)), DML_EINVAL);
+	dml_job_spec_free(s);
+	assert_bad(MIN_JOB "users = 0\n" MIN_TABLE, "t.conf:6: users:");
 }
 END_TEST
 
@@ -1682,6 +1713,7 @@ static Suite *jobs_suite(void)
 	tcase_add_loop_test(files, mlp_spec_rules, 0, MLP_BREAKS);
 	tcase_add_test(files, example_sparse_lr_conf_parses);
 	tcase_add_loop_test(files, sparse_lr_spec_rules, 0, SPARSE_LR_BREAKS);
+	tcase_add_test(files, example_mf_conf_parses);
 	tcase_add_loop_test(files, spec_check_catches_each_rule, 0, SPEC_BREAKS);
 	tcase_add_test(files, spec_check_accepts_edges);
 	tcase_add_test(files, too_many_tables_are_refused);

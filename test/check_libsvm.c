@@ -20,6 +20,7 @@
 #include "check_run.h"
 #include "data_libsvm.h"
 #include "dml_error.h"
+#include "fuzz.h"
 #include "tmpdir.h"
 
 static const char *path_of(const char *name)
@@ -292,50 +293,13 @@ START_TEST(test_fuzz)
 		"0x1p200", "1e-400", "340282356779733661637539395458142568448", ":", "::",
 		"-", "4294967296", "65535", "-1",
 	};
-	static char src[65536], buf[65536 + 64], gzbuf[65536];
+	static char src[65536];
 	uint64_t rng = 7;
-	size_t len = make_corpus(src, sizeof(src), &rng), glen;
+	size_t len = make_corpus(src, sizeof(src), &rng);
 	int ok = 0, bad = 0;
 
-	ck_assert_int_eq(fuzz_load(dml_test_tmpdir_write("seed", src, len, 0)), 0);
-	glen = dml_test_read_file(dml_test_tmpdir_write("seed.gz", src, len, 1), gzbuf, sizeof(gzbuf));
-	ck_assert_uint_lt(glen, sizeof(gzbuf));
-	for (int it = 0; it < 1500; it++) {
-		size_t n, at;
-		int gz = it % 3 == 2;
-		const char *from = gz ? gzbuf : src;
-		size_t flen = gz ? glen : len;
-
-		rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-		at = (size_t)(rng >> 33) % flen;
-		memcpy(buf, from, flen);
-		n = flen;
-		switch (it % 4) {
-		case 0:     /* truncate */
-			n = at;
-			break;
-		case 1:     /* flip a few bytes */
-			for (int k = 0; k < 1 + (int)(rng & 3); k++)
-				buf[((rng >> (8 * k)) ^ at) % flen] ^= (char)(1u << (k + it) % 8);
-			break;
-		case 2:     /* a byte of anything */
-			buf[at] = (char)(rng >> 24);
-			break;
-		default: {  /* a huge number where a token was */
-			const char *h = huge[(rng >> 20) % (sizeof(huge) / sizeof(huge[0]))];
-			size_t hl = strlen(h);
-
-			memcpy(buf, from, at);
-			memcpy(buf + at, h, hl);
-			memcpy(buf + at + hl, from + at, flen - at);
-			n = flen + hl;
-		}
-		}
-		if (fuzz_load(dml_test_tmpdir_write(gz ? "f.gz" : "f", buf, n, 0)) == 0)
-			ok++;
-		else
-			bad++;
-	}
+	dml_test_fuzz_file(src, len, huge, sizeof(huge) / sizeof(huge[0]), 1500, rng, fuzz_load, &ok,
+			   &bad);
 	/* Both outcomes happened: the loop explored more than one path. */
 	ck_assert_int_gt(ok, 50);
 	ck_assert_int_gt(bad, 50);

@@ -83,156 +83,21 @@ static void *app_make(const Dml__JobSpec *spec)
 	return state;
 }
 
-/* ---- an io over keys 0..dim ------------------------------------------------ */
-
-/*
- * Pulls copy rows of p (keys 0..dim, width floats each); a push is kept
- * (keys and values) and is in flight until waited for. Handles count up
- * from 1; is_push[h] says what h was. fail_*: the request call fails, or
- * (fail_push_wait) the wait for a push does.
- */
-#define SIO_MAX_REQ 4096
-struct sio {
-	uint64_t dim;
-	uint32_t width;
-	float *p;
-	uint64_t *pushed_keys;
-	float *pushed;
-	size_t npushed, npulled;
-	int pulls, pushes, in_flight;
-	int fail_pull, fail_push, fail_push_wait;
-	char is_push[SIO_MAX_REQ];
-	dml_handle_t next;
-};
-
-static void sio_init(struct sio *t, uint64_t dim, uint32_t width)
+/* The test io over keys 0..dim of table 0 (the bias, key dim, in every request). */
+static void sio_init(struct app_test_sparse *t, uint64_t dim, uint32_t width)
 {
-	memset(t, 0, sizeof(*t));
-	t->dim = dim;
-	t->width = width;
-	t->p = calloc((size_t)(dim + 1) * width, sizeof(float));
-	ck_assert_ptr_nonnull(t->p);
+	app_test_sparse_init(t, 1, dim + 1, width);
+	t->bias_last = 1;
 }
 
-static void sio_free(struct sio *t)
+static double step_ok(void *state, struct app_test_sparse *t, uint64_t rows)
 {
-	free(t->p);
-	free(t->pushed_keys);
-	free(t->pushed);
+	return app_test_sparse_step(app, state, t, rows);
 }
 
-/* Keys as the app must send them: sorted, unique, in 0..dim, the bias in. */
-static void keys_check(const struct sio *t, uint32_t table, const uint64_t *keys, size_t n)
+static double evaluate_ok(void *state, struct app_test_sparse *t)
 {
-	ck_assert_uint_eq(table, 0);
-	ck_assert_uint_ge(n, 1);
-	for (size_t i = 0; i < n; i++) {
-		ck_assert_uint_le(keys[i], t->dim);
-		if (i)
-			ck_assert_uint_gt(keys[i], keys[i - 1]);
-	}
-	ck_assert_uint_eq(keys[n - 1], t->dim);
-}
-
-static dml_handle_t sio_handle(struct sio *t, int push)
-{
-	ck_assert_uint_lt(t->next + 1, SIO_MAX_REQ);
-	t->next++;
-	t->is_push[t->next] = (char)push;
-	t->in_flight++;
-	return t->next;
-}
-
-static int sio_pull(void *arg, uint32_t table, const uint64_t *keys, size_t n, float *out,
-		    dml_handle_t *h)
-{
-	struct sio *t = arg;
-
-	keys_check(t, table, keys, n);
-	if (t->fail_pull)
-		return DML_ECONN;
-	for (size_t i = 0; i < n; i++)
-		memcpy(out + i * t->width, t->p + keys[i] * t->width, t->width * sizeof(float));
-	t->npulled = n;
-	t->pulls++;
-	*h = sio_handle(t, 0);
-	return 0;
-}
-
-static int sio_push(void *arg, uint32_t table, const uint64_t *keys, size_t n,
-		    const float *vals, dml_handle_t *h)
-{
-	struct sio *t = arg;
-
-	keys_check(t, table, keys, n);
-	if (t->fail_push)
-		return DML_ETIMEDOUT;
-	free(t->pushed_keys);
-	free(t->pushed);
-	t->pushed_keys = malloc(n * sizeof(uint64_t));
-	t->pushed = malloc(n * t->width * sizeof(float));
-	ck_assert(t->pushed_keys && t->pushed);
-	memcpy(t->pushed_keys, keys, n * sizeof(uint64_t));
-	memcpy(t->pushed, vals, n * t->width * sizeof(float));
-	t->npushed = n;
-	t->pushes++;
-	*h = sio_handle(t, 1);
-	return 0;
-}
-
-static int sio_range(void *arg, uint32_t table, uint64_t begin, uint64_t end, float *out,
-		     dml_handle_t *h)
-{
-	ck_abort_msg("sparse_lr asks for keys, never ranges");
-	return DML_EINVAL;
-}
-
-static int sio_push_range(void *arg, uint32_t table, uint64_t begin, uint64_t end,
-			  const float *vals, dml_handle_t *h)
-{
-	ck_abort_msg("sparse_lr pushes keys, never ranges");
-	return DML_EINVAL;
-}
-
-static int sio_wait(void *arg, dml_handle_t h)
-{
-	struct sio *t = arg;
-
-	ck_assert(h >= 1 && h <= t->next);
-	t->in_flight--;
-	ck_assert_int_ge(t->in_flight, 0);
-	return t->is_push[h] && t->fail_push_wait ? DML_ECONN : 0;
-}
-
-static const struct dml_app_io_ops sio_ops = {
-	sio_range, sio_push_range, sio_pull, sio_push, sio_wait
-};
-
-/* One step that must succeed, leaving at most its push in flight; its loss. */
-static double step_ok(void *state, struct sio *t, uint64_t rows)
-{
-	struct dml_app_io io = { &sio_ops, t, 0 };
-	struct dml_app_step st;
-	char err[256] = "";
-
-	ck_assert_msg(app->step(state, &io, &st, err, sizeof(err)) == 0, "step: %s", err);
-	ck_assert_int_le(t->in_flight, 1);
-	ck_assert_msg(app->drain(state, &io, err, sizeof(err)) == 0, "drain: %s", err);
-	ck_assert_int_eq(t->in_flight, 0);
-	ck_assert_uint_eq(st.examples, rows);
-	return st.loss;
-}
-
-static double evaluate_ok(void *state, struct sio *t)
-{
-	struct dml_app_io io = { &sio_ops, t, 0 };
-	char err[256] = "";
-	double v = NAN;
-
-	ck_assert_msg(app->evaluate(state, &io, &v, err, sizeof(err)) == 0, "evaluate: %s",
-		      err);
-	ck_assert_int_eq(t->in_flight, 0);
-	return v;
+	return app_test_sparse_evaluate(app, state, t);
 }
 
 /* ---- gradients ------------------------------------------------------------- */
@@ -248,7 +113,7 @@ static void check_gradient(const char *file_text, uint32_t dim, uint32_t width,
 	char extra[64];
 	Dml__JobSpec *spec;
 	void *state;
-	struct sio t;
+	struct app_test_sparse t;
 	uint64_t *keys;
 	float *g;
 	size_t n;
@@ -258,18 +123,18 @@ static void check_gradient(const char *file_text, uint32_t dim, uint32_t width,
 	state = app_make(spec);
 	sio_init(&t, dim, width);
 	for (size_t i = 0; i < (size_t)(dim + 1) * width; i++)
-		t.p[i] = (float)rnd(-1, 1);
+		t.p[0][i] = (float)rnd(-1, 1);
 	step_ok(state, &t, records);
-	n = t.npushed;
-	ck_assert_uint_eq(n, t.npulled);
+	n = t.npushed[0];
+	ck_assert_uint_eq(n, t.npulled[0]);
 	keys = malloc(n * sizeof(*keys));
 	g = malloc(n * width * sizeof(*g));
 	ck_assert(keys && g);
-	memcpy(keys, t.pushed_keys, n * sizeof(*keys));
-	memcpy(g, t.pushed, n * width * sizeof(*g));
+	memcpy(keys, t.pushed_keys[0], n * sizeof(*keys));
+	memcpy(g, t.pushed[0], n * width * sizeof(*g));
 	for (size_t i = 0; i < n; i++) {
 		for (uint32_t c = 0; c < width; c++) {
-			float *w = t.p + keys[i] * width + c, saved = *w;
+			float *w = t.p[0] + keys[i] * width + c, saved = *w;
 			const float eps = 1e-2f;
 			double up, down, fd;
 
@@ -286,7 +151,7 @@ static void check_gradient(const char *file_text, uint32_t dim, uint32_t width,
 	}
 	free(keys);
 	free(g);
-	sio_free(&t);
+	app_test_sparse_free(&t);
 	app->destroy(state);
 	dml_job_spec_free(spec);
 }
@@ -385,20 +250,20 @@ START_TEST(test_evaluate_metrics)
 		char extra[64];
 		Dml__JobSpec *spec;
 		void *state;
-		struct sio t;
+		struct app_test_sparse t;
 		double v;
 
 		snprintf(extra, sizeof(extra), "metric = %s\nbatch_size = 3\n", metrics[m]);
 		spec = spec_make(path, 1, 1, extra);
 		state = app_make(spec);
 		sio_init(&t, 1, 1);
-		t.p[0] = (float)w0;
-		t.p[1] = (float)b;
+		t.p[0][0] = (float)w0;
+		t.p[0][1] = (float)b;
 		v = evaluate_ok(state, &t);
 		ck_assert_msg(fabs(v - want[m % 3]) < 1e-6, "%s: %g, want %g", metrics[m], v,
 			      want[m % 3]);
 		ck_assert_uint_eq(app->data_examples(state), 8);
-		sio_free(&t);
+		app_test_sparse_free(&t);
 		app->destroy(state);
 		dml_job_spec_free(spec);
 	}
@@ -437,19 +302,19 @@ START_TEST(test_evaluate_one_vs_rest)
 		char extra[64];
 		Dml__JobSpec *spec;
 		void *state;
-		struct sio t;
+		struct app_test_sparse t;
 		double v;
 
 		snprintf(extra, sizeof(extra), "metric = %s\n", metrics[m]);
 		spec = spec_make(path, 1, 3, extra);
 		state = app_make(spec);
 		sio_init(&t, 1, 3);
-		memcpy(t.p, w, sizeof(w));
-		memcpy(t.p + 3, bias, sizeof(bias));
+		memcpy(t.p[0], w, sizeof(w));
+		memcpy(t.p[0] + 3, bias, sizeof(bias));
 		v = evaluate_ok(state, &t);
 		ck_assert_msg(fabs(v - want[m]) < 1e-6, "%s: %g, want %g", metrics[m], v,
 			      want[m]);
-		sio_free(&t);
+		app_test_sparse_free(&t);
 		app->destroy(state);
 		dml_job_spec_free(spec);
 	}
@@ -478,7 +343,8 @@ START_TEST(test_refuses)
 	char path[DML_TEST_PATH_MAX + 64];
 
 	spec->metric = (char *)"f1";
-	expect_refused(spec, DML_EINVAL, "metric 'f1' is not one of loss, accuracy, auc");
+	expect_refused(spec, DML_EINVAL, "metric 'f1' is not one of loss, accuracy, auc, "
+		       "rmse");
 	spec->metric = metric;
 	spec->data = (char *)"";
 	expect_refused(spec, DML_EINVAL, "data is empty (a libsvm file or synthetic)");
@@ -545,11 +411,11 @@ START_TEST(test_io_failures)
 	struct dml_app_io io;
 	struct dml_app_step st;
 	char err[256];
-	struct sio t;
+	struct app_test_sparse t;
 	double v;
 
 	sio_init(&t, 4096, 1);
-	io = (struct dml_app_io){ &sio_ops, &t, 0 };
+	io = app_test_sparse_io(&t);
 	t.fail_pull = 1;
 	ck_assert_int_eq(app->step(state, &io, &st, err, sizeof(err)), DML_ECONN);
 	ck_assert_msg(strstr(err, "pull of table 0") != NULL, "%s", err);
@@ -581,10 +447,10 @@ START_TEST(test_io_failures)
 	ck_assert_int_eq(app->set_partitions(state, NULL, 0, 4, err, sizeof(err)), 0);
 	t.pulls = 0;
 	ck_assert(isnan(step_ok(state, &t, 0)));
-	ck_assert(t.pulls == 1 && t.npulled == 1);
+	ck_assert(t.pulls == 1 && t.npulled[0] == 1);
 	ck_assert_int_eq(app->set_partitions(state, (const uint32_t[]){ 4 }, 1, 4, err,
 					     sizeof(err)), DML_EINVAL);
-	sio_free(&t);
+	app_test_sparse_free(&t);
 	app->destroy(state);
 	dml_job_spec_free(spec);
 }
@@ -651,7 +517,7 @@ START_TEST(test_profile_job)
 	Dml__JobSpec *spec = app_test_spec(app->profile_job);
 	void *state = app_make(spec);
 	const struct dml_app_table *tab;
-	struct sio t;
+	struct app_test_sparse t;
 
 	ck_assert_str_eq(app->name, "sparse_lr");
 	ck_assert_uint_eq(app->tables(state, &tab), 1);
@@ -659,7 +525,7 @@ START_TEST(test_profile_job)
 	ck_assert_ptr_eq(dml_app_find("sparse_lr"), app);
 	sio_init(&t, spec->dim, 1);
 	ck_assert(fabs(step_ok(state, &t, spec->batch_size) - log(2.0)) < 1e-6);
-	sio_free(&t);
+	app_test_sparse_free(&t);
 	app->destroy(state);
 	dml_job_spec_free(spec);
 }

@@ -159,9 +159,19 @@ test_check_mlp_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 # The libsvm reader: parsing, gzip, every error, a fuzz loop.
 check_PROGRAMS += test/check_libsvm
 TESTS += test/check_libsvm
-test_check_libsvm_SOURCES = test/check_libsvm.c test/tmpdir.c test/tmpdir.h
+test_check_libsvm_SOURCES = test/check_libsvm.c test/tmpdir.c test/tmpdir.h test/fuzz.c \
+	test/fuzz.h
 test_check_libsvm_CFLAGS = $(TEST_CFLAGS)
 test_check_libsvm_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# The rating-triplet reader: separators, header, gzip, every error, a fuzz
+# loop.
+check_PROGRAMS += test/check_triplets
+TESTS += test/check_triplets
+test_check_triplets_SOURCES = test/check_triplets.c test/tmpdir.c test/tmpdir.h test/fuzz.c \
+	test/fuzz.h
+test_check_triplets_CFLAGS = $(TEST_CFLAGS)
+test_check_triplets_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # The sparse_lr app: gradients against finite differences, AUC, learning,
 # specs it refuses, evaluation.
@@ -171,6 +181,15 @@ test_check_sparse_lr_SOURCES = test/check_sparse_lr.c test/tmpdir.c test/tmpdir.
 	test/app_test.c test/app_test.h
 test_check_sparse_lr_CFLAGS = $(TEST_CFLAGS)
 test_check_sparse_lr_LDADD = $(APPS_LIBS) $(TEST_LIBS)
+
+# The mf app and synthetic ratings: gradients of both tables against finite
+# differences, evaluation, refusals, io failures, learning.
+check_PROGRAMS += test/check_mf
+TESTS += test/check_mf
+test_check_mf_SOURCES = test/check_mf.c test/tmpdir.c test/tmpdir.h test/app_test.c \
+	test/app_test.h
+test_check_mf_CFLAGS = $(TEST_CFLAGS)
+test_check_mf_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # Synthetic clicks and dml-bench gen-clicks: same records every time, their
 # shape and skew, the hidden model's AUC, files that read back alike.

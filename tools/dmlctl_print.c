@@ -668,7 +668,7 @@ static void print_spec_summary(FILE *out, const Dml__JobSpec *sp, uint64_t data_
 		addf(line, sizeof(line), ", %g epochs", sp->max_epochs);
 	if (*sp->metric && sp->target > 0)
 		addf(line, sizeof(line), ", %s %s %g", ctl_clean(sp->metric, a, sizeof(a)),
-		     strcmp(sp->metric, "accuracy") == 0 ? ">=" : "<=", sp->target);
+		     dml_metric_lower_is_better(sp->metric) ? "<=" : ">=", sp->target);
 	fprintf(out, "  stops at: %s\n", line[0] ? line + 2 : "(no condition)");
 
 	line[0] = '\0';

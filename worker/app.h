@@ -1,8 +1,8 @@
 /*
  * Training apps of dml-worker: what a worker runs for a job, behind one
  * table of function pointers (STYLE #13), so that the trainer loop, the
- * profile and the tests treat every app (lsq, mlp; sparse_lr and mf later)
- * alike. Apps compute through a backend (backend.h: cpu, cuda).
+ * profile and the tests treat every app (lsq, mlp, sparse_lr, mf) alike.
+ * Apps compute through a backend (backend.h: cpu, cuda).
  *
  * An app is made from a JobSpec (the job file's [job] and [table]
  * sections), learns which data partitions are its own, and then runs one
@@ -141,6 +141,7 @@ struct dml_app {
 extern const struct dml_app dml_app_lsq;
 extern const struct dml_app dml_app_mlp;
 extern const struct dml_app dml_app_sparse_lr;
+extern const struct dml_app dml_app_mf;
 
 /** Every app of this build, NULL-terminated (apps.c). */
 extern const struct dml_app *const dml_apps[];

@@ -91,10 +91,9 @@ struct mlp {
 	struct dataset train, test;
 	const struct dataset *eval;
 	uint64_t eval_n;          /* evaluate on records 0..eval_n-1 of eval */
-	struct dml_records src;
+	struct dml_walk walk;     /* the records it trains on */
 	/* Pushes of the last step still in flight, by layer (0: none). */
 	dml_handle_t pushing[LAYERS_MAX];
-	uint64_t cursor;          /* records trained on since set_partitions */
 	float *x, *y;             /* device: rows_cap x dim features, labels */
 	float *hx, *hy;
 };
@@ -251,12 +250,6 @@ static int dataset_open(struct mlp *a, struct dataset *d, const char *key, const
 
 /* ---- the worker's records, shuffled each pass ------------------------------ */
 
-/* The record of the worker's pos-th training example since set_partitions. */
-static uint64_t train_record(const struct mlp *a, uint64_t pos)
-{
-	return dml_records_shuffled(&a->src, a->seed ^ STREAM_SHUFFLE, pos);
-}
-
 /* ---- the backend ----------------------------------------------------------- */
 
 /* rc of a backend call, with what the backend said in err. */
@@ -397,7 +390,7 @@ static void mlp_destroy(void *state)
 	buf_free(a, a->y, a->hy);
 	dataset_clear(&a->train);
 	dataset_clear(&a->test);
-	dml_records_clear(&a->src);
+	dml_walk_clear(&a->walk);
 	free(a->teacher);
 	free(a);
 }
@@ -468,6 +461,7 @@ static int mlp_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	a->be = env->be;
 	a->ctx = env->be_ctx;
 	a->seed = spec->seed;
+	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->dim = sizes[0];
 	a->classes = sizes[n - 1];
 	a->batch = spec->batch_size;
@@ -511,14 +505,9 @@ static int mlp_set_partitions(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen)
 {
 	struct mlp *a = state;
-	char why[160];
-	int rc = dml_records_set(&a->src, a->train.n, parts, n, num_partitions, why,
-				 sizeof(why));
 
-	if (rc)
-		return fail(err, errlen, rc, "%s", why);
-	a->cursor = 0;
-	return 0;
+	return dml_walk_set(&a->walk, "mlp", a->train.n, parts, n, num_partitions, err,
+			    errlen);
 }
 
 /* ---- steps ----------------------------------------------------------------- */
@@ -584,9 +573,9 @@ static int batch_up(const struct mlp *a, size_t rows)
 static int batch_fill(struct mlp *a, size_t rows)
 {
 	for (size_t k = 0; k < rows; k++)
-		data_record(a, &a->train, train_record(a, a->cursor + k), a->hx + k * a->dim,
+		data_record(a, &a->train, dml_walk_peek(&a->walk, k), a->hx + k * a->dim,
 			    &a->hy[k]);
-	a->cursor += rows;
+	a->walk.done += rows;
 	return batch_up(a, rows);
 }
 
@@ -654,7 +643,7 @@ static int mlp_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct mlp *a = state;
-	size_t rows = a->src.total ? a->batch : 0;
+	size_t rows = a->walk.recs.total ? a->batch : 0;
 	dml_handle_t pulls[LAYERS_MAX];
 	double loss = 0;
 	uint64_t correct = 0;

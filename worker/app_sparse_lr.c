@@ -98,8 +98,7 @@ struct slr {
 	struct dataset train, test;
 	const struct dataset *eval;
 	uint64_t eval_n;
-	struct dml_records src;
-	uint64_t cursor;          /* records trained on since set_partitions */
+	struct dml_walk walk;        /* the records it trains on */
 	struct batch b;
 	/* The push of the last step, in flight while pushing != 0. */
 	uint64_t *pkeys;
@@ -112,24 +111,6 @@ struct slr {
 
 /* err = "app sparse_lr: " and the reason; returns rc. */
 #define fail(err, errlen, rc, ...) dml_app_fail(err, errlen, rc, "sparse_lr", __VA_ARGS__)
-
-/* Make *p hold n elements of size bytes (growing by half again). */
-static int reserve(void **p, size_t *cap, size_t n, size_t size)
-{
-	size_t next;
-	void *q;
-
-	if (n <= *cap)
-		return 0;
-	if (n > SIZE_MAX / 2 / size)
-		return DML_ENOMEM;
-	next = n + n / 2;
-	if (!(q = realloc(*p, next * size)))
-		return DML_ENOMEM;
-	*p = q;
-	*cap = next;
-	return 0;
-}
 
 /* ---- records ------------------------------------------------------------- */
 
@@ -155,12 +136,6 @@ static void record_get(struct slr *a, const struct dataset *d, uint64_t i, struc
 	r->vals = a->rval;
 }
 
-/* The record of the worker's pos-th training example since set_partitions. */
-static uint64_t train_record(const struct slr *a, uint64_t pos)
-{
-	return dml_records_shuffled(&a->src, a->seed ^ STREAM_SHUFFLE, pos);
-}
-
 /* ---- batches ------------------------------------------------------------- */
 
 static void batch_free(struct batch *b)
@@ -174,29 +149,6 @@ static void batch_free(struct batch *b)
 	free(b->y);
 	free(b->z);
 	memset(b, 0, sizeof(*b));
-}
-
-static int u64_cmp(const void *x, const void *y)
-{
-	uint64_t p = *(const uint64_t *)x, q = *(const uint64_t *)y;
-
-	return p < q ? -1 : p > q;
-}
-
-/* The index of key among the sorted unique keys (it is there). */
-static uint32_t key_index(const struct batch *b, uint64_t key)
-{
-	size_t lo = 0, hi = b->nkeys;
-
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (b->keys[mid] <= key)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return (uint32_t)lo;
 }
 
 /* Room for rows rows of entries entries in all (the bias included). */
@@ -222,7 +174,7 @@ static int batch_reserve(struct slr *a, struct batch *b, size_t rows, size_t ent
 	if (entries > UINT32_MAX || rows > SIZE_MAX / w || entries > SIZE_MAX / w)
 		return DML_ENOMEM;
 	for (size_t i = 0; i < 8; i++)
-		if (reserve(arr[i].p, &b->cap[i], arr[i].n, arr[i].size) != 0)
+		if (dml_app_reserve(arr[i].p, &b->cap[i], arr[i].n, arr[i].size) != 0)
 			return DML_ENOMEM;
 	return 0;
 }
@@ -264,13 +216,9 @@ static int batch_build(struct slr *a, const struct dataset *d, const uint64_t *r
 	}
 	memcpy(b->keys, b->ekey, b->nent * sizeof(*b->keys));
 	b->keys[b->nent] = a->dim;
-	qsort(b->keys, b->nent + 1, sizeof(*b->keys), u64_cmp);
-	b->nkeys = 0;
-	for (size_t i = 0; i <= b->nent; i++)
-		if (b->nkeys == 0 || b->keys[b->nkeys - 1] != b->keys[i])
-			b->keys[b->nkeys++] = b->keys[i];
+	b->nkeys = dml_keys_unique(b->keys, b->nent + 1);
 	for (size_t e = 0; e < b->nent; e++)
-		b->eidx[e] = key_index(b, b->ekey[e]);
+		b->eidx[e] = dml_keys_index(b->keys, b->nkeys, b->ekey[e]);
 	return 0;
 }
 
@@ -341,7 +289,7 @@ static void slr_destroy(void *state)
 		return;
 	dml_libsvm_free(&a->train.file);
 	dml_libsvm_free(&a->test.file);
-	dml_records_clear(&a->src);
+	dml_walk_clear(&a->walk);
 	if (a->have_clicks)
 		dml_clicks_free(&a->clicks);
 	batch_free(&a->b);
@@ -432,6 +380,7 @@ static int slr_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	if (!a)
 		return fail(err, errlen, DML_ENOMEM, "out of memory");
 	a->seed = spec->seed;
+	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->hkey = dml_rng_mix64(spec->seed ^ STREAM_HASH);
 	a->dim = spec->dim;
 	a->width = spec->tables[0]->width;
@@ -458,14 +407,9 @@ static int slr_set_partitions(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen)
 {
 	struct slr *a = state;
-	char why[160];
-	int rc = dml_records_set(&a->src, a->train.n, parts, n, num_partitions, why,
-				 sizeof(why));
 
-	if (rc)
-		return fail(err, errlen, rc, "%s", why);
-	a->cursor = 0;
-	return 0;
+	return dml_walk_set(&a->walk, "sparse_lr", a->train.n, parts, n, num_partitions, err,
+			    errlen);
 }
 
 /* ---- steps --------------------------------------------------------------- */
@@ -497,8 +441,8 @@ static int backward_push(struct slr *a, struct dml_app_io *io, double *loss, cha
 	double inv = 1.0 / (double)b->rows;
 	int rc;
 
-	if (reserve((void **)&a->pkeys, &a->pkcap, b->nkeys, sizeof(*a->pkeys)) != 0 ||
-	    reserve((void **)&a->g, &a->gcap, b->nkeys * w, sizeof(*a->g)) != 0)
+	if (dml_app_reserve((void **)&a->pkeys, &a->pkcap, b->nkeys, sizeof(*a->pkeys)) != 0 ||
+	    dml_app_reserve((void **)&a->g, &a->gcap, b->nkeys * w, sizeof(*a->g)) != 0)
 		return fail(err, errlen, DML_ENOMEM, "out of memory for a gradient of %zu keys",
 			    b->nkeys);
 	memcpy(a->pkeys, b->keys, b->nkeys * sizeof(*a->pkeys));
@@ -538,7 +482,7 @@ static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct slr *a = state;
-	size_t rows = a->src.total ? a->batch_size : 0;
+	size_t rows = a->walk.recs.total ? a->batch_size : 0;
 	uint64_t *recs;
 	double loss = 0;
 	int rc;
@@ -549,14 +493,14 @@ static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	if (!recs)
 		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
 	for (size_t k = 0; k < rows; k++)
-		recs[k] = train_record(a, a->cursor + k);
+		recs[k] = dml_walk_peek(&a->walk, k);
 	rc = batch_build(a, &a->train, recs, rows, err, errlen);
 	free(recs);
 	/* Even without data, pull (the bias): it keeps this worker within the
 	 * staleness bound instead of racing through its clocks. */
 	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
 		return rc;
-	a->cursor += rows;
+	a->walk.done += rows;
 	batch_forward(a);
 	if ((rc = push_land(a, io, err, errlen)) != 0 ||
 	    (rc = backward_push(a, io, &loss, err, errlen)) != 0)

@@ -48,6 +48,56 @@ int dml_app_fail(char *err, size_t errlen, int rc, const char *app, const char *
 	return rc;
 }
 
+int dml_app_reserve(void **p, size_t *cap, size_t n, size_t size)
+{
+	size_t next;
+	void *q;
+
+	if (n <= *cap)
+		return 0;
+	if (n > SIZE_MAX / 2 / size)
+		return DML_ENOMEM;
+	next = n + n / 2;
+	if (!(q = realloc(*p, next * size)))
+		return DML_ENOMEM;
+	*p = q;
+	*cap = next;
+	return 0;
+}
+
+static int u64_cmp(const void *x, const void *y)
+{
+	uint64_t p = *(const uint64_t *)x, q = *(const uint64_t *)y;
+
+	return p < q ? -1 : p > q;
+}
+
+size_t dml_keys_unique(uint64_t *keys, size_t n)
+{
+	size_t m = 0;
+
+	qsort(keys, n, sizeof(*keys), u64_cmp);
+	for (size_t i = 0; i < n; i++)
+		if (m == 0 || keys[m - 1] != keys[i])
+			keys[m++] = keys[i];
+	return m;
+}
+
+uint32_t dml_keys_index(const uint64_t *keys, size_t n, uint64_t key)
+{
+	size_t lo = 0, hi = n;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (keys[mid] <= key)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (uint32_t)lo;
+}
+
 int dml_records_set(struct dml_records *r, uint64_t n, const uint32_t *parts, size_t nparts,
 		    uint32_t num_partitions, char *err, size_t errlen)
 {
@@ -132,12 +182,30 @@ static uint64_t permute(uint64_t key, uint64_t n, uint64_t x)
 	return x;
 }
 
-uint64_t dml_records_shuffled(const struct dml_records *r, uint64_t key, uint64_t pos)
+int dml_walk_set(struct dml_walk *w, const char *app, uint64_t n, const uint32_t *parts,
+		 size_t nparts, uint32_t num_partitions, char *err, size_t errlen)
 {
-	uint64_t pass = pos / r->total;
+	char why[160];
+	int rc = dml_records_set(&w->recs, n, parts, nparts, num_partitions, why, sizeof(why));
 
-	key = dml_rng_mix64(key ^ (pass * UINT64_C(0x9e3779b97f4a7c15)));
-	return dml_records_at(r, permute(key, r->total, pos % r->total));
+	if (rc)
+		return dml_app_fail(err, errlen, rc, app, "%s", why);
+	w->done = 0;
+	return 0;
+}
+
+uint64_t dml_walk_peek(const struct dml_walk *w, uint64_t ahead)
+{
+	uint64_t pos = w->done + ahead, total = w->recs.total;
+	uint64_t key = dml_rng_mix64(w->key ^ (pos / total * UINT64_C(0x9e3779b97f4a7c15)));
+
+	return dml_records_at(&w->recs, permute(key, total, pos % total));
+}
+
+void dml_walk_clear(struct dml_walk *w)
+{
+	dml_records_clear(&w->recs);
+	w->done = 0;
 }
 
 void dml_records_clear(struct dml_records *r)

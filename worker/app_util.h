@@ -30,6 +30,21 @@ int dml_app_spec_check(const char *app, const Dml__JobSpec *spec, char *err, siz
 int dml_app_fail(char *err, size_t errlen, int rc, const char *app, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
+/**
+ * Make *p (an array of *cap elements of size bytes) hold at least n,
+ * growing to n and half again. 0, or DML_ENOMEM with *p and *cap unchanged.
+ */
+int dml_app_reserve(void **p, size_t *cap, size_t n, size_t size);
+
+/**
+ * Sort keys[0..n-1] and drop repeats in place: the keys a batch pulls.
+ * Returns how many are left.
+ */
+size_t dml_keys_unique(uint64_t *keys, size_t n);
+
+/** The index of key in keys[0..n-1] (sorted, unique, key among them). */
+uint32_t dml_keys_index(const uint64_t *keys, size_t n, uint64_t key);
+
 /** A worker's records: ranges of record indices, in increasing order. */
 struct dml_records {
 	uint64_t *begin;          /* nranges each */
@@ -50,15 +65,35 @@ int dml_records_set(struct dml_records *r, uint64_t n, const uint32_t *parts, si
 /** The record index at position pos < r->total. */
 uint64_t dml_records_at(const struct dml_records *r, uint64_t pos);
 
-/**
- * The record at position pos (any number: pos / r->total is the pass) of a
- * walk over r that visits every record once a pass, in an order of its own
- * for each pass and each key. Apps train on records 0, 1, 2, ... of it.
- */
-uint64_t dml_records_shuffled(const struct dml_records *r, uint64_t key, uint64_t pos);
-
 /** Free and zero r; a zeroed r is fine. */
 void dml_records_clear(struct dml_records *r);
+
+/**
+ * What an app trains on: its records, walked pass after pass, each pass
+ * visiting every record once in an order of its own (keyed by key, which
+ * the app sets once from the job seed), and how far it has gone since the
+ * records were last set.
+ */
+struct dml_walk {
+	struct dml_records recs;
+	uint64_t key;
+	uint64_t done;            /* records trained on since dml_walk_set */
+};
+
+/**
+ * Walk the records of partitions parts of n records split into
+ * num_partitions (dml_records_set), from the start. Returns 0, or
+ * dml_records_set's error with err = "app APP: " and the reason; the walk
+ * is unchanged on failure.
+ */
+int dml_walk_set(struct dml_walk *w, const char *app, uint64_t n, const uint32_t *parts,
+		 size_t nparts, uint32_t num_partitions, char *err, size_t errlen);
+
+/** The record ahead records after the walk's position (ahead 0: the next). */
+uint64_t dml_walk_peek(const struct dml_walk *w, uint64_t ahead);
+
+/** Free and zero the walk's records, keeping its key. */
+void dml_walk_clear(struct dml_walk *w);
 
 /**
  * The area under the ROC curve of scores against labels (n each; a label

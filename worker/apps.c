@@ -11,7 +11,7 @@
 
 /* The first one is what a worker's profile times at start. */
 const struct dml_app *const dml_apps[] = { &dml_app_lsq, &dml_app_mlp, &dml_app_sparse_lr,
-						 NULL };
+						 &dml_app_mf, NULL };
 
 const struct dml_app *dml_app_find(const char *name)
 {

@@ -17,10 +17,13 @@ noinst_LIBRARIES += worker/libdmlapps.a
 worker_libdmlapps_a_SOURCES = worker/apps.c worker/app_util.c worker/app_lsq.c worker/app_mlp.c \
 	worker/backend.c worker/backend_cpu.c worker/data_idx.c worker/local_store.c \
 	worker/model_file.c worker/profile.c worker/app_sparse_lr.c worker/data_libsvm.c \
-	worker/data_synth_clicks.c
+	worker/data_text.c worker/data_triplets.c \
+	worker/data_synth_clicks.c worker/app_mf.c worker/data_synth_ratings.c
 worker_libdmlapps_a_CFLAGS = $(AM_CFLAGS) $(ZLIB_CFLAGS)
 noinst_HEADERS += worker/app.h worker/app_util.h worker/backend.h worker/data_idx.h worker/local_store.h \
-	worker/model_file.h worker/profile.h worker/data_libsvm.h worker/data_synth_clicks.h
+	worker/model_file.h worker/profile.h worker/data_libsvm.h worker/data_text.h \
+	worker/data_triplets.h worker/data_synth_clicks.h \
+	worker/data_synth_ratings.h
 EXTRA_DIST += worker/backend_cuda.cu
 # What links libdmlapps.a links too (after it).
 APPS_LIBS = worker/libdmlapps.a sched/libdmljobconf.la server/libdmlstore.la \
@@ -45,4 +48,5 @@ worker_dml_worker_SOURCES = worker/worker_main.c worker/worker.c worker/worker_c
 worker_dml_worker_LDADD = worker/libdmlapps.a worker/libdml.la sched/libdmlschedlink.la \
 	proto/libdmldaemon.la $(APPS_LIBS) -lpthread
 noinst_HEADERS += worker/worker.h worker/worker_conf.h
-EXTRA_DIST += conf/worker.conf conf/jobs/mlp.conf conf/jobs/softmax.conf conf/jobs/sparse_lr.conf
+EXTRA_DIST += conf/worker.conf conf/jobs/mlp.conf conf/jobs/softmax.conf conf/jobs/sparse_lr.conf \
+	conf/jobs/mf.conf

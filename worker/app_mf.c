@@ -1,0 +1,486 @@
+/*
+ * The mf app (app.h): matrix factorisation of a ratings matrix, the model
+ * of recommenders. User u has k factors in row u of sparse table 0, item i
+ * k factors in row i of sparse table 1 (k = the tables' width), and the
+ * model predicts
+ *
+ *     rating(u, i) = mean + P[u] . Q[i]
+ *
+ * with mean the training ratings' mean (every worker reads the whole file,
+ * so all agree on it; for synthetic data, the generator's). The loss is
+ * the mean of half the squared errors; L2 regularisation is the tables'
+ * weight_decay, applied by the servers.
+ *
+ * Data is a triplet file (data_triplets.h) or synthetic ratings
+ * (data_synth_ratings.h; test_data = synthetic: ratings TEST_BASE + i of
+ * the same hidden model). A worker trains on its partitions (rating
+ * ranges), visiting them in a new order each pass, as the other apps do.
+ *
+ * A step takes the next batch of ratings, pulls the rows of its distinct
+ * users and items (both pulls in flight at once), computes the errors,
+ * and pushes the gradients of both tables by the same keys, left in
+ * flight (the next step waits for them before it writes the gradients
+ * again, drain before the end). Evaluation scores the test ratings in
+ * chunks: RMSE, or the loss.
+ *
+ * Must never: pull more rows than its batch has ids, touch the keys or
+ * values of a push in flight, keep a pull in flight when it returns, or
+ * abort on a spec or a file (every size is checked, every allocation may
+ * fail).
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "app_util.h"
+#include "data_synth_ratings.h"
+#include "data_triplets.h"
+#include "dml_error.h"
+#include "job_conf.h"
+
+#define DEFAULT_EVAL_EVERY 100
+/* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) ratings. */
+#define EVAL_TRAIN_MAX 10000
+/* test_data = synthetic: this many ratings of their own range. */
+#define SYNTH_TEST_EXAMPLES 10000
+/* Ratings scored at a time in evaluation. */
+#define EVAL_CHUNK 1000
+
+#define STREAM_SHUFFLE UINT64_C(0x1f83d9abfb41bd6b)
+
+enum { USERS, ITEMS, SIDES };
+
+/* Ratings: a file in memory, or synthetic ones made when read. */
+struct dataset {
+	uint64_t n;
+	struct dml_triplets file;  /* file.users != NULL */
+	uint64_t base;             /* synthetic: rating i is generator rating base + i */
+};
+
+/*
+ * One table's part of a batch: each row's id, the sorted distinct ids and
+ * the index of each row's among them, their pulled factors; and the push
+ * of the last step (its own keys and gradient, in flight while pushing).
+ */
+struct side {
+	uint64_t *ids;             /* rows */
+	uint64_t *keys;            /* nkeys distinct ids */
+	uint32_t *idx;             /* rows */
+	float *w;                  /* nkeys x k */
+	size_t nkeys, ids_cap, keys_cap, idx_cap, w_cap;
+	uint64_t *pkeys;
+	float *g;
+	size_t pnkeys, pkeys_cap, g_cap;
+	dml_handle_t pushing;
+};
+
+struct mf {
+	uint64_t seed;
+	uint32_t k, batch_size;
+	int metric_loss;           /* evaluate the loss, not the RMSE */
+	double mean;
+	struct dml_ratings gen;
+	struct dataset train, test;
+	const struct dataset *eval;
+	uint64_t eval_n;
+	struct dml_walk walk;      /* the ratings it trains on */
+	struct dml_app_table tables[SIDES];
+	struct side side[SIDES];
+	size_t rows;
+	float *y;                  /* rows ratings */
+	double *e;                 /* rows errors: prediction - rating */
+	size_t y_cap, e_cap;
+};
+
+/* err = "app mf: " and the reason; returns rc. */
+#define fail(err, errlen, rc, ...) dml_app_fail(err, errlen, rc, "mf", __VA_ARGS__)
+
+static void rating_get(const struct mf *a, const struct dataset *d, uint64_t i, uint64_t *u,
+		       uint64_t *item, float *r)
+{
+	if (d->file.users) {
+		*u = d->file.users[i];
+		*item = d->file.items[i];
+		*r = d->file.ratings[i];
+		return;
+	}
+	dml_ratings_record(&a->gen, d->base + i, u, item, r);
+}
+
+/* ---- batches ------------------------------------------------------------- */
+
+static void side_free(struct side *s)
+{
+	free(s->ids);
+	free(s->keys);
+	free(s->idx);
+	free(s->w);
+	free(s->pkeys);
+	free(s->g);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Room for a batch of rows ratings. */
+static int batch_reserve(struct mf *a, size_t rows)
+{
+	size_t n = rows ? rows : 1;
+
+	if (n > SIZE_MAX / a->k ||
+	    dml_app_reserve((void **)&a->y, &a->y_cap, n, sizeof(*a->y)) != 0 ||
+	    dml_app_reserve((void **)&a->e, &a->e_cap, n, sizeof(*a->e)) != 0)
+		return DML_ENOMEM;
+	for (int t = 0; t < SIDES; t++) {
+		struct side *s = &a->side[t];
+
+		if (dml_app_reserve((void **)&s->ids, &s->ids_cap, n, sizeof(*s->ids)) != 0 ||
+		    dml_app_reserve((void **)&s->keys, &s->keys_cap, n, sizeof(*s->keys)) != 0 ||
+		    dml_app_reserve((void **)&s->idx, &s->idx_cap, n, sizeof(*s->idx)) != 0 ||
+		    dml_app_reserve((void **)&s->w, &s->w_cap, n * a->k, sizeof(*s->w)) != 0)
+			return DML_ENOMEM;
+	}
+	return 0;
+}
+
+/*
+ * The batch of ratings recs[0..rows-1] of d: ids, ratings, and each side's
+ * distinct ids. A batch without ratings still pulls user 0: it keeps this
+ * worker within the staleness bound instead of racing through its clocks.
+ */
+static int batch_build(struct mf *a, const struct dataset *d, const uint64_t *recs,
+		       size_t rows, char *err, size_t errlen)
+{
+	if (batch_reserve(a, rows) != 0)
+		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch of %zu ratings",
+			    rows);
+	a->rows = rows;
+	for (size_t r = 0; r < rows; r++)
+		rating_get(a, d, recs[r], &a->side[USERS].ids[r], &a->side[ITEMS].ids[r],
+			   &a->y[r]);
+	for (int t = 0; t < SIDES; t++) {
+		struct side *s = &a->side[t];
+
+		memcpy(s->keys, s->ids, rows * sizeof(*s->keys));
+		s->nkeys = dml_keys_unique(s->keys, rows);
+		for (size_t r = 0; r < rows; r++)
+			s->idx[r] = dml_keys_index(s->keys, s->nkeys, s->ids[r]);
+	}
+	if (!rows) {
+		a->side[USERS].keys[0] = 0;
+		a->side[USERS].nkeys = 1;
+	}
+	return 0;
+}
+
+/* Pull both sides' rows (both requests in flight together) and wait. */
+static int batch_pull(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
+{
+	dml_handle_t h[SIDES] = { 0, 0 };
+	int rc = 0, failed = -1;
+
+	for (int t = 0; t < SIDES && !rc; t++) {
+		struct side *s = &a->side[t];
+
+		if (s->nkeys && (rc = io->ops->pull(io->arg, (uint32_t)t, s->keys, s->nkeys, s->w,
+						    &h[t])) != 0)
+			failed = t;
+	}
+	for (int t = 0; t < SIDES; t++) {
+		int wrc;
+
+		if (!h[t])
+			continue;
+		wrc = dml_app_wait(io, h[t]);
+		if (wrc && !rc) {
+			rc = wrc;
+			failed = t;
+		}
+	}
+	if (rc)
+		snprintf(err, errlen, "pull of table %d (%zu keys): %s", failed,
+			 a->side[failed].nkeys, dml_strerror(rc));
+	return rc;
+}
+
+/* e[r] = prediction - rating for every row; the sum of the halved squares. */
+static double batch_forward(struct mf *a)
+{
+	const struct side *u = &a->side[USERS], *v = &a->side[ITEMS];
+	double loss = 0;
+
+	for (size_t r = 0; r < a->rows; r++) {
+		const float *p = u->w + (size_t)u->idx[r] * a->k;
+		const float *q = v->w + (size_t)v->idx[r] * a->k;
+		double pred = a->mean;
+
+		for (uint32_t j = 0; j < a->k; j++)
+			pred += (double)p[j] * q[j];
+		a->e[r] = pred - a->y[r];
+		loss += 0.5 * a->e[r] * a->e[r];
+	}
+	return loss;
+}
+
+/* ---- the spec ------------------------------------------------------------ */
+
+static void mf_destroy(void *state)
+{
+	struct mf *a = state;
+
+	if (!a)
+		return;
+	dml_triplets_free(&a->train.file);
+	dml_triplets_free(&a->test.file);
+	dml_walk_clear(&a->walk);
+	for (int t = 0; t < SIDES; t++)
+		side_free(&a->side[t]);
+	free(a->y);
+	free(a->e);
+	free(a);
+}
+
+/* The ratings of a data text: synthetic (n ratings from base) or a file. */
+static int dataset_open(struct dataset *d, const char *text, uint64_t base, uint64_t n,
+			char *err, size_t errlen)
+{
+	char why[4400];
+	int rc;
+
+	if (strcmp(text, "synthetic") == 0) {
+		d->n = n;
+		d->base = base;
+		return 0;
+	}
+	rc = dml_triplets_load(text, &d->file, why, sizeof(why));
+	if (rc)
+		return fail(err, errlen, rc == DML_ENOMEM ? DML_ENOMEM : DML_EINVAL, "%s", why);
+	d->n = d->file.count;
+	return 0;
+}
+
+static int mf_data(struct mf *a, const Dml__JobSpec *spec, char *err, size_t errlen)
+{
+	const char *test = spec->test_data ? spec->test_data : "";
+	const char *data = spec->data ? spec->data : "";
+	int rc;
+
+	if ((rc = dataset_open(&a->train, data, 0, spec->examples, err, errlen)) != 0)
+		return rc;
+	a->mean = a->train.file.users ? a->train.file.mean : DML_RATINGS_MEAN;
+	a->eval = &a->train;
+	a->eval_n = a->train.n < EVAL_TRAIN_MAX ? a->train.n : EVAL_TRAIN_MAX;
+	if (test[0]) {
+		rc = dataset_open(&a->test, test, DML_RATINGS_TEST_BASE, SYNTH_TEST_EXAMPLES, err,
+				  errlen);
+		if (rc)
+			return rc;
+		a->eval = &a->test;
+		a->eval_n = a->test.n;
+	}
+	return 0;
+}
+
+static int mf_create(const Dml__JobSpec *spec, const struct dml_app_env *env, void **state,
+		     char *err, size_t errlen)
+{
+	struct mf *a;
+	int rc;
+
+	(void)env;
+	*state = NULL;
+	if (!spec)
+		return fail(err, errlen, DML_EINVAL, "no job spec");
+	/* The rules live in the job check (job_conf.c, check_app_mf). */
+	if ((rc = dml_app_spec_check("mf", spec, err, errlen)) != 0)
+		return rc;
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		return fail(err, errlen, DML_ENOMEM, "out of memory");
+	a->seed = spec->seed;
+	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
+	a->k = spec->tables[0]->width;
+	a->batch_size = spec->batch_size;
+	a->metric_loss = spec->metric && strcmp(spec->metric, "loss") == 0;
+	a->gen = (struct dml_ratings){ spec->seed, spec->users, spec->items };
+	for (int t = 0; t < SIDES; t++)
+		a->tables[t] = (struct dml_app_table){ .id = (uint32_t)t, .dense = 0,
+						       .width = a->k, .keys = 0 };
+	if ((rc = mf_data(a, spec, err, errlen)) != 0) {
+		mf_destroy(a);
+		return rc;
+	}
+	*state = a;
+	return 0;
+}
+
+static size_t mf_tables(const void *state, const struct dml_app_table **out)
+{
+	*out = ((const struct mf *)state)->tables;
+	return SIDES;
+}
+
+static int mf_set_partitions(void *state, const uint32_t *parts, size_t n,
+			     uint32_t num_partitions, char *err, size_t errlen)
+{
+	struct mf *a = state;
+
+	return dml_walk_set(&a->walk, "mf", a->train.n, parts, n, num_partitions, err,
+			    errlen);
+}
+
+/* ---- steps --------------------------------------------------------------- */
+
+/* Wait for the pushes of the last step still in flight; the first error. */
+static int push_land(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (int t = 0; t < SIDES; t++) {
+		dml_handle_t h = a->side[t].pushing;
+		int wrc;
+
+		if (!h)
+			continue;
+		a->side[t].pushing = 0;
+		if ((wrc = dml_app_wait(io, h)) != 0 && !rc) {
+			rc = wrc;
+			snprintf(err, errlen, "push to table %d: %s", t, dml_strerror(rc));
+		}
+	}
+	return rc;
+}
+
+/*
+ * The gradient of the batch's mean loss per pulled row of both tables into
+ * the push buffers (the last pushes landed), and their pushes, left in
+ * flight: d/dP[u] = e Q[i] / rows, d/dQ[i] = e P[u] / rows.
+ */
+static int backward_push(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
+{
+	double inv = 1.0 / (double)a->rows;
+	size_t k = a->k;
+
+	for (int t = 0; t < SIDES; t++) {
+		struct side *s = &a->side[t];
+
+		if (dml_app_reserve((void **)&s->pkeys, &s->pkeys_cap, s->nkeys,
+				    sizeof(*s->pkeys)) != 0 ||
+		    dml_app_reserve((void **)&s->g, &s->g_cap, s->nkeys * k, sizeof(*s->g)) != 0)
+			return fail(err, errlen, DML_ENOMEM, "out of memory for a gradient of %zu "
+				    "keys", s->nkeys);
+		memcpy(s->pkeys, s->keys, s->nkeys * sizeof(*s->pkeys));
+		memset(s->g, 0, s->nkeys * k * sizeof(*s->g));
+		s->pnkeys = s->nkeys;
+	}
+	for (size_t r = 0; r < a->rows; r++) {
+		const struct side *u = &a->side[USERS], *v = &a->side[ITEMS];
+		size_t iu = (size_t)u->idx[r] * k, iv = (size_t)v->idx[r] * k;
+		double e = a->e[r] * inv;
+
+		for (size_t j = 0; j < k; j++) {
+			u->g[iu + j] += (float)(e * v->w[iv + j]);
+			v->g[iv + j] += (float)(e * u->w[iu + j]);
+		}
+	}
+	for (int t = 0; t < SIDES; t++) {
+		struct side *s = &a->side[t];
+		int rc = io->ops->push(io->arg, (uint32_t)t, s->pkeys, s->pnkeys, s->g,
+				       &s->pushing);
+
+		if (rc) {
+			s->pushing = 0;
+			snprintf(err, errlen, "push to table %d: %s", t, dml_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+static int mf_drain(void *state, struct dml_app_io *io, char *err, size_t errlen)
+{
+	return push_land(state, io, err, errlen);
+}
+
+static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out, char *err,
+		   size_t errlen)
+{
+	struct mf *a = state;
+	size_t rows = a->walk.recs.total ? a->batch_size : 0;
+	uint64_t *recs;
+	double loss;
+	int rc;
+
+	out->examples = 0;
+	out->loss = NAN;
+	recs = malloc((rows ? rows : 1) * sizeof(*recs));
+	if (!recs)
+		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
+	for (size_t r = 0; r < rows; r++)
+		recs[r] = dml_walk_peek(&a->walk, r);
+	rc = batch_build(a, &a->train, recs, rows, err, errlen);
+	free(recs);
+	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
+		return rc;
+	a->walk.done += rows;
+	loss = batch_forward(a);
+	if ((rc = push_land(a, io, err, errlen)) != 0 ||
+	    (rc = backward_push(a, io, err, errlen)) != 0)
+		return rc;
+	out->examples = rows;
+	out->loss = loss / (double)rows;
+	return 0;
+}
+
+static int mf_evaluate(void *state, struct dml_app_io *io, double *value, char *err,
+		       size_t errlen)
+{
+	struct mf *a = state;
+	uint64_t recs[EVAL_CHUNK];
+	double sum = 0;
+	int rc = 0;
+
+	for (uint64_t pos = 0; pos < a->eval_n; pos += EVAL_CHUNK) {
+		size_t rows = (size_t)(a->eval_n - pos < EVAL_CHUNK ? a->eval_n - pos : EVAL_CHUNK);
+
+		for (size_t r = 0; r < rows; r++)
+			recs[r] = pos + r;
+		if ((rc = batch_build(a, a->eval, recs, rows, err, errlen)) != 0 ||
+		    (rc = batch_pull(a, io, err, errlen)) != 0)
+			return rc;
+		sum += batch_forward(a);
+	}
+	if (!a->eval_n)
+		*value = NAN;
+	else if (a->metric_loss)
+		*value = sum / (double)a->eval_n;
+	else
+		*value = sqrt(2.0 * sum / (double)a->eval_n);
+	return 0;
+}
+
+static uint64_t mf_data_examples(const void *state)
+{
+	return ((const struct mf *)state)->train.n;
+}
+
+const struct dml_app dml_app_mf = {
+	.name = "mf",
+	.metric = "rmse",
+	.default_eval_every = DEFAULT_EVAL_EVERY,
+	.profile_job = "[job]\nname = profile\napp = mf\ndata = synthetic\nexamples = 2000\n"
+		       "max_clocks = 1\nbatch_size = 256\n"
+		       "[table]\nid = 0\nkind = sparse\nwidth = 16\ninit = normal\ninit_scale = 0.1\n"
+		       "optimizer = sgd\nlr = 0.1\n"
+		       "[table]\nid = 1\nkind = sparse\nwidth = 16\ninit = normal\ninit_scale = 0.1\n"
+		       "optimizer = sgd\nlr = 0.1\n",
+	.create = mf_create,
+	.tables = mf_tables,
+	.set_partitions = mf_set_partitions,
+	.step = mf_step,
+	.evaluate = mf_evaluate,
+	.drain = mf_drain,
+	.data_examples = mf_data_examples,
+	.destroy = mf_destroy,
+};
