@@ -370,9 +370,9 @@ static void run_report(struct run *r, enum report_kind kind, uint64_t step_examp
 	rep.p.finished = finished != 0;
 	rep.p.data_examples = r->state ? r->app->data_examples(r->state) : 0;
 	rep.final = finished || failed;
+	/* The scheduler names the worker when it reports the failure. */
 	if (failed)
-		snprintf(rep.error, sizeof(rep.error), "worker %" PRIu32 ": %s",
-			 r->w->conf->node_id, r->err);
+		snprintf(rep.error, sizeof(rep.error), "%s", r->err);
 	pthread_mutex_lock(&sh->mu);
 	sh->st.job = r->as.job;
 	sh->st.assignment = r->as.version;
