@@ -122,6 +122,30 @@ static bool type_is_handshake(int type)
 }
 
 /*
+ * A scan (dml.proto): a PULL names a hash range and carries nothing; its
+ * reply carries num_keys keys, then their values. What the reply will need
+ * is known only to the server, which keeps it within its max_payload.
+ */
+static int scan_payload_expected(const Dml__Meta *m, const struct dml_frame_limits *lim,
+				 uint64_t *expected, uint64_t *reply_bytes)
+{
+	uint64_t row_bytes = DML_KEY_SIZE + (uint64_t)m->value_width * DML_F32_SIZE;
+
+	*reply_bytes = 0;
+	if (m->dense || m->key_begin > m->key_end)
+		return DML_EFRAME_COUNT;
+	if (m->type == DML__MSG_TYPE__PULL) {
+		*expected = 0;
+		return m->num_keys == 0 ? 0 : DML_EFRAME_COUNT;
+	}
+	if (m->type != DML__MSG_TYPE__PULL_REPLY)
+		return DML_EFRAME_COUNT;
+	if (m->num_keys > lim->max_keys)
+		return DML_EFRAME_KEYS;
+	return mul_u64(m->num_keys, row_bytes, expected) ? 0 : DML_EFRAME_COUNT;
+}
+
+/*
  * The payload a PUSH, PULL, PULL_REPLY or MIGRATE must carry, from its
  * counts. MIGRATE is laid out as a PUSH whose rows hold values and optimizer
  * state; a sparse one may carry no rows (a hash range that is empty).
@@ -136,6 +160,8 @@ static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_limi
 
 	if (m->value_width == 0)
 		return DML_EFRAME_COUNT;
+	if (m->scan)
+		return scan_payload_expected(m, lim, expected, reply_bytes);
 	if (m->type == DML__MSG_TYPE__MIGRATE && !m->dense && m->num_keys == 0) {
 		*expected = *reply_bytes = 0;
 		return 0;

@@ -477,6 +477,93 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	dml_server_reply_ack(ss, m->request_id);
 }
 
+/*
+ * A scan (dml.proto): every row of a sparse table whose key hash lies in
+ * [key_begin, key_end), a range this server must hold whole, sent as keys
+ * then values. How `dmlctl export` reads sparse tables; it asks again for
+ * halves of a range whose rows would not fit in one frame.
+ */
+static void handle_scan(struct session *ss, const Dml__Meta *m, struct table_entry *te)
+{
+	struct dml_server *s = ss->srv;
+	uint32_t w = te->info.width;
+	size_t n = 0, row_floats = dml_table_row_floats(te->table);
+	uint64_t *keys = NULL, bytes;
+	float *rows = NULL;
+	uint8_t *buf;
+	Dml__Meta r = DML__META__INIT;
+	int rc;
+
+	if (ss->role != DML__ROLE__CONTROL) {
+		dml_server_reply_error(ss, m->request_id, DML_EROLE,
+				       "only control clients may scan a table");
+		return;
+	}
+	if (te->info.dense) {
+		dml_server_reply_error(ss, m->request_id, DML_ESHAPE,
+				       "table %u is dense: scan its key range instead", m->table);
+		return;
+	}
+	if (!dml_server_ranges_cover(&te->served, m->key_begin, m->key_end)) {
+		dml_server_reply_error(ss, m->request_id, DML_ERANGE,
+				       "hashes %llu..%llu of table %u are not all on this server "
+				       "(map v%llu)", (unsigned long long)m->key_begin,
+				       (unsigned long long)m->key_end, m->table,
+				       (unsigned long long)s->job.version);
+		return;
+	}
+	rc = dml_table_export_hashed(te->table, dml_shard_key_hash, m->key_begin, m->key_end,
+				     &keys, &rows, &n);
+	if (rc) {
+		dml_server_reply_error(ss, m->request_id, rc, "scan of table %u: %s", m->table,
+				       dml_strerror(rc));
+		return;
+	}
+	bytes = (uint64_t)n * (sizeof(uint64_t) + w * sizeof(float));
+	if (n > s->conf->max_keys || bytes > s->conf->max_payload) {
+		dml_server_reply_error(ss, m->request_id, DML_EFRAME_PAYLOAD,
+				       "scan of table %u: %zu rows (%llu bytes) are more than one "
+				       "reply holds (max_keys %llu, max_payload %llu): ask for part "
+				       "of the range", m->table, n, (unsigned long long)bytes,
+				       (unsigned long long)s->conf->max_keys,
+				       (unsigned long long)s->conf->max_payload);
+		goto out;
+	}
+	/* Keys, then each row's values without its optimizer state, in place. */
+	buf = (uint8_t *)rows;
+	if (n && !(buf = malloc(bytes))) {
+		dml_server_reply_error(ss, m->request_id, DML_ENOMEM,
+				       "no memory for a scan of %zu rows", n);
+		goto out;
+	}
+	if (n) {
+		float *vals = (float *)(buf + n * sizeof(uint64_t));
+
+		memcpy(buf, keys, n * sizeof(uint64_t));
+		for (size_t i = 0; i < n; i++)
+			memcpy(vals + i * w, rows + i * row_floats, w * sizeof(float));
+	}
+	r.type = DML__MSG_TYPE__PULL_REPLY;
+	r.request_id = m->request_id;
+	r.sender = s->conf->node_id;
+	r.table = te->info.id;
+	r.value_width = w;
+	r.scan = 1;
+	r.key_begin = m->key_begin;
+	r.key_end = m->key_end;
+	r.num_keys = (uint32_t)n;
+	s->st.pulls++;
+	rc = dml_conn_send(ss->peer.conn, &r, n ? buf : NULL, bytes, DML_SEND_COPY);
+	if (rc)
+		dml_warn("peer %s: scan reply not sent: %s", dml_conn_peer(ss->peer.conn),
+			 dml_strerror(rc));
+	if (n)
+		free(buf);
+out:
+	free(keys);
+	free(rows);
+}
+
 /* Answers or parks the pull; returns 1 when parked (answered later). */
 static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
 		       uint64_t received_ns)
@@ -486,6 +573,10 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	const uint64_t *keys = (const uint64_t *)payload;
 	struct held_pull *h;
 
+	if (te && m->scan) {
+		handle_scan(ss, m, te);
+		return 0;
+	}
 	if (!te || !request_served(ss, m, te, keys))
 		return 0;
 	if (!ss->worker || dml_ssp_ready(&s->ssp, m->clock)) {

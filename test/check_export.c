@@ -7,11 +7,18 @@
  *     and table 0 of dim keys x width 1, values trained away from their
  *     zeros, equal to what a control client pulls from the servers itself;
  *   - --json says the same as one object;
- *   - a job that does not exist, a pending job, a job with a sparse table,
- *     a job stopped before it started, a file in a missing directory and bad
- *     usage are refused with their reasons, and no file is left behind;
+ *   - a job that does not exist, a pending job, a job stopped before it
+ *     started, a file in a missing directory and bad usage are refused with
+ *     their reasons, and no file is left behind;
  *   - an ended job is still exported (its servers keep its tables), until
  *     another job starts: then export says the tables are gone.
+ *
+ * And a sparse_lr job, whose sparse table only the servers can list: on
+ * servers whose max_payload is too small for one reply of their rows (so
+ * export asks again for halves of their hash ranges), the model holds
+ * distinct keys whose rows equal what a control client pulls for those
+ * keys, as many as the job touched, and `dml-worker --eval` of it gives
+ * the job's own last AUC.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -150,13 +157,11 @@ static void export_fails(struct cluster *c, const char *job, const char *file,
 	dml_test_output_free(&out);
 }
 
-/* Table 0 of job 1 as a control client pulls it from the servers itself. */
-static float *pull_direct(struct cluster *c)
+/* A control client of job 1, through the cluster's scheduler. */
+static dml_t *control_client(struct cluster *c)
 {
-	float *vals = dml_xcalloc(DIM, sizeof(float));
 	char port[32];
 	dml_opts_t *o;
-	dml_handle_t h;
 	dml_t *d;
 
 	snprintf(port, sizeof(port), "127.0.0.1:%u", c->port);
@@ -166,10 +171,20 @@ static float *pull_direct(struct cluster *c)
 	ck_assert_int_eq(dml_opts_set(o, "role", "control"), 0);
 	ck_assert_int_eq(dml_opts_set(o, "job", "1"), 0);
 	ck_assert_int_eq(dml_connect(o, &d), 0);
+	dml_opts_free(o);
+	return d;
+}
+
+/* Table 0 of job 1 as a control client pulls it from the servers itself. */
+static float *pull_direct(struct cluster *c)
+{
+	float *vals = dml_xcalloc(DIM, sizeof(float));
+	dml_t *d = control_client(c);
+	dml_handle_t h;
+
 	ck_assert_int_eq(dml_pull_range(d, 0, 0, DIM, vals, &h), 0);
 	ck_assert_int_eq(dml_wait(d, h), 0);
 	dml_close(d);
-	dml_opts_free(o);
 	return vals;
 }
 
@@ -227,8 +242,7 @@ START_TEST(test_export)
 		   "optimizer = sgd\nlr = 0.1\n");
 	submit(&c, "exp-pending", "");
 	model = model_path(&c, "job.model");
-	export_fails(&c, "2", model, 1,
-		     "table 1 is sparse: export of sparse tables is not supported yet");
+	export_fails(&c, "2", model, 1, "job 2 has not started");
 	export_fails(&c, "3", model, 1, "job 3 has not started");
 	{
 		const char *args[] = { "stop", "3", NULL };
@@ -306,9 +320,109 @@ START_TEST(test_export)
 }
 END_TEST
 
+/* Rows of sparse table 0 of job 1 for keys, as a control client pulls them. */
+static float *pull_keys(struct cluster *c, const uint64_t *keys, size_t n)
+{
+	float *vals = dml_xcalloc(n ? n : 1, sizeof(float));
+	dml_t *d = control_client(c);
+	dml_handle_t h;
+
+	for (size_t i = 0; i < n; i += 1000) {
+		size_t k = n - i < 1000 ? n - i : 1000;
+
+		ck_assert_int_eq(dml_pull(d, 0, keys + i, k, vals + i, &h), 0);
+		ck_assert_int_eq(dml_wait(d, h), 0);
+	}
+	dml_close(d);
+	return vals;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+START_TEST(test_export_sparse)
+{
+	static const char job[] =
+		"[job]\nname = exp-clicks\napp = sparse_lr\ndata = synthetic\n"
+		"examples = 20000\ntest_data = synthetic\ndim = 65536\nstaleness = 0\n"
+		"batch_size = 64\nmax_clocks = 300\nmetric = auc\nseed = 4\n"
+		"[table]\nid = 0\nkind = sparse\nwidth = 1\noptimizer = adagrad\nlr = 0.05\n";
+	struct cluster c;
+	struct dml_test_output out;
+	struct dml_model m;
+	char *model, *path, *bin, err[256];
+	uint64_t *sorted;
+	double auc;
+	float *direct;
+
+	/* 64 KiB holds about 5,000 rows of 12 bytes: fewer than a server has. */
+	cluster_up_conf(&c, 2, 1, "[limits]\nmax_payload = 64K\n");
+	ck_assert_int_eq(dml_test_env_write(c.env, "clicks.conf", job, 0644, &path), 0);
+	{
+		const char *args[] = { "submit", "--wait", path, NULL };
+
+		dmlctl_ok(&c, args, NULL);
+	}
+	{
+		const char *args[] = { "status", "1", NULL };
+		struct jval doc;
+
+		ck_assert_int_eq(cluster_dmlctl_json(&c, args, &doc), 0);
+		ck_assert_str_eq(jstr(&doc, "state"), "done");
+		auc = jnum(&doc, "metric");
+		json_free(&doc);
+	}
+	model = model_path(&c, "clicks.model");
+	{
+		const char *args[] = { "export", "1", model, NULL };
+
+		dmlctl_ok(&c, args, NULL);
+	}
+	ck_assert_msg(dml_model_read(model, &m, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(m.spec->app, "sparse_lr");
+	ck_assert(m.ntables == 1 && !m.tables[0].dense && m.tables[0].width == 1);
+	/* About 25 features a record over 20,000 records, hashed into 65,536 keys
+	 * (and the bias): most keys were touched, none twice. */
+	ck_assert_msg(m.tables[0].rows > 20000 && m.tables[0].rows <= 65537, "%llu rows",
+		      (unsigned long long)m.tables[0].rows);
+	sorted = dml_xcalloc(m.tables[0].rows, sizeof(uint64_t));
+	memcpy(sorted, m.tables[0].keys, m.tables[0].rows * sizeof(uint64_t));
+	qsort(sorted, m.tables[0].rows, sizeof(uint64_t), key_cmp);
+	for (size_t i = 1; i < m.tables[0].rows; i++)
+		ck_assert_uint_gt(sorted[i], sorted[i - 1]);
+	ck_assert_uint_eq(sorted[m.tables[0].rows - 1], 65536);
+	direct = pull_keys(&c, m.tables[0].keys, m.tables[0].rows);
+	ck_assert_msg(memcmp(direct, m.tables[0].values, m.tables[0].rows * sizeof(float)) == 0,
+		      "the model differs from what the servers hold");
+	/* Scored again without the cluster: the job's last evaluation. */
+	dml_test_bin("worker/dml-worker", &bin);
+	{
+		char line[256];
+		char *argv[] = { bin, (char *)"--eval", model, (char *)"synthetic", NULL };
+
+		ck_assert_int_eq(dml_test_run(c.env, argv, WAIT_MS, &out), 0);
+		ck_assert_msg(out.status == 0, "dml-worker --eval: %s", out.err);
+		snprintf(line, sizeof(line), "auc %.4f (model %s, data synthetic)\n", auc, model);
+		ck_assert_str_eq(out.out, line);
+		dml_test_output_free(&out);
+	}
+	free(bin);
+	free(direct);
+	free(sorted);
+	dml_model_free(&m);
+	free(model);
+	free(path);
+	cluster_down(&c);
+}
+END_TEST
+
 int main(void)
 {
-	const TTest *const tests[] = { test_export };
+	const TTest *const tests[] = { test_export, test_export_sparse };
 
 	return cluster_suite_run("export", tests, DML_ARRAY_LEN(tests));
 }

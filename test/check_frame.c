@@ -870,6 +870,82 @@ START_TEST(test_zero_keys)
 }
 END_TEST
 
+/*
+ * Scans (dml.proto): a PULL naming a hash range and carrying nothing; its
+ * reply with num_keys keys then their values, none at all allowed; anything
+ * else with scan set, or counts that disagree, refused.
+ */
+START_TEST(test_scan_frames)
+{
+	struct dml_frame_limits lim;
+	uint8_t payload[3 * (8 + 2 * 4)];
+	struct dml_frame f;
+	struct built b;
+	Dml__Meta m;
+
+	meta_data(&m, DML__MSG_TYPE__PULL, 2);
+	m.scan = 1;
+	m.key_begin = 100;
+	m.key_end = 1u << 20;
+	b = build_frame(&m, NULL, 0);
+	parse_ok(&b, &f);
+	ck_assert(f.meta->scan && f.meta->key_end == 1u << 20 && f.meta->num_keys == 0);
+	dml_frame_release(&f);
+	built_free(&b);
+	/* The reply: three rows, keys then values; and none. */
+	meta_data(&m, DML__MSG_TYPE__PULL_REPLY, 2);
+	m.scan = 1;
+	m.num_keys = 3;
+	fill_keys(payload, 3, 5);
+	fill_values(payload + 24, 6, 1.5f);
+	b = build_frame(&m, payload, sizeof(payload));
+	parse_ok(&b, &f);
+	ck_assert_uint_eq(f.hdr.payload_len, sizeof(payload));
+	dml_frame_release(&f);
+	built_free(&b);
+	m.num_keys = 0;
+	b = build_frame(&m, NULL, 0);
+	parse_ok(&b, &f);
+	dml_frame_release(&f);
+	built_free(&b);
+	/* Keys without their values. */
+	m.num_keys = 3;
+	b = build_frame(&m, payload, 24);
+	ck_assert_int_eq(parse_default(&b), DML_EFRAME_COUNT);
+	built_free(&b);
+	/* More rows than the reader takes. */
+	dml_frame_limits_default(&lim);
+	lim.max_keys = 2;
+	b = build_frame(&m, payload, sizeof(payload));
+	ck_assert_int_eq(parse_with(&b, &lim), DML_EFRAME_KEYS);
+	built_free(&b);
+	/* A scan with keys, of a dense range, of a backwards range, or a push. */
+	meta_data(&m, DML__MSG_TYPE__PULL, 2);
+	m.scan = 1;
+	m.num_keys = 3;
+	b = build_frame(&m, payload, 24);
+	ck_assert_int_eq(parse_default(&b), DML_EFRAME_COUNT);
+	built_free(&b);
+	m.num_keys = 0;
+	m.dense = 1;
+	m.key_end = 10;
+	b = build_frame(&m, NULL, 0);
+	ck_assert_int_eq(parse_default(&b), DML_EFRAME_COUNT);
+	built_free(&b);
+	m.dense = 0;
+	m.key_begin = 11;
+	b = build_frame(&m, NULL, 0);
+	ck_assert_int_eq(parse_default(&b), DML_EFRAME_COUNT);
+	built_free(&b);
+	meta_data(&m, DML__MSG_TYPE__PUSH, 2);
+	m.scan = 1;
+	m.num_keys = 3;
+	b = build_frame(&m, payload, sizeof(payload));
+	ck_assert_int_eq(parse_default(&b), DML_EFRAME_COUNT);
+	built_free(&b);
+}
+END_TEST
+
 START_TEST(test_dense_overflow)
 {
 	struct built b;
@@ -1259,6 +1335,7 @@ static Suite *frame_suite(void)
 	tcase_add_test(bad, test_too_many_keys);
 	tcase_add_test(bad, test_zero_keys);
 	tcase_add_test(bad, test_dense_overflow);
+	tcase_add_test(bad, test_scan_frames);
 	tcase_add_test(bad, test_pull_reply_over_limit);
 	tcase_add_test(bad, test_wrong_dtype);
 	suite_add_tcase(s, bad);

@@ -36,6 +36,7 @@ void cluster_add_server(struct cluster *c)
 	line = dml_test_scheduler_line(c->sched);
 	sc.node_id = (uint32_t)c->nservers + 1;
 	sc.server_extra = line;
+	sc.extra = c->server_conf;
 	ck_assert_int_eq(dml_test_server_start(c->env, &sc, &c->servers[c->nservers]), 0);
 	c->nservers++;
 	free(line);
@@ -123,9 +124,16 @@ void cluster_wait_workers(struct cluster *c, uint32_t n)
 
 void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers)
 {
+	cluster_up_conf(c, nservers, nworkers, NULL);
+}
+
+void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
+		     const char *server_conf)
+{
 	struct dml_test_sched_conf sc = { 0 };
 
 	memset(c, 0, sizeof(*c));
+	c->server_conf = server_conf;
 	ck_assert_int_eq(dml_test_env_new(&c->env), 0);
 	sc.heartbeat_interval_ms = 100;
 	sc.suspect_after_ms = 400;

@@ -35,6 +35,7 @@ struct cluster {
 	size_t nservers;
 	pid_t workers[CLUSTER_MAX_WORKERS + 1]; /* by node id; 0: not running */
 	uint16_t port;                          /* the scheduler's */
+	const char *server_conf;                /* appended to each server's config */
 };
 
 /** Sleep ms milliseconds, signals notwithstanding. */
@@ -45,6 +46,10 @@ void cluster_sleep_ms(int ms);
  * workers 1..nworkers, and wait until every worker is alive.
  */
 void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers);
+
+/** cluster_up with server_conf (e.g. a [limits] section) in every server's config. */
+void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
+		     const char *server_conf);
 
 /** SIGTERM every worker and check its clean exit, then stop the daemons. */
 void cluster_down(struct cluster *c);

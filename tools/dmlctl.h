@@ -40,9 +40,15 @@ struct ctl {
 
 /* ---- the session: one connection, one request at a time (dmlctl_session.c) ---- */
 
-/** One connection to the scheduler at a time; the fields are the session's. */
+/**
+ * One connection at a time, to the scheduler (or, for a scan, a server);
+ * the fields are the session's.
+ */
 struct ctl_session {
 	const struct ctl *ctl;
+	char host[256];             /* the peer: the scheduler unless opened _at */
+	uint16_t port;
+	uint32_t peer_role;         /* what the peer must say it is */
 	struct event_base *base;
 	struct event *timer;        /* bounds the operation in progress */
 	struct event *nap;          /* ctl_session_sleep */
@@ -54,13 +60,15 @@ struct ctl_session {
 	uint64_t last_id;
 	/* The latest connection. */
 	int ready;                  /* its handshake succeeded */
-	int not_scheduler;          /* the peer is some other daemon */
+	int wrong_role;             /* the peer is some other daemon */
 	int closed;                 /* on_close ran */
 	int close_err;
 	/* The operation in progress: connecting, one request, or a nap. */
 	uint64_t want;              /* request id awaited; 0: none */
 	int last_type;              /* message type of the latest request */
 	Dml__Meta *reply;           /* deep copy of the answer */
+	uint8_t *payload;           /* and of its payload (NULL: none) */
+	size_t payload_len;
 	int refused;                /* the scheduler answered with ERROR */
 	int timed_out;
 	int napping;
@@ -74,6 +82,17 @@ struct ctl_session {
  * Prints why it failed to stderr; returns 0, DML_ESECRET or DML_ENOMEM.
  */
 int ctl_session_open(const struct ctl *ctl, struct ctl_session *s);
+
+/**
+ * As ctl_session_open, for the daemon of the given role at address
+ * (host:port), with limits that take a whole scan of a table. Prints why it
+ * failed; returns 0, DML_EINVAL (a bad address), DML_ESECRET or DML_ENOMEM.
+ */
+int ctl_session_open_at(const struct ctl *ctl, const char *address, uint32_t role,
+			struct ctl_session *s);
+
+/** The payload of the last answer (the caller frees it); NULL when none. */
+uint8_t *ctl_session_take_payload(struct ctl_session *s, size_t *len);
 /** Close the connection (flushing what was sent) and free everything. */
 void ctl_session_close(struct ctl_session *s);
 /** From now on SIGINT ends the loop and sets s->interrupted. */

@@ -6,10 +6,14 @@
  * The scheduler says what the job is (JOBS: its state and spec). libdml,
  * connected as a control client of that job (the scheduler hands it the
  * job's shard map; a control client only reads and takes no part in
- * clocks), then pulls every table whole, in ranges of at most
- * EXPORT_CHUNK_FLOATS floats with a few in flight. The scheduler keeps an
- * ended job's map, and the servers keep its tables until the next job's map
- * replaces them: an ended job can be exported until another job starts.
+ * clocks), then pulls every dense table whole, in ranges of at most
+ * EXPORT_CHUNK_FLOATS floats with a few in flight. A sparse table's keys
+ * are known only to the servers: dmlctl asks each server for the rows of
+ * the hash ranges the job's shard map gives it (a PULL with scan,
+ * dml.proto), halving a range whose rows do not fit in one reply. The
+ * scheduler keeps an ended job's map, and the servers keep its tables until
+ * the next job's map replaces them: an ended job can be exported until
+ * another job starts.
  *
  * Must never: push anything, leave a partial model under FILE (the model
  * writer goes through FILE.tmp), or exit 0 without the whole model written.
@@ -56,14 +60,6 @@ static int export_check(const Dml__JobStatus *st)
 		fprintf(stderr, "dmlctl: export: the scheduler sent no spec for job %u\n",
 			st->id);
 		return EXIT_FAIL;
-	}
-	/* What can never be exported first: the answer does not depend on when. */
-	for (size_t i = 0; i < sp->n_tables; i++) {
-		if (!sp->tables[i]->dense) {
-			fprintf(stderr, "dmlctl: export: table %u is sparse: export of sparse "
-				"tables is not supported yet\n", sp->tables[i]->id);
-			return EXIT_FAIL;
-		}
 	}
 	if (st->state == DML__JOB_STATE__PENDING) {
 		fprintf(stderr, "dmlctl: export: job %u has not started: its tables do not "
@@ -228,6 +224,137 @@ static int export_table(dml_t *d, const Dml__JobStatus *st, const Dml__TableSpec
 	return EXIT_OK;
 }
 
+/* ---- sparse tables: scans of each server's hash ranges -------------------- */
+
+/* A sparse table's rows as they arrive from the servers. */
+struct rowset {
+	uint32_t width;
+	uint64_t *keys;
+	float *values;
+	size_t n, cap;
+};
+
+/* Append a scan reply's n rows (keys, then values). 0 or DML_ENOMEM. */
+static int rowset_add(struct rowset *r, const uint8_t *payload, size_t n)
+{
+	if (r->n + n > r->cap) {
+		size_t cap = (r->n + n) * 2;
+		uint64_t *k;
+		float *v;
+
+		if (cap > SIZE_MAX / sizeof(float) / r->width)
+			return DML_ENOMEM;
+		if (!(k = realloc(r->keys, cap * sizeof(*k))))
+			return DML_ENOMEM;
+		r->keys = k;
+		if (!(v = realloc(r->values, cap * r->width * sizeof(*v))))
+			return DML_ENOMEM;
+		r->values = v;
+		r->cap = cap;
+	}
+	memcpy(r->keys + r->n, payload, n * sizeof(uint64_t));
+	memcpy(r->values + r->n * r->width, payload + n * sizeof(uint64_t),
+	       n * r->width * sizeof(float));
+	r->n += n;
+	return 0;
+}
+
+/*
+ * The rows of table ts whose hash lies in [lo, hi), from the server at
+ * addr (its session s), into rows: one scan, or two of the halves when the
+ * server says the rows would not fit in a reply. Prints what went wrong.
+ */
+static int scan_range(struct ctl_session *s, const char *addr, uint32_t job,
+		      const Dml__TableSpec *ts, uint64_t lo, uint64_t hi, struct rowset *rows)
+{
+	Dml__Meta req = DML__META__INIT, *reply = NULL;
+	uint8_t *payload;
+	size_t len;
+	int rc;
+
+	req.type = DML__MSG_TYPE__PULL;
+	req.job = job;
+	req.table = ts->id;
+	req.dtype = DML__DTYPE__F32;
+	req.value_width = ts->width;
+	req.scan = 1;
+	req.key_begin = lo;
+	req.key_end = hi;
+	rc = ctl_session_call(s, &req, &reply);
+	if (rc == DML_EFRAME_PAYLOAD && s->refused && hi - lo > 1) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		rc = scan_range(s, addr, job, ts, lo, mid, rows);
+		return rc == EXIT_OK ? scan_range(s, addr, job, ts, mid, hi, rows) : rc;
+	}
+	if (rc) {
+		char detail[256];
+
+		ctl_clean(s->refused ? s->detail : dml_strerror(rc), detail, sizeof(detail));
+		fprintf(stderr, "dmlctl: export: reading table %u from the server at %s: %s\n",
+			ts->id, addr, detail);
+		return EXIT_FAIL;
+	}
+	payload = ctl_session_take_payload(s, &len);
+	if (reply->type != DML__MSG_TYPE__PULL_REPLY || !reply->scan ||
+	    len != (size_t)reply->num_keys * (sizeof(uint64_t) + ts->width * sizeof(float))) {
+		fprintf(stderr, "dmlctl: export: the server at %s answered a scan of table %u "
+			"with a %s frame of %zu bytes that is not one\n", addr, ts->id,
+			dml_msg_type_name((int)reply->type), len);
+		rc = EXIT_FAIL;
+	} else if (rowset_add(rows, payload, reply->num_keys) != 0) {
+		fprintf(stderr, "dmlctl: export: table %u: no memory for %zu rows\n", ts->id,
+			rows->n + reply->num_keys);
+		rc = EXIT_FAIL;
+	}
+	free(payload);
+	dml__meta__free_unpacked(reply, NULL);
+	return rc;
+}
+
+static const char *server_address(const Dml__ShardMap *map, uint32_t node)
+{
+	for (size_t i = 0; i < map->n_servers; i++)
+		if (map->servers[i]->node_id == node)
+			return map->servers[i]->address;
+	return NULL;
+}
+
+/* Every row of sparse table ts, server by server, into t. Prints what went wrong. */
+static int export_sparse(const struct ctl *ctl, const Dml__JobStatus *st,
+			 const Dml__ShardMap *map, const Dml__TableSpec *ts,
+			 struct dml_model_table *t)
+{
+	struct rowset rows = { .width = ts->width };
+	int rc = EXIT_OK;
+
+	for (size_t i = 0; i < map->n_ranges && rc == EXIT_OK; i++) {
+		const Dml__ShardRange *r = map->ranges[i];
+		const char *addr;
+		struct ctl_session s;
+
+		if (r->table != ts->id || r->begin == r->end)
+			continue;
+		if (!(addr = server_address(map, r->server)) || !*addr) {
+			fprintf(stderr, "dmlctl: export: the shard map of job %u names no address "
+				"for server %u\n", st->id, r->server);
+			rc = EXIT_FAIL;
+		} else if (ctl_session_open_at(ctl, addr, DML__ROLE__SERVER, &s) != 0) {
+			rc = EXIT_FAIL;
+		} else {
+			rc = scan_range(&s, addr, st->id, ts, r->begin, r->end, &rows);
+			ctl_session_close(&s);
+		}
+	}
+	t->id = ts->id;
+	t->width = ts->width;
+	t->dense = 0;
+	t->rows = rows.n;
+	t->keys = rows.keys;
+	t->values = rows.values;
+	return rc;
+}
+
 static void print_done(const struct ctl *ctl, const Dml__JobStatus *st, const char *file,
 		       size_t ntables, uint64_t floats)
 {
@@ -251,8 +378,12 @@ static void print_done(const struct ctl *ctl, const Dml__JobStatus *st, const ch
 	}
 }
 
-/* Pull every table of the job and write the model; returns an exit status. */
-static int export_job(const struct ctl *ctl, Dml__JobStatus *st, const char *file)
+/*
+ * Read every table of the job (map: its shard map, for the sparse ones)
+ * and write the model; returns an exit status.
+ */
+static int export_job(const struct ctl *ctl, Dml__JobStatus *st, const Dml__ShardMap *map,
+		      const char *file)
 {
 	struct dml_model m = { 0 };
 	uint64_t floats = 0;
@@ -272,7 +403,10 @@ static int export_job(const struct ctl *ctl, Dml__JobStatus *st, const char *fil
 	for (; m.ntables < st->spec->n_tables; m.ntables++) {
 		const Dml__TableSpec *ts = st->spec->tables[m.ntables];
 
-		rc = export_table(d, st, ts, &m.tables[m.ntables]);
+		if (ts->dense)
+			rc = export_table(d, st, ts, &m.tables[m.ntables]);
+		else
+			rc = export_sparse(ctl, st, map, ts, &m.tables[m.ntables]);
 		if (rc != EXIT_OK)
 			break;
 		floats += m.tables[m.ntables].rows * m.tables[m.ntables].width;
@@ -288,15 +422,41 @@ static int export_job(const struct ctl *ctl, Dml__JobStatus *st, const char *fil
 		}
 	}
 	/* The spec is the reply's: only the tables are ours. */
-	for (size_t i = 0; i <= m.ntables && i < st->spec->n_tables; i++)
+	for (size_t i = 0; i <= m.ntables && i < st->spec->n_tables; i++) {
+		free(m.tables[i].keys);
 		free(m.tables[i].values);
+	}
 	free(m.tables);
+	return rc;
+}
+
+/* The job's shard map, when it has sparse tables to scan (*reply NULL else). */
+static int ask_map(struct ctl_session *s, const Dml__JobStatus *st, Dml__Meta **reply)
+{
+	Dml__Meta req = DML__META__INIT;
+	int sparse = 0, rc;
+
+	*reply = NULL;
+	for (size_t i = 0; i < st->spec->n_tables; i++)
+		sparse |= !st->spec->tables[i]->dense;
+	if (!sparse)
+		return EXIT_OK;
+	req.type = DML__MSG_TYPE__SHARDMAP;
+	req.job = st->id;
+	rc = ctl_session_ask(s, &req, DML__MSG_TYPE__SHARDMAP_REPLY, reply, stderr);
+	if (rc == EXIT_OK && !(*reply)->shard_map) {
+		fprintf(stderr, "dmlctl: export: the scheduler sent no shard map for job %u\n",
+			st->id);
+		dml__meta__free_unpacked(*reply, NULL);
+		*reply = NULL;
+		rc = EXIT_FAIL;
+	}
 	return rc;
 }
 
 int ctl_cmd_export(struct ctl *ctl, int argc, char **argv)
 {
-	Dml__Meta *reply;
+	Dml__Meta *reply, *map_reply = NULL;
 	Dml__JobStatus *st;
 	struct ctl_session s;
 	uint32_t id;
@@ -320,14 +480,22 @@ int ctl_cmd_export(struct ctl *ctl, int argc, char **argv)
 	if (ctl_session_open(ctl, &s) != 0)
 		return EXIT_FAIL;
 	rc = ctl_ask_jobs(&s, id, &reply, stderr);
-	/* libdml makes connections of its own: this one has done its part. */
+	if (rc == EXIT_OK) {
+		st = reply_job(reply, id);
+		rc = export_check(st);
+		if (rc == EXIT_OK)
+			rc = ask_map(&s, st, &map_reply);
+		if (rc != EXIT_OK)
+			dml__meta__free_unpacked(reply, NULL);
+	}
+	/* libdml and the scans make connections of their own: this one has done
+	 * its part. */
 	ctl_session_close(&s);
 	if (rc != EXIT_OK)
 		return rc;
-	st = reply_job(reply, id);
-	rc = export_check(st);
-	if (rc == EXIT_OK)
-		rc = export_job(ctl, st, argv[1]);
+	rc = export_job(ctl, st, map_reply ? map_reply->shard_map : NULL, argv[1]);
+	if (map_reply)
+		dml__meta__free_unpacked(map_reply, NULL);
 	dml__meta__free_unpacked(reply, NULL);
 	return rc;
 }

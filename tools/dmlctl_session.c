@@ -29,8 +29,8 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 {
 	struct ctl_session *s = arg;
 
-	if (w->role != DML__ROLE__SCHEDULER) {
-		s->not_scheduler = 1;
+	if (w->role != s->peer_role) {
+		s->wrong_role = 1;
 		return DML_EROLE;
 	}
 	return 0;
@@ -63,6 +63,13 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 			  sizeof(s->detail));
 	} else {
 		s->reply = dml_msg_copy(&m->base);
+		if (len && s->reply && (s->payload = malloc(len)) != NULL) {
+			memcpy(s->payload, payload, len);
+			s->payload_len = len;
+		} else if (len && s->reply) {
+			dml__meta__free_unpacked(s->reply, NULL);
+			s->reply = NULL;
+		}
 		if (!s->reply)
 			s->err = DML_ENOMEM;
 	}
@@ -134,6 +141,9 @@ int ctl_session_open(const struct ctl *ctl, struct ctl_session *s)
 		fprintf(stderr, "dmlctl: cannot create an event loop\n");
 		return DML_ENOMEM;
 	}
+	snprintf(s->host, sizeof(s->host), "%s", ctl->host);
+	s->port = ctl->port;
+	s->peer_role = DML__ROLE__SCHEDULER;
 	s->timer = evtimer_new(s->base, timeout_cb, s);
 	s->nap = evtimer_new(s->base, nap_cb, s);
 	dml_conn_conf_default(&s->cc);
@@ -181,7 +191,39 @@ void ctl_session_close(struct ctl_session *s)
 	dml_secret_free(s->secret, s->secret_len);
 	if (s->reply)
 		dml__meta__free_unpacked(s->reply, NULL);
+	free(s->payload);
 	memset(s, 0, sizeof(*s));
+}
+
+int ctl_session_open_at(const struct ctl *ctl, const char *address, uint32_t role,
+			struct ctl_session *s)
+{
+	char host[sizeof(s->host)];
+	uint16_t port;
+	int rc;
+
+	if (dml_parse_hostport(address, host, sizeof(host), &port, 0) != 0) {
+		fprintf(stderr, "dmlctl: '%s' is not a host:port address\n", address);
+		return DML_EINVAL;
+	}
+	if ((rc = ctl_session_open(ctl, s)) != 0)
+		return rc;
+	snprintf(s->host, sizeof(s->host), "%s", host);
+	s->port = port;
+	s->peer_role = role;
+	s->cc.limits.max_payload = UINT32_MAX;
+	s->cc.limits.max_keys = UINT32_MAX;
+	return 0;
+}
+
+uint8_t *ctl_session_take_payload(struct ctl_session *s, size_t *len)
+{
+	uint8_t *p = s->payload;
+
+	*len = s->payload_len;
+	s->payload = NULL;
+	s->payload_len = 0;
+	return p;
 }
 
 static void session_reset(struct ctl_session *s)
@@ -194,14 +236,13 @@ static void session_reset(struct ctl_session *s)
 /* Connect and authenticate, at most CTL_TIMEOUT_MS. 0 or the reason. */
 static int session_connect(struct ctl_session *s)
 {
-	const struct ctl *ctl = s->ctl;
 	int rc;
 
 	session_reset(s);
-	s->ready = s->not_scheduler = s->closed = 0;
+	s->ready = s->wrong_role = s->closed = 0;
 	s->close_err = 0;
 	arm(s->timer, CTL_TIMEOUT_MS);
-	rc = dml_conn_connect(s->base, ctl->host, ctl->port, &s->cc, &ctl_ops, s, &s->conn);
+	rc = dml_conn_connect(s->base, s->host, s->port, &s->cc, &ctl_ops, s, &s->conn);
 	if (rc) {
 		s->conn = NULL;
 		s->closed = 1;
@@ -223,6 +264,9 @@ int ctl_session_call(struct ctl_session *s, Dml__Meta *req, Dml__Meta **reply)
 		int fresh = s->conn == NULL, rc;
 
 		*reply = NULL;
+		free(s->payload);
+		s->payload = NULL;
+		s->payload_len = 0;
 		s->last_type = (int)req->type;
 		if (s->interrupted)
 			return DML_ECLOSED;
@@ -282,7 +326,7 @@ void ctl_session_report(const struct ctl_session *s, FILE *out)
 	} else if (s->refused) {
 		/* Job requests: the scheduler's words say it best ("no job 7"). */
 		fprintf(out, "dmlctl: %s\n", s->detail);
-	} else if (s->not_scheduler) {
+	} else if (s->wrong_role) {
 		fprintf(out, "dmlctl: %s is not a scheduler (a dml-server's port?); "
 			"check -s or $DML_SCHEDULER\n", a);
 	} else if (s->err == DML_EAUTH) {

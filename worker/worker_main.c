@@ -82,6 +82,9 @@ static int eval_backend(struct eval *e, const char *name, char *err, size_t errl
 	return rc;
 }
 
+/* What apps evaluate besides a loss. */
+static const char *const metrics[] = { "accuracy", "auc", "rmse" };
+
 /*
  * Evaluate model on data with the backend called backend: *value of the
  * metric *metric. The app gets the model's spec with data and test_data
@@ -95,6 +98,7 @@ static int eval_run(const char *model, const char *data, const char *backend,
 	struct dml_app_env env;
 	struct dml_app_io io;
 	Dml__JobSpec spec;
+	const char *name;
 	int rc;
 
 	if ((rc = dml_model_read(model, &e.model, err, errlen)) != 0)
@@ -117,10 +121,13 @@ static int eval_run(const char *model, const char *data, const char *backend,
 	dml_local_store_io(e.store, &io);
 	if ((rc = e.app->evaluate(e.state, &io, value, err, errlen)) != 0)
 		goto out;
-	*metric = e.model.spec->metric && *e.model.spec->metric ? e.model.spec->metric :
-		  e.app->metric;
-	/* The model's spec goes with it: keep the name valid for the caller. */
-	*metric = strcmp(*metric, "accuracy") == 0 ? "accuracy" : "loss";
+	name = e.model.spec->metric && *e.model.spec->metric ? e.model.spec->metric :
+	       e.app->metric;
+	/* The model's spec goes with it: give the caller a name that stays. */
+	*metric = "loss";
+	for (size_t i = 0; i < DML_ARRAY_LEN(metrics); i++)
+		if (strcmp(name, metrics[i]) == 0)
+			*metric = metrics[i];
 out:
 	eval_free(&e);
 	return rc;
@@ -159,8 +166,9 @@ static int eval_main(int argc, char **argv)
 		dml_err("%s", err);
 		return 1;
 	}
-	/* Accuracy as the fraction it is; a loss may be small, so keep its digits. */
-	printf(strcmp(metric, "accuracy") == 0 ? "%s %.4f (model %s, data %s)\n" :
+	/* Fractions (accuracy, AUC) to 4 places; a loss may be small: its digits. */
+	printf(strcmp(metric, "accuracy") == 0 || strcmp(metric, "auc") == 0 ?
+	       "%s %.4f (model %s, data %s)\n" :
 	       "%s %.6g (model %s, data %s)\n", metric, value, model, argv[optind]);
 	return fflush(stdout) == 0 ? 0 : 1;
 }
