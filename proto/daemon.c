@@ -73,7 +73,9 @@ static int serve(const struct dml_daemon *d, const void *conf)
 	sd_notify(0, "READY=1");
 #endif
 	rc = event_base_dispatch(base);
-	dml_info("stopped");
+	if (rc == 0 && d->failed && d->failed(r.state))
+		rc = -1;
+	dml_info(rc < 0 ? "stopped on a failure" : "stopped");
 	event_free(sigterm);
 	event_free(sigint);
 	d->free(r.state);

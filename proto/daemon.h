@@ -27,6 +27,9 @@ struct dml_daemon {
 	int (*start)(const void *conf, struct event_base *base, void **state);
 	void (*shutdown)(void *state);         /* begin a clean stop */
 	void (*free)(void *state);             /* after the loop; NULL-safe */
+	/* Optional, after the loop: non-zero if the daemon stopped on a
+	 * failure of its own (the exit status is then 1). */
+	int (*failed)(void *state);
 };
 
 /** Run the daemon described by d; returns the exit status. */

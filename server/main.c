@@ -22,6 +22,11 @@ static void free_server(void *state)
 	dml_server_free(state);
 }
 
+static int server_failed(void *state)
+{
+	return dml_server_failed(state);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct dml_daemon d = {
@@ -34,6 +39,7 @@ int main(int argc, char **argv)
 		.start = start,
 		.shutdown = shutdown_server,
 		.free = free_server,
+		.failed = server_failed,
 	};
 
 	return dml_daemon_main(argc, argv, &d);

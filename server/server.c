@@ -455,7 +455,7 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	if (w && m->seq != 0 && m->seq <= w->last_seq) {
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;
-		dml_server_reply_ack(ss, m->request_id);
+		dml_server_store_duplicate(ss, m->request_id);
 		return;
 	}
 	if (!request_served(ss, m, te, keys))
@@ -474,7 +474,7 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	if (w && m->seq != 0)
 		w->last_seq = m->seq;
 	ss->srv->st.pushes++;
-	dml_server_reply_ack(ss, m->request_id);
+	dml_server_store_pushed(ss, m, payload, w ? w->id : ss->node_id, w ? w->incarnation : 0);
 }
 
 /*
@@ -742,6 +742,7 @@ static void worker_join(struct session *ss, const Dml__Handshake *hello)
 		w->clock = hello->clock;
 	ss->worker = 1;
 	ss->widx = (size_t)(w - ssp->workers);
+	dml_server_store_join(ss->srv, w);
 }
 
 void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t workers)
@@ -800,6 +801,7 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 	s->st.bytes_in += dml_conn_bytes_in(c);
 	s->st.bytes_out += dml_conn_bytes_out(c);
 	drop_held(s, ss, 0, NULL);
+	dml_server_store_forget(s, ss);
 	if (w)
 		dml_ssp_disconnect(&s->ssp, w, dml_now_ns());
 	dml_peers_remove(&s->peers, &ss->peer);
@@ -895,6 +897,8 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 		dml_server_welcome_rebuild(s);
 	else if ((rc = build_tables(s)) != 0)
 		return rc;
+	if ((rc = dml_server_store_open(s)) != 0)
+		return rc;
 	if ((rc = dml_server_metrics_init(s)) != 0)
 		return rc;
 	s->tick = event_new(base, -1, EV_PERSIST, tick_cb, s);
@@ -908,6 +912,9 @@ void dml_server_shutdown(struct dml_server *s)
 {
 	if (s->peers.stopping)
 		return;
+	/* What was applied is logged and acknowledged before anyone is told
+	 * to go. */
+	dml_server_store_flush(s);
 	if (s->listener) {
 		evconnlistener_free(s->listener);
 		s->listener = NULL;
@@ -932,6 +939,7 @@ void dml_server_free(struct dml_server *s)
 		evconnlistener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
+	dml_server_store_free(s);
 	dml_server_tables_free(s);
 	free(s->winfo);
 	free(s->winfos);
@@ -945,4 +953,9 @@ void dml_server_free(struct dml_server *s)
 uint16_t dml_server_port(const struct dml_server *s)
 {
 	return s->port;
+}
+
+int dml_server_failed(const struct dml_server *s)
+{
+	return s && s->store_failed;
 }

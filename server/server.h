@@ -35,4 +35,7 @@ void dml_server_free(struct dml_server *s);
 /** The port actually bound (useful with port 0). */
 uint16_t dml_server_port(const struct dml_server *s);
 
+/** Non-zero when the server stopped because its gradient log failed. */
+int dml_server_failed(const struct dml_server *s);
+
 #endif

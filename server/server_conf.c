@@ -8,6 +8,7 @@
 
 #include "dml_error.h"
 #include "server_conf.h"
+#include "store.h"
 #include "table.h"
 #include "util.h"
 
@@ -19,6 +20,7 @@ static const struct dml_conf_section sections[] = {
 	{ "server", 0, 0, 0, 0, "identity, address and secret of this server" },
 	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
 	{ "job", 0, 0, 0, 0, "consistency of the job this server serves" },
+	{ "store", 0, 0, 0, 0, "the gradient log that brings the tables back after a crash" },
 	{ "table", 1, sizeof(struct dml_server_table_conf),
 	  offsetof(struct dml_server_conf, tables),
 	  offsetof(struct dml_server_conf, ntables), "one parameter table (repeat the section)" },
@@ -70,6 +72,18 @@ static const struct dml_conf_option options[] = {
 	  "workers expected; bounded pulls wait until this many joined" },
 	{ "job", "dead_after_ms", DML_CONF_U32, S(dead_after_ms), "10000", 1, 86400000.0,
 	  NULL, NULL, "a disconnected worker leaves the clock set after this long" },
+
+	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
+	  "directory of this server's LMDB store (made if missing); empty: no log, a "
+	  "restart loses the tables" },
+	{ "store", "map_size", DML_CONF_SIZE, S(store_map_size), "1G", 1048576.0, 1e15, NULL,
+	  NULL, "the most the store may grow to (address space; raise it when full)" },
+	{ "store", "durability", DML_CONF_ENUM, S(durability), "sync", 0, 0,
+	  dml_durability_names, NULL,
+	  "sync: acknowledge a push once it is on disk; batch: commit every batch_ms, "
+	  "acknowledge at once (a crash loses at most that window); none: no log" },
+	{ "store", "batch_ms", DML_CONF_U32, S(batch_ms), "10", 1, 60000, NULL, NULL,
+	  "durability batch: commit this often" },
 
 	{ "table", "id", DML_CONF_U32, T(id), NULL, 0, MAX_U32, NULL, NULL, "table id" },
 	{ "table", "kind", DML_CONF_ENUM, T(kind), "dense", 0, 0, dml_table_kind_names, NULL,

@@ -47,6 +47,11 @@ struct dml_server_conf {
 	int64_t staleness;
 	uint32_t workers;
 	uint32_t dead_after_ms;
+	/* [store] */
+	char *store_path;         /* "" = no gradient log */
+	uint64_t store_map_size;
+	int durability;           /* enum dml_durability */
+	uint32_t batch_ms;
 	/* [table], repeated */
 	struct dml_server_table_conf *tables;
 	size_t ntables;

@@ -23,6 +23,7 @@
 
 struct dml_sched_link;
 struct mig_peer;
+struct server_store;
 
 /* Half-open ranges of keys (dense tables) or key hashes (sparse tables). */
 struct key_range {
@@ -131,6 +132,8 @@ struct dml_server {
 	size_t scratch_cap;
 	struct event *tick;
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
+	struct server_store *store;   /* the gradient log, or NULL (server_store.c) */
+	int store_failed;             /* a commit failed: the loop was stopped */
 };
 
 /* ---- server.c ---- */
@@ -164,6 +167,37 @@ void dml_server_held_recheck(struct dml_server *s);
  * connected for the current job (their HELLO named it) join it again.
  */
 void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t workers);
+
+/* ---- server_store.c ---- */
+
+/**
+ * Open the store of the config ([store]) and replay its log into the
+ * tables; nothing without a path or with durability none. 0 or the error
+ * (logged, naming the store and the cause).
+ */
+int dml_server_store_open(struct dml_server *s);
+
+/**
+ * A push was applied: log it and acknowledge it when the durability mode
+ * allows (sync: after the commit of this turn of the loop).
+ */
+void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
+			     uint32_t worker, uint64_t incarnation);
+
+/** A push already applied came again: acknowledge it once its first is logged. */
+void dml_server_store_duplicate(struct session *ss, uint64_t request_id);
+
+/** ss is closing: its waiting ACKs are dropped. */
+void dml_server_store_forget(struct dml_server *s, struct session *ss);
+
+/** A worker (re)joined the clock set: its push sequence as the log left it. */
+void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w);
+
+/** Commit what is waiting and send its ACKs (a clean stop). */
+void dml_server_store_flush(struct dml_server *s);
+
+/** Close the store; after the loop. */
+void dml_server_store_free(struct dml_server *s);
 
 /* ---- server_job.c ---- */
 

@@ -1388,6 +1388,34 @@ int dml_test_server_restart(struct dml_test_server *s)
 	return daemon_launch(s);
 }
 
+int dml_test_server_pin_port(struct dml_test_server *s)
+{
+	static const char from[] = "listen = 127.0.0.1:0\n";
+	char *text, *at, *out;
+	FILE *f;
+	int rc = DML_EIO;
+
+	if (dml_test_file_read(s->conf_path, &text) != 0)
+		return DML_EIO;
+	if ((at = strstr(text, from)) != NULL) {
+		*at = '\0';
+		out = str_printf("%slisten = 127.0.0.1:%u\n%s", text, (unsigned)s->port,
+				 at + strlen(from));
+		if ((f = fopen(s->conf_path, "w")) != NULL) {
+			if (fputs(out, f) >= 0)
+				rc = 0;
+			if (fclose(f) != 0)
+				rc = DML_EIO;
+		}
+		free(out);
+	}
+	if (rc)
+		fprintf(stderr, "harness: cannot pin the port of %s node %u in %s\n", s->kind,
+			s->node_id, s->conf_path);
+	free(text);
+	return rc;
+}
+
 int dml_test_server_signal(struct dml_test_server *s, int sig)
 {
 	if (!s->running || kill(s->pid, sig) != 0) {

@@ -268,6 +268,13 @@ int dml_test_sched_start(struct dml_test_env *env, const struct dml_test_sched_c
 int dml_test_server_restart(struct dml_test_server *s);
 
 /**
+ * Make a started server listen on the port it has now in every restart:
+ * its config's "listen = 127.0.0.1:0" becomes that port, so clients that
+ * knew it find it again. Returns 0 or DML_EIO.
+ */
+int dml_test_server_pin_port(struct dml_test_server *s);
+
+/**
  * Send sig to a running daemon (SIGSTOP and SIGCONT to pause and resume it).
  * Returns 0, or DML_EIO when it is not running.
  */

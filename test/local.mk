@@ -48,13 +48,21 @@ test_check_metrics_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
 	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)
-test_check_examples_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la \
-	$(TEST_LIBS)
+test_check_examples_LDADD = worker/libdml.la server/libdmlstore.la store/libdmlstorelog.la \
+	proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: real dml-server processes, real sockets.
 test_check_cluster_SOURCES = test/check_cluster.c test/harness.c test/harness.h
 test_check_cluster_CFLAGS = $(TEST_CFLAGS)
 test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+# The gradient log against SIGKILL: exact sums after thirty crashes, clean
+# stops, refused stores.
+check_PROGRAMS += test/check_durability
+TESTS += test/check_durability
+test_check_durability_SOURCES = test/check_durability.c test/harness.c test/harness.h
+test_check_durability_CFLAGS = $(TEST_CFLAGS)
+test_check_durability_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
 # conf/systemd/dml-server@.service checked with systemd-analyze (exit 77 = SKIP
 # where systemd is not installed).
@@ -229,3 +237,11 @@ test_check_export_SOURCES = test/check_export.c test/cluster.c test/cluster.h te
 	test/harness.h test/json.c test/json.h
 test_check_export_CFLAGS = $(TEST_CFLAGS)
 test_check_export_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
+
+# The LMDB gradient log: round trips, reopen, dedupe state, refused stores
+# (another server, another format, garbage), a full map, damaged records.
+check_PROGRAMS += test/check_store
+TESTS += test/check_store
+test_check_store_SOURCES = test/check_store.c test/tmpdir.c test/tmpdir.h
+test_check_store_CFLAGS = $(TEST_CFLAGS)
+test_check_store_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS)

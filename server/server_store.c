@@ -1,0 +1,316 @@
+/*
+ * dml-server's gradient log (store/store.h): every applied push is
+ * appended to the store's batch; with durability = sync its ACK waits in a
+ * queue until the batch is committed, which happens once per turn of the
+ * event loop (every push that arrived in that turn in one transaction), so
+ * an acknowledged push is on disk. With batch the ACK goes at once and a
+ * timer commits every batch_ms: a crash loses at most that window. none
+ * keeps no log.
+ *
+ * On start the log is replayed into the config's tables, and each worker's
+ * highest logged push sequence comes back, so that a push the worker sends
+ * again after a crash (it was committed but its ACK was lost) is
+ * acknowledged without being applied twice.
+ *
+ * Must never: send a sync ACK before the commit that holds its push
+ * returned, keep serving after a failed commit (the tables would hold
+ * pushes the log lacks: the server stops instead, and a restart replays
+ * what is on disk while workers resend the rest), or replay a record into
+ * a range the server does not hold.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dml_error.h"
+#include "log.h"
+#include "server_internal.h"
+#include "shardmap.h"
+#include "store.h"
+#include "util.h"
+
+/* An ACK that waits for the commit of its push. */
+struct deferred_ack {
+	struct session *ss;        /* NULL once its connection closed */
+	uint64_t request_id;
+};
+
+/* A worker's push sequence as the log left it. */
+struct restored_seq {
+	uint32_t worker;
+	uint64_t incarnation, seq;
+};
+
+struct server_store {
+	struct dml_store *store;
+	enum dml_durability mode;
+	struct event *commit_ev;   /* sync: commit once this turn of the loop ends */
+	struct event *timer;       /* batch: commit every batch_ms */
+	struct deferred_ack *acks;
+	size_t nacks, acks_cap;
+	struct restored_seq *seqs;
+	size_t nseqs;
+};
+
+/* ---- committing ----------------------------------------------------------- */
+
+static void commit_now(struct dml_server *s)
+{
+	struct server_store *st = s->store;
+	char err[512];
+	int rc = dml_store_commit(st->store, err, sizeof(err));
+
+	if (rc) {
+		/* The tables hold pushes the log lacks: acknowledging anything
+		 * more would break the promise. A restart replays the log and
+		 * the workers resend what was not acknowledged. */
+		dml_err("store: %s; stopping so that no push is acknowledged unlogged", err);
+		s->store_failed = 1;
+		event_base_loopbreak(s->base);
+		return;
+	}
+	for (size_t i = 0; i < st->nacks; i++)
+		if (st->acks[i].ss)
+			dml_server_reply_ack(st->acks[i].ss, st->acks[i].request_id);
+	st->nacks = 0;
+}
+
+static void commit_cb(evutil_socket_t fd, short what, void *arg)
+{
+	commit_now(arg);
+}
+
+/* Queue the ACK of request_id until the next commit. */
+static void defer_ack(struct dml_server *s, struct session *ss, uint64_t request_id)
+{
+	struct server_store *st = s->store;
+
+	if (st->nacks == st->acks_cap) {
+		st->acks_cap = st->acks_cap ? 2 * st->acks_cap : 64;
+		st->acks = dml_xrealloc(st->acks, st->acks_cap * sizeof(*st->acks));
+	}
+	st->acks[st->nacks++] = (struct deferred_ack){ ss, request_id };
+	if (st->nacks == 1)
+		event_active(st->commit_ev, EV_TIMEOUT, 0);
+}
+
+void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
+			     uint32_t worker, uint64_t incarnation)
+{
+	struct dml_server *s = ss->srv;
+	struct server_store *st = s->store;
+	struct dml_log_rec r = { 0 };
+
+	if (!st || st->mode == DML_DURABILITY_NONE) {
+		dml_server_reply_ack(ss, m->request_id);
+		return;
+	}
+	r.job = s->job.id;
+	r.table = m->table;
+	r.worker = worker;
+	r.incarnation = incarnation;
+	r.seq = m->seq;
+	r.clock = m->clock;
+	r.dense = m->dense;
+	r.begin = m->key_begin;
+	r.end = m->key_end;
+	r.nkeys = m->dense ? 0 : m->num_keys;
+	r.keys = m->dense ? NULL : (const uint64_t *)payload;
+	r.width = m->value_width;
+	r.values = (const float *)(m->dense ? payload : payload + m->num_keys * 8ull);
+	if (dml_store_append(st->store, &r) != 0) {
+		dml_err("store: no memory to log a push; stopping");
+		s->store_failed = 1;
+		event_base_loopbreak(s->base);
+		return;
+	}
+	if (st->mode == DML_DURABILITY_SYNC)
+		defer_ack(s, ss, m->request_id);
+	else
+		dml_server_reply_ack(ss, m->request_id);
+}
+
+void dml_server_store_duplicate(struct session *ss, uint64_t request_id)
+{
+	struct server_store *st = ss->srv->store;
+	size_t pending = 0;
+
+	/* The original may still wait for its commit: so does this ACK. */
+	if (st && st->mode == DML_DURABILITY_SYNC &&
+	    (st->nacks || dml_store_pending(st->store, &pending)))
+		defer_ack(ss->srv, ss, request_id);
+	else
+		dml_server_reply_ack(ss, request_id);
+}
+
+void dml_server_store_forget(struct dml_server *s, struct session *ss)
+{
+	struct server_store *st = s->store;
+
+	if (!st)
+		return;
+	for (size_t i = 0; i < st->nacks; i++)
+		if (st->acks[i].ss == ss)
+			st->acks[i].ss = NULL;
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_server *s = arg;
+	size_t bytes;
+
+	if (dml_store_pending(s->store->store, &bytes))
+		commit_now(s);
+}
+
+/* ---- recovery ------------------------------------------------------------- */
+
+static struct table_entry *table_of(struct dml_server *s, uint32_t id)
+{
+	for (size_t i = 0; i < s->ntables; i++)
+		if (s->tables[i].info.id == id)
+			return &s->tables[i];
+	return NULL;
+}
+
+struct replay {
+	struct dml_server *s;
+	uint64_t n, skipped;
+	char *err;
+	size_t errlen;
+};
+
+static int replay_one(const struct dml_log_rec *r, void *arg)
+{
+	struct replay *rp = arg;
+	struct table_entry *te = table_of(rp->s, r->table);
+	int rc;
+
+	rp->n++;
+	if (r->job != rp->s->job.id) {
+		rp->skipped++;
+		return 0;
+	}
+	if (!te || te->info.width != r->width || (r->dense && !te->info.dense) ||
+	    dml_server_serves(te, r->dense, r->begin, r->end, r->keys, r->nkeys) != 0) {
+		snprintf(rp->err, rp->errlen, "log record %" PRIu64 " (table %u, worker %u, seq "
+			 "%" PRIu64 ") does not fit this server's tables: was the config's "
+			 "[table] or shard changed?", rp->n, r->table, r->worker, r->seq);
+		return DML_ECONF;
+	}
+	rc = r->dense ? dml_table_push_range(te->table, r->begin, r->end, r->values)
+		      : dml_table_push_keys(te->table, r->keys, r->nkeys, r->values);
+	if (rc)
+		snprintf(rp->err, rp->errlen, "log record %" PRIu64 ": %s", rp->n,
+			 dml_strerror(rc));
+	return rc;
+}
+
+static int restore_seq(uint32_t worker, uint64_t incarnation, uint64_t seq, void *arg)
+{
+	struct server_store *st = arg;
+
+	st->seqs = dml_xrealloc(st->seqs, (st->nseqs + 1) * sizeof(*st->seqs));
+	st->seqs[st->nseqs++] = (struct restored_seq){ worker, incarnation, seq };
+	return 0;
+}
+
+void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w)
+{
+	struct server_store *st = s->store;
+
+	if (!st)
+		return;
+	for (size_t i = 0; i < st->nseqs; i++)
+		if (st->seqs[i].worker == w->id && st->seqs[i].incarnation == w->incarnation &&
+		    st->seqs[i].seq > w->last_seq)
+			w->last_seq = st->seqs[i].seq;
+}
+
+static int recover(struct dml_server *s, const char *path)
+{
+	struct server_store *st = s->store;
+	struct replay rp = { s, 0, 0, NULL, 0 };
+	char err[512] = "";
+	uint64_t t0 = dml_now_ns();
+	int rc;
+
+	rp.err = err;
+	rp.errlen = sizeof(err);
+	rc = dml_store_replay(st->store, replay_one, &rp, err, sizeof(err));
+	if (!rc)
+		rc = dml_store_dedupe_each(st->store, restore_seq, st, err, sizeof(err));
+	if (rc) {
+		dml_err("store %s: %s", path, err[0] ? err : dml_strerror(rc));
+		return rc;
+	}
+	dml_info("store %s: recovered: replayed %" PRIu64 " pushes in %.1f ms (%" PRIu64
+		 " of other jobs skipped), push sequences of %zu workers", path,
+		 rp.n - rp.skipped, (double)(dml_now_ns() - t0) / 1e6, rp.skipped, st->nseqs);
+	return 0;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+int dml_server_store_open(struct dml_server *s)
+{
+	const struct dml_server_conf *c = s->conf;
+	struct server_store *st;
+	char err[512] = "";
+	int rc;
+
+	if (!c->store_path[0] || c->durability == DML_DURABILITY_NONE) {
+		dml_warn("no gradient log ([store] path empty or durability none): a restart "
+			 "of this server loses its tables");
+		return 0;
+	}
+	if (s->job_mode) {
+		dml_warn("store %s: a server that takes its tables from dml-sched keeps no "
+			 "gradient log yet; a restart loses its tables", c->store_path);
+		return 0;
+	}
+	st = dml_xcalloc(1, sizeof(*st));
+	st->mode = (enum dml_durability)c->durability;
+	s->store = st;
+	rc = dml_store_open(c->store_path, c->store_map_size,
+			    st->mode != DML_DURABILITY_SYNC, c->node_id, &st->store, err,
+			    sizeof(err));
+	if (rc) {
+		dml_err("%s", err);
+		return rc;
+	}
+	if ((rc = recover(s, c->store_path)) != 0)
+		return rc;
+	st->commit_ev = event_new(s->base, -1, 0, commit_cb, s);
+	if (st->mode == DML_DURABILITY_BATCH) {
+		struct timeval tv = { c->batch_ms / 1000, (long)(c->batch_ms % 1000) * 1000 };
+
+		st->timer = event_new(s->base, -1, EV_PERSIST, timer_cb, s);
+		event_add(st->timer, &tv);
+	}
+	return 0;
+}
+
+void dml_server_store_flush(struct dml_server *s)
+{
+	if (s->store && s->store->store && !s->store_failed)
+		commit_now(s);
+}
+
+void dml_server_store_free(struct dml_server *s)
+{
+	struct server_store *st = s->store;
+
+	if (!st)
+		return;
+	if (st->commit_ev)
+		event_free(st->commit_ev);
+	if (st->timer)
+		event_free(st->timer);
+	dml_store_close(st->store);
+	free(st->acks);
+	free(st->seqs);
+	free(st);
+	s->store = NULL;
+}

@@ -1,0 +1,730 @@
+/*
+ * store.c - the gradient log and the push-dedupe state of one server in an
+ * LMDB environment (see store.h).
+ *
+ * Three named databases: "meta" ("format" and "node", u32 little-endian),
+ * "log" (8-byte big-endian log sequence numbers from 1, so that LMDB's byte
+ * order is numeric order and appends go at the end, to one encoded record
+ * each) and "dedupe" (4-byte big-endian worker id to incarnation u64 and
+ * seq u64, little-endian).
+ *
+ * A log record, little-endian, without a version of its own (the "meta"
+ * format covers it):
+ *
+ *	u32 job, u32 table, u32 worker, u64 incarnation, u64 seq, u64 clock,
+ *	u8 dense, u64 begin, u64 end, u32 nkeys, u32 width,
+ *	u64 keys[nkeys] (sparse only; nkeys is 0 when dense),
+ *	f32 values[(dense ? end - begin : nkeys) * width]
+ *
+ * Must never: trust a length read from the file before checking it against
+ * the size LMDB gave, hand out a pointer into the map (LMDB's values are
+ * not aligned and die with their transaction), or leave part of a batch in
+ * the log.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <lmdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include "dml_error.h"
+#include "store.h"
+#include "util.h"
+
+/* Keys and values are copied as they lie in memory. */
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "store.c writes the host's floats and keys as little-endian"
+#endif
+
+const char *const dml_durability_names[] = { "sync", "batch", "none", NULL };
+
+/* Offsets of a record's header fields. */
+enum {
+	REC_JOB = 0,
+	REC_TABLE = 4,
+	REC_WORKER = 8,
+	REC_INCARNATION = 12,
+	REC_SEQ = 20,
+	REC_CLOCK = 28,
+	REC_DENSE = 36,
+	REC_BEGIN = 37,
+	REC_END = 45,
+	REC_NKEYS = 53,
+	REC_WIDTH = 57,
+	REC_HDR = 61,
+};
+
+#define DEDUPE_VAL 16
+#define SCRATCH_MIN 64
+
+struct dml_store {
+	char *path;
+	MDB_env *env;
+	MDB_dbi meta, log, dedupe;
+	uint64_t next_lsn;         /* the key the next committed record gets */
+	/* The batch: encoded records end to end, offs[i] where record i starts. */
+	uint8_t *buf;
+	size_t len, cap;
+	size_t *offs;
+	size_t n, offs_cap;
+	/* Replay hands out keys and values from this aligned copy. */
+	void *scratch;
+	size_t scratch_cap;
+};
+
+/* ---- byte order ---------------------------------------------------------- */
+
+static void put_le64(uint8_t *p, uint64_t v)
+{
+	dml_store_le32(p, (uint32_t)v);
+	dml_store_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static uint32_t get_be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+static void err_clear(char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+}
+
+/* Codes that say the file is not what LMDB (or dml) wrote, not that I/O failed. */
+static int lmdb_damaged(int rc)
+{
+	return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED ||
+	       rc == MDB_PANIC || rc == MDB_INCOMPATIBLE;
+}
+
+/* An LMDB failure while doing what (may be ""), as a dml code and err. */
+static int lmdb_fail(const struct dml_store *s, int rc, const char *what, char *err,
+		     size_t errlen)
+{
+	if (lmdb_damaged(rc))
+		return dml_fail(DML_ECONF, err, errlen,
+				"%s/data.mdb: not a dml store or damaged: %s", s->path,
+				mdb_strerror(rc));
+	return dml_fail(rc == ENOMEM ? DML_ENOMEM : DML_EIO, err, errlen, "%s: %s%s%s",
+			s->path, what, *what ? ": " : "", mdb_strerror(rc));
+}
+
+/* "PATH: log record N: reason" */
+static int bad_rec(const struct dml_store *s, uint64_t lsn, char *err, size_t errlen,
+		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+static int bad_rec(const struct dml_store *s, uint64_t lsn, char *err, size_t errlen,
+		   const char *fmt, ...)
+{
+	char why[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	return dml_fail(DML_ECONF, err, errlen, "%s: log record %" PRIu64 ": %s", s->path, lsn,
+			why);
+}
+
+/* n bytes as the config would write it: 64M, 1G, 128K; the largest exact unit. */
+static void human_size(uint64_t n, char *buf, size_t len)
+{
+	static const char units[] = "KMG";
+	int u = 0;
+
+	while (u < 3 && n >= 1024 && n % 1024 == 0) {
+		n /= 1024;
+		u++;
+	}
+	if (u)
+		snprintf(buf, len, "%" PRIu64 "%c", n, units[u - 1]);
+	else
+		snprintf(buf, len, "%" PRIu64, n);
+}
+
+/* ---- record layout --------------------------------------------------------- */
+
+/*
+ * The byte sizes of a record's keys and values, or why no record can have
+ * these fields. Shared by the encoder and the decoder so that append refuses
+ * exactly what replay would.
+ */
+static const char *rec_layout(int dense, uint64_t begin, uint64_t end, uint32_t nkeys,
+			      uint32_t width, size_t *keybytes, size_t *valbytes)
+{
+	uint64_t count;
+	size_t n, total;
+
+	if (width == 0)
+		return "width 0";
+	if (dense && begin > end)
+		return "dense range with begin > end";
+	if (dense && nkeys)
+		return "dense record with keys";
+	count = dense ? end - begin : nkeys;
+	if (__builtin_mul_overflow(count, (uint64_t)width, &n) ||
+	    __builtin_mul_overflow(n, sizeof(float), valbytes))
+		return "value count overflows";
+	*keybytes = dense ? 0 : (size_t)nkeys * sizeof(uint64_t);
+	if (__builtin_add_overflow(*keybytes, *valbytes, &total) ||
+	    __builtin_add_overflow(total, (size_t)REC_HDR, &total))
+		return "record size overflows";
+	return NULL;
+}
+
+static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valbytes,
+		       uint8_t *p)
+{
+	dml_store_le32(p + REC_JOB, r->job);
+	dml_store_le32(p + REC_TABLE, r->table);
+	dml_store_le32(p + REC_WORKER, r->worker);
+	put_le64(p + REC_INCARNATION, r->incarnation);
+	put_le64(p + REC_SEQ, r->seq);
+	put_le64(p + REC_CLOCK, r->clock);
+	p[REC_DENSE] = r->dense ? 1 : 0;
+	put_le64(p + REC_BEGIN, r->dense ? r->begin : 0);
+	put_le64(p + REC_END, r->dense ? r->end : 0);
+	dml_store_le32(p + REC_NKEYS, r->dense ? 0 : r->nkeys);
+	dml_store_le32(p + REC_WIDTH, r->width);
+	if (keybytes)
+		memcpy(p + REC_HDR, r->keys, keybytes);
+	if (valbytes)
+		memcpy(p + REC_HDR + keybytes, r->values, valbytes);
+}
+
+/* The header's fields into r; arrays are placed by rec_decode. */
+static void rec_header(const uint8_t *p, struct dml_log_rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->job = dml_load_le32(p + REC_JOB);
+	r->table = dml_load_le32(p + REC_TABLE);
+	r->worker = dml_load_le32(p + REC_WORKER);
+	r->incarnation = dml_load_le64(p + REC_INCARNATION);
+	r->seq = dml_load_le64(p + REC_SEQ);
+	r->clock = dml_load_le64(p + REC_CLOCK);
+	r->dense = p[REC_DENSE];
+	r->begin = dml_load_le64(p + REC_BEGIN);
+	r->end = dml_load_le64(p + REC_END);
+	r->nkeys = dml_load_le32(p + REC_NKEYS);
+	r->width = dml_load_le32(p + REC_WIDTH);
+}
+
+static int scratch_reserve(struct dml_store *s, size_t n)
+{
+	void *p;
+
+	if (n < SCRATCH_MIN)
+		n = SCRATCH_MIN;
+	if (n <= s->scratch_cap)
+		return 0;
+	p = realloc(s->scratch, n);
+	if (!p)
+		return DML_ENOMEM;
+	s->scratch = p;
+	s->scratch_cap = n;
+	return 0;
+}
+
+/* Record lsn (LMDB's value v) into r, its arrays copied to s->scratch. */
+static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
+		      struct dml_log_rec *r, char *err, size_t errlen)
+{
+	const uint8_t *p = v->mv_data;
+	size_t keybytes, valbytes;
+	const char *why;
+
+	if (v->mv_size < REC_HDR)
+		return bad_rec(s, lsn, err, errlen, "%zu bytes, shorter than a header (%d)",
+			       v->mv_size, REC_HDR);
+	rec_header(p, r);
+	if (r->dense > 1)
+		return bad_rec(s, lsn, err, errlen, "dense flag %d", r->dense);
+	why = rec_layout(r->dense, r->begin, r->end, r->nkeys, r->width, &keybytes, &valbytes);
+	if (why)
+		return bad_rec(s, lsn, err, errlen, "%s", why);
+	if (v->mv_size - REC_HDR != keybytes + valbytes)
+		return bad_rec(s, lsn, err, errlen, "%zu bytes, its header says %zu", v->mv_size,
+			       REC_HDR + keybytes + valbytes);
+	if (scratch_reserve(s, keybytes + valbytes))
+		return dml_fail(DML_ENOMEM, err, errlen, "%s: log record %" PRIu64
+				": out of memory", s->path, lsn);
+	memcpy(s->scratch, p + REC_HDR, keybytes + valbytes);
+	r->keys = r->dense ? NULL : s->scratch;
+	/* Never NULL, so that fn may memcpy zero values from it. */
+	r->values = (const void *)((const uint8_t *)s->scratch + keybytes);
+	return 0;
+}
+
+/* ---- open and close -------------------------------------------------------- */
+
+static int make_dir(const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (mkdir(path, 0700) != 0 && errno != EEXIST)
+		return dml_fail(DML_EIO, err, errlen, "%s: %s", path, strerror(errno));
+	if (stat(path, &st) != 0)
+		return dml_fail(DML_EIO, err, errlen, "%s: %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return dml_fail(DML_EIO, err, errlen, "%s: not a directory", path);
+	return 0;
+}
+
+static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *err,
+		    size_t errlen)
+{
+	/* NOTLS: a replay callback may read the store again (log_count) on its thread. */
+	unsigned flags = MDB_NOTLS | (nosync ? MDB_NOSYNC : 0);
+	int rc = mdb_env_create(&s->env);
+
+	if (rc) {
+		s->env = NULL;
+		return lmdb_fail(s, rc, "", err, errlen);
+	}
+	rc = mdb_env_set_maxdbs(s->env, 4);
+	/* 0 keeps LMDB's default for a new file, the file's own size for an old one. */
+	if (!rc && map_size)
+		rc = mdb_env_set_mapsize(s->env, (size_t)map_size);
+	if (!rc)
+		rc = mdb_env_open(s->env, s->path, flags, 0600);
+	return rc ? lmdb_fail(s, rc, "", err, errlen) : 0;
+}
+
+static int meta_mismatch(const struct dml_store *s, const char *name, uint32_t have,
+			 uint32_t want, char *err, size_t errlen)
+{
+	if (!strcmp(name, "format"))
+		return dml_fail(DML_ECONF, err, errlen, "%s: store format %" PRIu32
+				", this build reads %" PRIu32, s->path, have, want);
+	return dml_fail(DML_ECONF, err, errlen, "%s: the store of server %" PRIu32
+			", this is server %" PRIu32 " (another server's data directory?)",
+			s->path, have, want);
+}
+
+/* meta[name] must be want; a new store gets it. */
+static int meta_check(struct dml_store *s, MDB_txn *txn, const char *name, uint32_t want,
+		      char *err, size_t errlen)
+{
+	MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name }, v;
+	uint8_t b[4];
+	int rc = mdb_get(txn, s->meta, &k, &v);
+
+	if (rc == MDB_NOTFOUND) {
+		dml_store_le32(b, want);
+		v.mv_size = sizeof(b);
+		v.mv_data = b;
+		rc = mdb_put(txn, s->meta, &k, &v, 0);
+	}
+	if (rc)
+		return lmdb_fail(s, rc, "open", err, errlen);
+	if (v.mv_size != 4)
+		return dml_fail(DML_ECONF, err, errlen, "%s: meta \"%s\" of %zu bytes, want 4",
+				s->path, name, v.mv_size);
+	if (dml_load_le32(v.mv_data) != want)
+		return meta_mismatch(s, name, dml_load_le32(v.mv_data), want, err, errlen);
+	return 0;
+}
+
+/* next_lsn = the last logged key + 1 (1 for an empty log). */
+static int find_next_lsn(struct dml_store *s, MDB_txn *txn, char *err, size_t errlen)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc = mdb_cursor_open(txn, s->log, &c);
+
+	if (rc)
+		return lmdb_fail(s, rc, "open", err, errlen);
+	rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+	mdb_cursor_close(c);
+	if (rc == MDB_NOTFOUND) {
+		s->next_lsn = 1;
+		return 0;
+	}
+	if (rc)
+		return lmdb_fail(s, rc, "open", err, errlen);
+	if (k.mv_size != 8 || get_be64(k.mv_data) == UINT64_MAX)
+		return dml_fail(DML_ECONF, err, errlen,
+				"%s: the last log key is not a record number", s->path);
+	s->next_lsn = get_be64(k.mv_data) + 1;
+	return 0;
+}
+
+static int dbs_check(struct dml_store *s, MDB_txn *txn, uint32_t node_id, char *err,
+		     size_t errlen)
+{
+	int rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta);
+
+	if (!rc)
+		rc = mdb_dbi_open(txn, "log", MDB_CREATE, &s->log);
+	if (!rc)
+		rc = mdb_dbi_open(txn, "dedupe", MDB_CREATE, &s->dedupe);
+	if (rc)
+		return lmdb_fail(s, rc, "open", err, errlen);
+	rc = meta_check(s, txn, "format", DML_STORE_FORMAT, err, errlen);
+	if (!rc)
+		rc = meta_check(s, txn, "node", node_id, err, errlen);
+	if (!rc)
+		rc = find_next_lsn(s, txn, err, errlen);
+	return rc;
+}
+
+/* The databases, opened (and for a new store, made) in one write transaction. */
+static int dbs_open(struct dml_store *s, uint32_t node_id, char *err, size_t errlen)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+
+	if (rc)
+		return lmdb_fail(s, rc, "open", err, errlen);
+	rc = dbs_check(s, txn, node_id, err, errlen);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	rc = mdb_txn_commit(txn);
+	return rc ? lmdb_fail(s, rc, "open", err, errlen) : 0;
+}
+
+int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t node_id,
+		   struct dml_store **out, char *err, size_t errlen)
+{
+	struct dml_store *s;
+	int rc;
+
+	err_clear(err, errlen);
+	if (out)
+		*out = NULL;
+	if (!path || !*path || !out)
+		return dml_fail(DML_EINVAL, err, errlen, "store: no path");
+	if ((size_t)map_size != map_size)
+		return dml_fail(DML_EINVAL, err, errlen, "%s: map_size over the address space",
+				path);
+	rc = make_dir(path, err, errlen);
+	if (rc)
+		return rc;
+	s = dml_xcalloc(1, sizeof(*s));
+	s->path = dml_xstrdup(path);
+	rc = env_open(s, map_size, nosync, err, errlen);
+	if (!rc)
+		rc = dbs_open(s, node_id, err, errlen);
+	if (rc) {
+		dml_store_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+void dml_store_close(struct dml_store *s)
+{
+	if (!s)
+		return;
+	if (s->env)
+		mdb_env_close(s->env);
+	free(s->buf);
+	free(s->offs);
+	free(s->scratch);
+	free(s->path);
+	free(s);
+}
+
+/* ---- the batch ------------------------------------------------------------- */
+
+/*
+ * p with room for need elements of elem bytes (*cap counts them), growing
+ * twofold from least; NULL when out of memory (p is left as it was). need
+ * is never 0.
+ */
+static void *grow(void *p, size_t *cap, size_t need, size_t elem, size_t least)
+{
+	size_t n = *cap ? *cap : least, bytes;
+
+	if (need <= *cap)
+		return p;
+	while (n < need)
+		n = n > SIZE_MAX / 2 ? need : n * 2;
+	if (__builtin_mul_overflow(n, elem, &bytes))
+		return NULL;
+	p = realloc(p, bytes);
+	if (p)
+		*cap = n;
+	return p;
+}
+
+int dml_store_append(struct dml_store *s, const struct dml_log_rec *r)
+{
+	size_t keybytes, valbytes, size, *offs;
+	uint8_t *buf;
+
+	if (!s || !r)
+		return DML_EINVAL;
+	if (rec_layout(r->dense, r->begin, r->end, r->dense ? 0 : r->nkeys, r->width, &keybytes,
+		       &valbytes))
+		return DML_EINVAL;
+	if ((keybytes && !r->keys) || (valbytes && !r->values))
+		return DML_EINVAL;
+	size = REC_HDR + keybytes + valbytes;
+	if (size > SIZE_MAX - s->len)
+		return DML_ENOMEM;
+	offs = grow(s->offs, &s->offs_cap, s->n + 1, sizeof(*s->offs), 64);
+	if (!offs)
+		return DML_ENOMEM;
+	s->offs = offs;
+	buf = grow(s->buf, &s->cap, s->len + size, 1, 4096);
+	if (!buf)
+		return DML_ENOMEM;
+	s->buf = buf;
+	rec_encode(r, keybytes, valbytes, s->buf + s->len);
+	s->offs[s->n++] = s->len;
+	s->len += size;
+	return 0;
+}
+
+size_t dml_store_pending(const struct dml_store *s, size_t *bytes)
+{
+	if (bytes)
+		*bytes = s ? s->len : 0;
+	return s ? s->n : 0;
+}
+
+/* ---- commit ---------------------------------------------------------------- */
+
+static int commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen)
+{
+	MDB_envinfo info;
+	char size[32];
+
+	if (rc != MDB_MAP_FULL)
+		return lmdb_fail(s, rc, "commit", err, errlen);
+	if (mdb_env_info(s->env, &info) != 0)
+		info.me_mapsize = 0;
+	human_size(info.me_mapsize, size, sizeof(size));
+	return dml_fail(DML_EIO, err, errlen,
+			"%s: the map is full (map_size %s): raise [store] map_size", s->path, size);
+}
+
+/* dedupe[worker] = (incarnation, seq) unless it holds a later push. */
+static int dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
+			 uint64_t incarnation, uint64_t seq, char *err, size_t errlen)
+{
+	uint8_t kb[4], vb[DEDUPE_VAL];
+	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v;
+	int rc;
+
+	put_be32(kb, worker);
+	rc = mdb_get(txn, s->dedupe, &k, &v);
+	if (rc && rc != MDB_NOTFOUND)
+		return commit_fail(s, rc, err, errlen);
+	if (!rc && v.mv_size != DEDUPE_VAL)
+		return dml_fail(DML_EIO, err, errlen, "%s: commit: dedupe entry for worker %" PRIu32
+				": %zu bytes, want %d", s->path, worker, v.mv_size, DEDUPE_VAL);
+	if (!rc) {
+		uint64_t have_inc = dml_load_le64(v.mv_data);
+		uint64_t have_seq = dml_load_le64((const uint8_t *)v.mv_data + 8);
+
+		if (incarnation < have_inc || (incarnation == have_inc && seq <= have_seq))
+			return 0;
+	}
+	put_le64(vb, incarnation);
+	put_le64(vb + 8, seq);
+	v.mv_size = sizeof(vb);
+	v.mv_data = vb;
+	rc = mdb_put(txn, s->dedupe, &k, &v, 0);
+	return rc ? commit_fail(s, rc, err, errlen) : 0;
+}
+
+/* Batch record i under its log number, and its dedupe state. */
+static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, size_t errlen)
+{
+	uint8_t *p = s->buf + s->offs[i];
+	size_t end = i + 1 < s->n ? s->offs[i + 1] : s->len;
+	uint8_t kb[8];
+	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb };
+	MDB_val v = { .mv_size = end - s->offs[i], .mv_data = p };
+	int rc;
+
+	put_be64(kb, s->next_lsn + i);
+	rc = mdb_put(txn, s->log, &k, &v, MDB_APPEND);
+	if (rc)
+		return commit_fail(s, rc, err, errlen);
+	return dedupe_update(s, txn, dml_load_le32(p + REC_WORKER),
+			     dml_load_le64(p + REC_INCARNATION), dml_load_le64(p + REC_SEQ), err,
+			     errlen);
+}
+
+int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
+{
+	MDB_txn *txn;
+	int rc;
+
+	err_clear(err, errlen);
+	if (!s)
+		return DML_EINVAL;
+	if (!s->n)
+		return 0;
+	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc)
+		return commit_fail(s, rc, err, errlen);
+	for (size_t i = 0; i < s->n && !rc; i++)
+		rc = commit_one(s, txn, i, err, errlen);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return rc;
+	}
+	/* mdb_txn_commit frees txn whatever it returns. */
+	rc = mdb_txn_commit(txn);
+	if (rc)
+		return commit_fail(s, rc, err, errlen);
+	s->next_lsn += s->n;
+	s->n = 0;
+	s->len = 0;
+	return 0;
+}
+
+/* ---- reading --------------------------------------------------------------- */
+
+/* What walk calls for each entry of a database. */
+typedef int (*walk_fn)(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
+		       char *err, size_t errlen);
+
+/* Call one for every entry of dbi in key order, in one read transaction. */
+static int walk(struct dml_store *s, MDB_dbi dbi, const char *what, walk_fn one, void *ctx,
+		char *err, size_t errlen)
+{
+	MDB_txn *txn;
+	MDB_cursor *c;
+	MDB_val k, v;
+	MDB_cursor_op op = MDB_FIRST;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+
+	if (rc)
+		return lmdb_fail(s, rc, what, err, errlen);
+	rc = mdb_cursor_open(txn, dbi, &c);
+	if (rc) {
+		mdb_txn_abort(txn);
+		return lmdb_fail(s, rc, what, err, errlen);
+	}
+	for (;;) {
+		int mrc = mdb_cursor_get(c, &k, &v, op);
+
+		op = MDB_NEXT;
+		if (mrc) {
+			rc = mrc == MDB_NOTFOUND ? 0 : lmdb_fail(s, mrc, what, err, errlen);
+			break;
+		}
+		rc = one(s, &k, &v, ctx, err, errlen);
+		if (rc)
+			break;
+	}
+	mdb_cursor_close(c);
+	mdb_txn_abort(txn);
+	return rc;
+}
+
+struct replay_ctx {
+	int (*fn)(const struct dml_log_rec *r, void *arg);
+	void *arg;
+};
+
+static int replay_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
+		      char *err, size_t errlen)
+{
+	struct replay_ctx *rx = ctx;
+	struct dml_log_rec r;
+	int ret;
+
+	if (k->mv_size != 8)
+		return dml_fail(DML_ECONF, err, errlen, "%s: log key of %zu bytes, want 8",
+				s->path, k->mv_size);
+	ret = rec_decode(s, get_be64(k->mv_data), v, &r, err, errlen);
+	return ret ? ret : rx->fn(&r, rx->arg);
+}
+
+int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r, void *arg),
+		     void *arg, char *err, size_t errlen)
+{
+	struct replay_ctx ctx = { fn, arg };
+
+	err_clear(err, errlen);
+	if (!s || !fn)
+		return DML_EINVAL;
+	return walk(s, s->log, "replay", replay_one, &ctx, err, errlen);
+}
+
+uint64_t dml_store_log_count(struct dml_store *s)
+{
+	MDB_txn *txn;
+	MDB_stat st;
+
+	if (!s || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0;
+	if (mdb_stat(txn, s->log, &st) != 0)
+		st.ms_entries = 0;
+	mdb_txn_abort(txn);
+	return st.ms_entries;
+}
+
+struct dedupe_ctx {
+	int (*fn)(uint32_t worker, uint64_t incarnation, uint64_t seq, void *arg);
+	void *arg;
+};
+
+static int dedupe_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
+		      char *err, size_t errlen)
+{
+	struct dedupe_ctx *dc = ctx;
+	uint32_t worker;
+
+	if (k->mv_size != 4)
+		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe key of %zu bytes, want 4",
+				s->path, k->mv_size);
+	worker = get_be32(k->mv_data);
+	if (v->mv_size != DEDUPE_VAL)
+		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe entry for worker %" PRIu32
+				": %zu bytes, want %d", s->path, worker, v->mv_size, DEDUPE_VAL);
+	return dc->fn(worker, dml_load_le64(v->mv_data),
+		      dml_load_le64((const uint8_t *)v->mv_data + 8), dc->arg);
+}
+
+int dml_store_dedupe_each(struct dml_store *s,
+			  int (*fn)(uint32_t worker, uint64_t incarnation, uint64_t seq,
+				    void *arg),
+			  void *arg, char *err, size_t errlen)
+{
+	struct dedupe_ctx ctx = { fn, arg };
+
+	err_clear(err, errlen);
+	if (!s || !fn)
+		return DML_EINVAL;
+	return walk(s, s->dedupe, "dedupe", dedupe_one, &ctx, err, errlen);
+}

@@ -1,0 +1,114 @@
+/*
+ * A server's durable state in LMDB: the gradient log (every applied push,
+ * in order) and the push-dedupe state that goes with it, in one LMDB
+ * environment (a directory holding data.mdb and lock.mdb) per server.
+ *
+ * Pushes are appended to an in-memory batch and written together by
+ * dml_store_commit in one write transaction (group commit): the server
+ * acknowledges them after the commit returned (durability = sync), or
+ * commits on a timer and acknowledges at once (batch), or keeps no store
+ * (none). Each record's (worker, incarnation, seq) updates the dedupe state
+ * in the same transaction, so the log and the dedupe state never disagree.
+ * On start the server replays the log into its tables and takes the dedupe
+ * state back, so a push is in the tables exactly once after any crash.
+ *
+ * The environment holds a "meta" database with the store format version and
+ * the node id of the server it belongs to; a store of another format or
+ * another server is refused, as is a file LMDB cannot read, each with the
+ * path and the reason. Never serves garbage: a record that does not decode
+ * stops the replay with its position.
+ *
+ * Must never: acknowledge (return from commit with 0) before LMDB's commit
+ * returned, leave a partial batch in the log (one transaction), or abort on
+ * any content of the files.
+ */
+#ifndef DML_STORE_STORE_H
+#define DML_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The format this build writes and reads (the "meta" database says). */
+#define DML_STORE_FORMAT 1
+
+enum dml_durability {
+	DML_DURABILITY_SYNC,      /* acknowledge after the batch is on disk */
+	DML_DURABILITY_BATCH,     /* commit every batch_ms; acknowledge at once */
+	DML_DURABILITY_NONE,      /* no log */
+};
+
+/** Names of the modes, in enum order, NULL-terminated: "sync", "batch", "none". */
+extern const char *const dml_durability_names[];
+
+struct dml_store;
+
+/** One applied push, as logged. Pointers are borrowed for the call. */
+struct dml_log_rec {
+	uint32_t job, table, worker;
+	uint64_t incarnation, seq, clock;
+	int dense;                /* keys are the range [begin, end) */
+	uint64_t begin, end;
+	uint32_t nkeys;           /* sparse: keys[0..nkeys-1] */
+	const uint64_t *keys;
+	uint32_t width;           /* values per key */
+	const float *values;      /* (dense ? end - begin : nkeys) * width */
+};
+
+/**
+ * Open (creating the directory and the environment if missing) the store at
+ * path for server node_id, with map_size bytes of address space (the most
+ * the data may grow to; it may be raised between runs). nosync: LMDB does
+ * not fsync at commit (durability batch and none). Returns 0; DML_EIO
+ * (cannot create or open: err says "PATH: reason"); DML_ECONF (a store of
+ * another format or another server, or a damaged file: err says which file
+ * and what); DML_ENOMEM; DML_EINVAL (no path). *out is NULL on failure.
+ * One process opens a store once at a time (LMDB's rule).
+ */
+int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t node_id,
+		   struct dml_store **out, char *err, size_t errlen);
+
+/** Close the store (an uncommitted batch is dropped); NULL is fine. */
+void dml_store_close(struct dml_store *s);
+
+/**
+ * Append r to the batch in memory (r's arrays are copied). 0, DML_ENOMEM, or
+ * DML_EINVAL for a record replay would refuse (width 0, a dense range with
+ * begin > end, a NULL array that should hold data, sizes that overflow).
+ * A dense record is logged with nkeys 0.
+ */
+int dml_store_append(struct dml_store *s, const struct dml_log_rec *r);
+
+/** Records in the batch, and their encoded bytes. */
+size_t dml_store_pending(const struct dml_store *s, size_t *bytes);
+
+/**
+ * Write the batch to the log in one transaction and empty it. Returns 0
+ * (also for an empty batch); DML_ENOMEM; DML_EIO with err saying why
+ * ("PATH: the map is full (map_size 64M): raise [store] map_size", or
+ * LMDB's reason). On failure nothing of the batch is in the log, and the
+ * batch is kept.
+ */
+int dml_store_commit(struct dml_store *s, char *err, size_t errlen);
+
+/**
+ * Call fn for every logged record in order (fn's non-zero return stops the
+ * replay and is returned). Returns 0; DML_ECONF when a record does not
+ * decode (err: "PATH: log record N: reason"); DML_EIO.
+ */
+int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r, void *arg),
+		     void *arg, char *err, size_t errlen);
+
+/** Records in the log (committed ones); 0 also when LMDB cannot say. */
+uint64_t dml_store_log_count(struct dml_store *s);
+
+/**
+ * Call fn for every worker's dedupe state: the highest seq logged for
+ * (worker, incarnation) of its latest incarnation. Returns 0, fn's
+ * non-zero return, or DML_ECONF/DML_EIO as dml_store_replay.
+ */
+int dml_store_dedupe_each(struct dml_store *s,
+			  int (*fn)(uint32_t worker, uint64_t incarnation, uint64_t seq,
+				    void *arg),
+			  void *arg, char *err, size_t errlen);
+
+#endif

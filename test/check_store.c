@@ -1,0 +1,696 @@
+/*
+ * Unit tests of the LMDB gradient log (store/store.h), each in a fresh
+ * temporary folder that is the store's directory: dense and sparse records
+ * round-trip bit-exact and in order, across commits and reopenings; an
+ * uncommitted batch is dropped; the dedupe state follows (worker,
+ * incarnation, seq); stores of another server or format, a garbage
+ * data.mdb and a path that is no directory are refused with the path and
+ * the reason; a full map fails the commit and keeps what was committed;
+ * damaged records (written with raw LMDB) stop the replay with their
+ * position.
+ */
+#include <check.h>
+#include <lmdb.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check_run.h"
+#include "dml_error.h"
+#include "store.h"
+#include "tmpdir.h"
+
+#define MAP (1u << 20)
+
+/* The record layout store.c documents: offsets the damage tests poke at. */
+enum { OFF_DENSE = 36, OFF_BEGIN = 37, OFF_END = 45, OFF_NKEYS = 53, OFF_WIDTH = 57 };
+
+static const char *dir(void)
+{
+	return dml_test_tmpdir();
+}
+
+static struct dml_store *open_ok(uint32_t node, uint64_t map_size)
+{
+	struct dml_store *s = NULL;
+	char err[512] = "x";
+
+	ck_assert_msg(dml_store_open(dir(), map_size, 1, node, &s, err, sizeof(err)) == 0,
+		      "%s", err);
+	ck_assert_str_eq(err, "");
+	ck_assert_ptr_nonnull(s);
+	return s;
+}
+
+static void commit_ok(struct dml_store *s)
+{
+	char err[512] = "x";
+
+	ck_assert_msg(dml_store_commit(s, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(dml_store_pending(s, NULL), 0);
+}
+
+/* ---- records -------------------------------------------------------------- */
+
+static const uint64_t sparse_keys[] = { 0, 7, UINT64_MAX, 1ull << 40 };
+static float values[64];
+
+/* Floats whose bits must survive: -0, a denormal, a NaN with payload, inf. */
+static void values_init(void)
+{
+	uint32_t bits[] = { 0x80000000u, 0x00000001u, 0x7fc12345u, 0x7f800000u };
+
+	for (size_t i = 0; i < 64; i++)
+		values[i] = (float)i * 0.5f - 3.0f;
+	memcpy(values, bits, sizeof(bits));
+}
+
+/* A record that is dense for even n, sparse for odd n, its fields from n. */
+static struct dml_log_rec rec_n(uint32_t n)
+{
+	struct dml_log_rec r = {
+		.job = n + 100, .table = n % 3, .worker = n % 2 + 1,
+		.incarnation = 1, .seq = n, .clock = n * 10,
+		.width = n % 3 + 1, .values = values,
+	};
+
+	if (n % 2 == 0) {
+		r.dense = 1;
+		r.begin = n;
+		r.end = n + 5;
+	} else {
+		r.nkeys = 4;
+		r.keys = sparse_keys;
+	}
+	return r;
+}
+
+static void same_rec(const struct dml_log_rec *a, const struct dml_log_rec *b)
+{
+	uint64_t count = a->dense ? a->end - a->begin : a->nkeys;
+
+	ck_assert_uint_eq(a->job, b->job);
+	ck_assert_uint_eq(a->table, b->table);
+	ck_assert_uint_eq(a->worker, b->worker);
+	ck_assert_uint_eq(a->incarnation, b->incarnation);
+	ck_assert_uint_eq(a->seq, b->seq);
+	ck_assert_uint_eq(a->clock, b->clock);
+	ck_assert_int_eq(!!a->dense, !!b->dense);
+	ck_assert_uint_eq(a->width, b->width);
+	if (a->dense) {
+		ck_assert_uint_eq(a->begin, b->begin);
+		ck_assert_uint_eq(a->end, b->end);
+	} else {
+		ck_assert_uint_eq(a->nkeys, b->nkeys);
+		ck_assert(!memcmp(a->keys, b->keys, a->nkeys * sizeof(uint64_t)));
+	}
+	ck_assert_ptr_nonnull(b->values);
+	ck_assert(!memcmp(a->values, b->values, count * a->width * sizeof(float)));
+}
+
+static void append_n(struct dml_store *s, uint32_t n)
+{
+	struct dml_log_rec r = rec_n(n);
+
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+}
+
+/* Replay expects records first, first + 1, ... and counts them. */
+struct expect {
+	uint32_t first, seen, stop_at;
+};
+
+static int expect_fn(const struct dml_log_rec *r, void *arg)
+{
+	struct expect *e = arg;
+	struct dml_log_rec want = rec_n(e->first + e->seen);
+
+	same_rec(&want, r);
+	e->seen++;
+	return e->stop_at && e->seen == e->stop_at ? 7 : 0;
+}
+
+static void replay_expect(struct dml_store *s, uint32_t first, uint32_t count)
+{
+	struct expect e = { .first = first };
+	char err[512] = "x";
+
+	ck_assert_msg(dml_store_replay(s, expect_fn, &e, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(e.seen, count);
+	ck_assert_uint_eq(dml_store_log_count(s), count);
+}
+
+/* ---- raw LMDB, to write what the store never would -------------------------- */
+
+static MDB_env *raw_open(MDB_txn **txn, MDB_dbi *dbi, const char *db)
+{
+	MDB_env *env;
+
+	ck_assert_int_eq(mdb_env_create(&env), 0);
+	ck_assert_int_eq(mdb_env_set_maxdbs(env, 4), 0);
+	ck_assert_int_eq(mdb_env_open(env, dir(), 0, 0600), 0);
+	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, txn), 0);
+	ck_assert_int_eq(mdb_dbi_open(*txn, db, 0, dbi), 0);
+	return env;
+}
+
+static void raw_put(const char *db, const void *key, size_t klen, const void *val, size_t vlen)
+{
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_env *env = raw_open(&txn, &dbi, db);
+	MDB_val k = { klen, (void *)key }, v = { vlen, (void *)val };
+
+	ck_assert_int_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+	ck_assert_int_eq(mdb_txn_commit(txn), 0);
+	mdb_env_close(env);
+}
+
+/* Copy the value under key into buf (cap bytes); its size. */
+static size_t raw_get(const char *db, const void *key, size_t klen, void *buf, size_t cap)
+{
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_env *env = raw_open(&txn, &dbi, db);
+	MDB_val k = { klen, (void *)key }, v;
+
+	ck_assert_int_eq(mdb_get(txn, dbi, &k, &v), 0);
+	ck_assert_uint_le(v.mv_size, cap);
+	memcpy(buf, v.mv_data, v.mv_size);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return v.mv_size;
+}
+
+static void lsn_key(uint8_t k[8], uint64_t lsn)
+{
+	for (int i = 7; i >= 0; i--, lsn >>= 8)
+		k[i] = (uint8_t)lsn;
+}
+
+static void open_refused(uint32_t node, int code, const char *want1, const char *want2)
+{
+	struct dml_store *s = (struct dml_store *)1;
+	char err[512] = "";
+	int rc = dml_store_open(dir(), MAP, 1, node, &s, err, sizeof(err));
+
+	ck_assert_int_eq(rc, code);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(err, dir()) != NULL, "%s", err);
+	ck_assert_msg(strstr(err, want1) != NULL, "%s", err);
+	if (want2)
+		ck_assert_msg(strstr(err, want2) != NULL, "%s", err);
+}
+
+/* ---- tests ------------------------------------------------------------------ */
+
+START_TEST(test_round_trip_dense_and_sparse)
+{
+	for (int nosync = 0; nosync <= 1; nosync++) {
+		struct dml_store *s = NULL;
+		char err[512];
+		size_t bytes = 0;
+
+		values_init();
+		ck_assert_int_eq(dml_store_open(dir(), MAP, nosync, 1, &s, err, sizeof(err)), 0);
+		append_n(s, 0);
+		append_n(s, 1);
+		/* 61-byte headers; dense: 5 keys x width 1; sparse: 4 keys x width 2. */
+		ck_assert_uint_eq(dml_store_pending(s, &bytes), 2);
+		ck_assert_uint_eq(bytes, (61 + 5 * 4) + (61 + 4 * 8 + 8 * 4));
+		commit_ok(s);
+		ck_assert_uint_eq(dml_store_pending(s, &bytes), 0);
+		ck_assert_uint_eq(bytes, 0);
+		replay_expect(s, 0, 2);
+		dml_store_close(s);
+		unlink(dml_test_tmpdir_path(err, sizeof(err), "data.mdb"));
+		unlink(dml_test_tmpdir_path(err, sizeof(err), "lock.mdb"));
+	}
+}
+END_TEST
+
+START_TEST(test_reopen_keeps_order_and_continues)
+{
+	struct dml_store *s;
+	uint32_t n = 0;
+
+	values_init();
+	s = open_ok(1, MAP);
+	for (int batch = 1; batch <= 3; batch++) {
+		for (int i = 0; i < batch; i++)
+			append_n(s, n++);
+		commit_ok(s);
+	}
+	dml_store_close(s);
+	s = open_ok(1, MAP);
+	replay_expect(s, 0, 6);
+	append_n(s, n++);
+	commit_ok(s);
+	dml_store_close(s);
+	s = open_ok(1, MAP);
+	replay_expect(s, 0, 7);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_uncommitted_batch_dropped)
+{
+	struct dml_store *s;
+
+	values_init();
+	s = open_ok(1, MAP);
+	append_n(s, 0);
+	commit_ok(s);
+	append_n(s, 1);
+	append_n(s, 2);
+	ck_assert_uint_eq(dml_store_pending(s, NULL), 2);
+	dml_store_close(s);
+	s = open_ok(1, MAP);
+	ck_assert_uint_eq(dml_store_pending(s, NULL), 0);
+	replay_expect(s, 0, 1);
+	/* The next commit takes the dropped records' places in the order. */
+	append_n(s, 1);
+	commit_ok(s);
+	replay_expect(s, 0, 2);
+	dml_store_close(s);
+}
+END_TEST
+
+struct seen_dedupe {
+	uint32_t worker[8];
+	uint64_t incarnation[8], seq[8];
+	int n, stop_at;
+};
+
+static int dedupe_fn(uint32_t worker, uint64_t incarnation, uint64_t seq, void *arg)
+{
+	struct seen_dedupe *d = arg;
+
+	ck_assert_int_lt(d->n, 8);
+	d->worker[d->n] = worker;
+	d->incarnation[d->n] = incarnation;
+	d->seq[d->n] = seq;
+	d->n++;
+	return d->n == d->stop_at ? 9 : 0;
+}
+
+static void push(struct dml_store *s, uint32_t worker, uint64_t incarnation, uint64_t seq)
+{
+	struct dml_log_rec r = rec_n(0);
+
+	r.worker = worker;
+	r.incarnation = incarnation;
+	r.seq = seq;
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+}
+
+static void dedupe_expect(struct dml_store *s)
+{
+	struct seen_dedupe d = { .n = 0 };
+	char err[512] = "x";
+
+	ck_assert_msg(dml_store_dedupe_each(s, dedupe_fn, &d, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(d.n, 3);
+	/* Worker order (big-endian keys): 2, 256, 70000. */
+	ck_assert_uint_eq(d.worker[0], 2);
+	ck_assert_uint_eq(d.incarnation[0], 5);
+	ck_assert_uint_eq(d.seq[0], 10);
+	ck_assert_uint_eq(d.worker[1], 256);
+	ck_assert_uint_eq(d.incarnation[1], 2);
+	ck_assert_uint_eq(d.seq[1], 1);
+	ck_assert_uint_eq(d.worker[2], 70000);
+	ck_assert_uint_eq(d.incarnation[2], 2);
+	ck_assert_uint_eq(d.seq[2], 0);
+}
+
+START_TEST(test_dedupe_latest_incarnation_highest_seq)
+{
+	struct dml_store *s;
+	struct seen_dedupe d = { .stop_at = 2 };
+	char err[512];
+
+	values_init();
+	s = open_ok(1, MAP);
+	push(s, 256, 1, 1);
+	push(s, 256, 1, 3);
+	push(s, 256, 1, 2);             /* lower seq: the entry keeps 3 */
+	commit_ok(s);
+	push(s, 2, 5, 10);
+	push(s, 256, 2, 1);             /* a new incarnation replaces (1, 3) */
+	commit_ok(s);
+	push(s, 256, 1, 9);             /* the old incarnation, late: ignored */
+	push(s, 70000, 1, 5);
+	push(s, 70000, 2, 0);           /* a restart inside one batch */
+	commit_ok(s);
+	dedupe_expect(s);
+	ck_assert_int_eq(dml_store_dedupe_each(s, dedupe_fn, &d, err, sizeof(err)), 9);
+	ck_assert_int_eq(d.n, 2);
+	dml_store_close(s);
+	s = open_ok(1, MAP);
+	dedupe_expect(s);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_dedupe_bad_entry_refused)
+{
+	struct dml_store *s = open_ok(1, MAP);
+	struct seen_dedupe d = { .n = 0 };
+	uint8_t key[4] = { 0, 0, 0, 42 }, val[15] = { 0 };
+	char err[512];
+
+	dml_store_close(s);
+	raw_put("dedupe", key, sizeof(key), val, sizeof(val));
+	s = open_ok(1, MAP);
+	ck_assert_int_eq(dml_store_dedupe_each(s, dedupe_fn, &d, err, sizeof(err)), DML_ECONF);
+	ck_assert_msg(strstr(err, "dedupe entry for worker 42") && strstr(err, dir()), "%s", err);
+	ck_assert_int_eq(d.n, 0);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_other_server_refused)
+{
+	struct dml_store *s;
+
+	values_init();
+	s = open_ok(3, MAP);
+	append_n(s, 0);
+	commit_ok(s);
+	dml_store_close(s);
+	open_refused(4, DML_ECONF, "the store of server 3, this is server 4",
+		     "another server's data directory?");
+	s = open_ok(3, MAP);
+	replay_expect(s, 0, 1);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_other_format_refused)
+{
+	uint8_t two[4] = { 2, 0, 0, 0 };
+
+	dml_store_close(open_ok(1, MAP));
+	raw_put("meta", "format", 6, two, sizeof(two));
+	open_refused(1, DML_ECONF, "store format 2, this build reads 1", NULL);
+	raw_put("meta", "format", 6, two, 3);
+	open_refused(1, DML_ECONF, "meta \"format\" of 3 bytes", NULL);
+}
+END_TEST
+
+START_TEST(test_garbage_file_refused)
+{
+	static const size_t sizes[] = { 1, 100, 4096, 8192, 65536 };
+	uint8_t *junk = malloc(65536);
+	char p[DML_TEST_PATH_MAX];
+
+	ck_assert_ptr_nonnull(junk);
+	srand(12345);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		struct dml_store *s = (struct dml_store *)1;
+		char err[512] = "";
+		int rc;
+
+		for (size_t j = 0; j < sizes[i]; j++)
+			junk[j] = (uint8_t)rand();
+		unlink(dml_test_tmpdir_path(p, sizeof(p), "lock.mdb"));
+		dml_test_tmpdir_write("data.mdb", junk, sizes[i], 0);
+		rc = dml_store_open(dir(), MAP, 1, 1, &s, err, sizeof(err));
+		ck_assert_msg(rc == DML_ECONF || rc == DML_EIO, "size %zu: %d %s", sizes[i], rc,
+			      err);
+		ck_assert_ptr_null(s);
+		ck_assert_msg(strstr(err, dir()) != NULL, "%s", err);
+		ck_assert_msg(rc != DML_ECONF || strstr(err, "data.mdb") != NULL, "%s", err);
+	}
+	free(junk);
+}
+END_TEST
+
+START_TEST(test_path_not_a_directory)
+{
+	struct dml_store *s = (struct dml_store *)1;
+	char p[DML_TEST_PATH_MAX], err[DML_TEST_PATH_MAX + 64];
+	const char *file = dml_test_tmpdir_write("f", "x", 1, 0);
+
+	ck_assert_int_eq(dml_store_open(file, MAP, 1, 1, &s, err, sizeof(err)), DML_EIO);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(err, file) && strstr(err, "not a directory"), "%s", err);
+	/* No parent: mkdir's reason. */
+	dml_test_tmpdir_path(p, sizeof(p), "no/such");
+	ck_assert_int_eq(dml_store_open(p, MAP, 1, 1, &s, err, sizeof(err)), DML_EIO);
+	ck_assert_msg(strstr(err, p) != NULL, "%s", err);
+	ck_assert_int_eq(dml_store_open(NULL, MAP, 1, 1, &s, err, sizeof(err)), DML_EINVAL);
+}
+END_TEST
+
+START_TEST(test_creates_directory)
+{
+	struct dml_store *s = NULL;
+	char sub[DML_TEST_PATH_MAX], p[DML_TEST_PATH_MAX + 16], err[512];
+	struct stat st;
+
+	dml_test_tmpdir_path(sub, sizeof(sub), "sub");
+	ck_assert_msg(dml_store_open(sub, MAP, 1, 1, &s, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(stat(sub, &st), 0);
+	ck_assert(S_ISDIR(st.st_mode));
+	ck_assert_uint_eq(st.st_mode & 0777, 0700);
+	dml_store_close(s);
+	/* The fixture removes plain files only. */
+	snprintf(p, sizeof(p), "%s/data.mdb", sub);
+	ck_assert_int_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "%s/lock.mdb", sub);
+	ck_assert_int_eq(unlink(p), 0);
+	ck_assert_int_eq(rmdir(sub), 0);
+}
+END_TEST
+
+START_TEST(test_map_full)
+{
+	struct dml_store *s;
+	struct dml_log_rec r;
+	static float big[500];
+	char err[512] = "";
+	uint32_t committed = 0;
+	int rc = 0;
+
+	values_init();
+	s = open_ok(1, 32 * 4096);
+	while (committed < 200) {
+		r = rec_n(0);
+		r.end = r.begin + 500;
+		r.values = big;
+		ck_assert_int_eq(dml_store_append(s, &r), 0);
+		rc = dml_store_commit(s, err, sizeof(err));
+		if (rc)
+			break;
+		committed++;
+	}
+	ck_assert_int_eq(rc, DML_EIO);
+	ck_assert_uint_ge(committed, 1);
+	ck_assert_msg(strstr(err, dir()) && strstr(err, "map is full (map_size 128K)") &&
+		      strstr(err, "raise [store] map_size"), "%s", err);
+	/* The batch is kept, the log holds what was committed before. */
+	ck_assert_uint_eq(dml_store_pending(s, NULL), 1);
+	ck_assert_uint_eq(dml_store_log_count(s), committed);
+	dml_store_close(s);
+	/* A larger map takes more. */
+	s = open_ok(1, 4 * MAP);
+	ck_assert_uint_eq(dml_store_log_count(s), committed);
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+	commit_ok(s);
+	ck_assert_uint_eq(dml_store_log_count(s), committed + 1);
+	dml_store_close(s);
+}
+END_TEST
+
+static int count_fn(const struct dml_log_rec *r, void *arg)
+{
+	(void)r;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* Record 2 of 3 replaced by bytes (len), replay stops there. */
+static void damaged_record(const uint8_t *bytes, size_t len, const char *why)
+{
+	struct dml_store *s;
+	uint8_t key[8];
+	char err[512] = "";
+	int calls = 0;
+
+	lsn_key(key, 2);
+	raw_put("log", key, sizeof(key), bytes, len);
+	s = open_ok(1, MAP);
+	ck_assert_int_eq(dml_store_replay(s, count_fn, &calls, err, sizeof(err)), DML_ECONF);
+	ck_assert_int_eq(calls, 1);
+	ck_assert_msg(strstr(err, dir()) && strstr(err, "log record 2: ") && strstr(err, why),
+		      "%s (want %s)", err, why);
+	dml_store_close(s);
+}
+
+static void poke32(uint8_t *p, uint32_t v)
+{
+	memcpy(p, &v, 4);
+}
+
+static void poke64(uint8_t *p, uint64_t v)
+{
+	memcpy(p, &v, 8);
+}
+
+START_TEST(test_damaged_records_refused)
+{
+	struct dml_store *s;
+	uint8_t key[8], good[512], bad[512];
+	size_t len;
+
+	values_init();
+	s = open_ok(1, MAP);
+	for (uint32_t n = 0; n < 3; n++)
+		append_n(s, n);
+	commit_ok(s);
+	dml_store_close(s);
+	lsn_key(key, 2);
+	len = raw_get("log", key, sizeof(key), good, sizeof(good) - 1);
+
+	damaged_record(good, 10, "shorter than a header");
+	damaged_record(good, len - 1, "its header says");
+	damaged_record(good, len + 1, "its header says");
+	memcpy(bad, good, len);
+	poke32(bad + OFF_WIDTH, 0);
+	damaged_record(bad, len, "width 0");
+	memcpy(bad, good, len);
+	bad[OFF_DENSE] = 2;
+	damaged_record(bad, len, "dense flag 2");
+	memcpy(bad, good, len);          /* record 2 (n = 1) is sparse */
+	poke32(bad + OFF_NKEYS, UINT32_MAX);
+	damaged_record(bad, len, "its header says");
+	poke32(bad + OFF_WIDTH, UINT32_MAX);
+	damaged_record(bad, len, "value count overflows");
+	memcpy(bad, good, len);
+	bad[OFF_DENSE] = 1;
+	poke32(bad + OFF_NKEYS, 0);
+	poke64(bad + OFF_BEGIN, 5);
+	poke64(bad + OFF_END, 4);
+	damaged_record(bad, len, "begin > end");
+	poke64(bad + OFF_BEGIN, 0);
+	poke64(bad + OFF_END, UINT64_MAX);
+	damaged_record(bad, len, "overflows");
+	poke64(bad + OFF_END, 0);
+	poke32(bad + OFF_NKEYS, 3);
+	damaged_record(bad, len, "dense record with keys");
+}
+END_TEST
+
+START_TEST(test_replay_stops_on_fn)
+{
+	struct dml_store *s;
+	struct expect e = { .stop_at = 2 };
+	char err[512];
+
+	values_init();
+	s = open_ok(1, MAP);
+	for (uint32_t n = 0; n < 4; n++)
+		append_n(s, n);
+	commit_ok(s);
+	ck_assert_int_eq(dml_store_replay(s, expect_fn, &e, err, sizeof(err)), 7);
+	ck_assert_uint_eq(e.seen, 2);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_empty_commit_and_null_close)
+{
+	struct dml_store *s = open_ok(1, MAP);
+	size_t bytes = 1;
+	int calls = 0;
+	char err[512];
+
+	ck_assert_uint_eq(dml_store_pending(s, &bytes), 0);
+	ck_assert_uint_eq(bytes, 0);
+	commit_ok(s);
+	ck_assert_uint_eq(dml_store_log_count(s), 0);
+	ck_assert_int_eq(dml_store_replay(s, count_fn, &calls, err, sizeof(err)), 0);
+	ck_assert_int_eq(calls, 0);
+	dml_store_close(s);
+	dml_store_close(NULL);
+}
+END_TEST
+
+START_TEST(test_bad_append_refused)
+{
+	struct dml_store *s;
+	struct dml_log_rec r;
+
+	values_init();
+	s = open_ok(1, MAP);
+	r = rec_n(0);
+	r.width = 0;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = rec_n(0);
+	r.begin = r.end + 1;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = rec_n(0);
+	r.values = NULL;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = rec_n(1);
+	r.keys = NULL;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = rec_n(0);
+	r.end = UINT64_MAX;
+	r.begin = 0;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	ck_assert_int_eq(dml_store_append(NULL, &r), DML_EINVAL);
+	ck_assert_uint_eq(dml_store_pending(s, NULL), 0);
+	/* Empty ones are fine, and their values pointer is never NULL. */
+	r = rec_n(0);
+	r.end = r.begin;
+	r.values = NULL;
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+	commit_ok(s);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_durability_names)
+{
+	ck_assert_str_eq(dml_durability_names[DML_DURABILITY_SYNC], "sync");
+	ck_assert_str_eq(dml_durability_names[DML_DURABILITY_BATCH], "batch");
+	ck_assert_str_eq(dml_durability_names[DML_DURABILITY_NONE], "none");
+	ck_assert_ptr_null(dml_durability_names[3]);
+}
+END_TEST
+
+static Suite *store_suite(void)
+{
+	Suite *s = suite_create("store");
+	TCase *tc = tcase_create("store");
+
+	dml_test_tmpdir_fixture(tc, "check_store", 1);
+	tcase_add_test(tc, test_round_trip_dense_and_sparse);
+	tcase_add_test(tc, test_reopen_keeps_order_and_continues);
+	tcase_add_test(tc, test_uncommitted_batch_dropped);
+	tcase_add_test(tc, test_dedupe_latest_incarnation_highest_seq);
+	tcase_add_test(tc, test_dedupe_bad_entry_refused);
+	tcase_add_test(tc, test_other_server_refused);
+	tcase_add_test(tc, test_other_format_refused);
+	tcase_add_test(tc, test_garbage_file_refused);
+	tcase_add_test(tc, test_path_not_a_directory);
+	tcase_add_test(tc, test_creates_directory);
+	tcase_add_test(tc, test_map_full);
+	tcase_add_test(tc, test_damaged_records_refused);
+	tcase_add_test(tc, test_replay_stops_on_fn);
+	tcase_add_test(tc, test_empty_commit_and_null_close);
+	tcase_add_test(tc, test_bad_append_refused);
+	tcase_add_test(tc, test_durability_names);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return dml_check_run(store_suite());
+}
