@@ -19,6 +19,7 @@
  * a range the server does not hold.
  */
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,13 @@ int dml_server_store_open(struct dml_server *s)
 			 "gradient log yet; a restart loses its tables", c->store_path);
 		return 0;
 	}
+	/* LMDB mallocs a transaction's dirty pages (a large record's overflow
+	 * pages in one block) and frees them after the commit. Past glibc's
+	 * mmap threshold every such block is mapped and unmapped again, and
+	 * faulting its fresh pages in costs more than copying the record:
+	 * keep blocks of up to 32 MiB in the heap, and the heap's top. */
+	mallopt(M_MMAP_THRESHOLD, 32 << 20);
+	mallopt(M_TRIM_THRESHOLD, 256 << 20);
 	st = dml_xcalloc(1, sizeof(*st));
 	st->mode = (enum dml_durability)c->durability;
 	s->store = st;

@@ -38,6 +38,7 @@
 #include "bench_util.h"
 #include "dml.h"
 #include "log.h"
+#include "store.h"
 #include "util.h"
 
 #define BENCH_MAX_LIST 16
@@ -323,6 +324,10 @@ struct bench_opts {
 	int csv, quick, keep;
 	int baseline; /* enum bench_baseline */
 	int verbose;  /* each -v logs one level more */
+	/* --durability: the [store] modes to run, in order; none given: a
+	 * server without a [store] section. */
+	int durability[3]; /* enum dml_durability */
+	size_t ndurability;
 };
 
 /* The list options, in the order of bench_list_specs. */
@@ -339,6 +344,9 @@ static const struct bench_list_spec {
 	[BENCH_CONNS] = { "--conns", 0, 1, BENCH_MAX_CONNS, "1 to 64" },
 	[BENCH_WINDOWS] = { "--windows", 0, 1, BENCH_MAX_WINDOW, "1 to 4096" },
 };
+
+/* --durability's default --sizes. */
+#define BENCH_DURABILITY_SIZES "4K,64K"
 
 /* Defaults; --quick swaps in the second set for whatever was not given. */
 static const struct bench_defaults {
@@ -384,6 +392,10 @@ static void bench_pushpull_usage(FILE *out)
 		"  --baseline yes|no|only  measure raw TCP too (default), not at all,\n"
 		"                    or alone without starting a server\n"
 		"  --baseline-only   the same as --baseline only\n"
+		"  --durability LIST run against a server with a [store] of each of\n"
+		"                    these modes in turn (sync, batch, none), and\n"
+		"                    compare their push rates (batch >= 0.7 x none);\n"
+		"                    --sizes defaults to " BENCH_DURABILITY_SIZES " then\n"
 		"  --csv             machine-readable output\n"
 		"  --keep            keep the server's directory (config, log)\n"
 		"  -v, --verbose     log libdml's informational messages; twice: debug,\n"
@@ -478,6 +490,20 @@ static int bench_op_item(const char *tok, void *arg)
 	return 0;
 }
 
+static int bench_durability_item(const char *tok, void *arg)
+{
+	struct bench_opts *o = arg;
+	int mode;
+
+	if (bench_choice(tok, dml_durability_names, 3, &mode))
+		return -1;
+	for (size_t i = 0; i < o->ndurability; i++)
+		if (o->durability[i] == mode)
+			return -1;
+	o->durability[o->ndurability++] = mode;
+	return 0;
+}
+
 static int bench_opt_error(const char *opt, const char *value, const char *want)
 {
 	return bench_usage_error("pushpull", opt, value, want);
@@ -492,6 +518,10 @@ static int bench_opts_finish(struct bench_opts *o)
 		o->seconds = d->seconds;
 	if (o->warmup < 0)
 		o->warmup = d->warmup;
+	/* Every push stays in the log (no checkpoints yet): megabyte pushes
+	 * would write gigabytes a second to disk. */
+	if (o->ndurability && o->sizes.n == 0)
+		bench_list_parse(o, BENCH_SIZES, BENCH_DURABILITY_SIZES);
 	/* A given list is never empty; the defaults always parse. */
 	for (int id = 0; id < BENCH_NLISTS; id++) {
 		if (bench_opts_list(o, (enum bench_list_id)id)->n == 0)
@@ -503,6 +533,10 @@ static int bench_opts_finish(struct bench_opts *o)
 		dml_err("pushpull: --dense no and --sparse no leave nothing to measure");
 		return BENCH_EXIT_USAGE;
 	}
+	if (o->ndurability && o->baseline == BENCH_BASELINE_ONLY) {
+		dml_err("pushpull: --durability needs a server; --baseline only starts none");
+		return BENCH_EXIT_USAGE;
+	}
 	return 0;
 }
 
@@ -512,7 +546,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 	/* O_SIZES, O_CONNS and O_WINDOWS follow the order of enum bench_list_id. */
 	enum { O_SERVER = 256, O_SECONDS, O_WARMUP, O_SIZES, O_CONNS, O_WINDOWS, O_OPS,
 	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE, O_BASELINE_ONLY,
-	       O_KEEP };
+	       O_KEEP, O_DURABILITY };
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
 		{ "seconds", required_argument, NULL, O_SECONDS },
@@ -528,6 +562,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		{ "keep", no_argument, NULL, O_KEEP },
 		{ "baseline", required_argument, NULL, O_BASELINE },
 		{ "baseline-only", no_argument, NULL, O_BASELINE_ONLY },
+		{ "durability", required_argument, NULL, O_DURABILITY },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -592,6 +627,12 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			break;
 		case O_BASELINE_ONLY:
 			o->baseline = BENCH_BASELINE_ONLY;
+			break;
+		case O_DURABILITY:
+			o->ndurability = 0;
+			if (bench_split(a, bench_durability_item, o))
+				return bench_opt_error("--durability", a,
+						       "sync, batch and/or none, each once");
 			break;
 		default:
 			return BENCH_EXIT_USAGE;
@@ -716,6 +757,7 @@ static uint64_t bench_max_payload(const struct bench_opts *o)
 struct bench_server {
 	char dir[PATH_MAX];
 	int have_dir;
+	int durability;  /* an enum dml_durability, or -1: no [store] section */
 	pid_t pid;
 	uint16_t port;
 	int tail_shown; /* the log tail is printed once at most */
@@ -810,6 +852,11 @@ static int bench_server_write_conf(const struct bench_server *s,
 		"\n[limits]\nmax_payload = %" PRIu64 "\n"
 		"\n[job]\nstaleness = -1\nworkers = 0\n",
 		port, secret, o->verbose >= 2 ? "debug" : "info", bench_max_payload(o));
+	if (s->durability >= 0)
+		/* No checkpoints yet: the log keeps every push, so leave room
+		 * (address space; the disk holds only what is written). */
+		fprintf(f, "\n[store]\npath = %s/store\ndurability = %s\nmap_size = 64G\n",
+			s->dir, dml_durability_names[s->durability]);
 	for (size_t i = 0; o->dense && i < o->sizes.n; i++)
 		bench_conf_table(f, BENCH_DENSE_TABLE0 + (uint32_t)i, "dense", 1, "keys",
 				 o->sizes.v[i] / sizeof(float));
@@ -1386,15 +1433,16 @@ static void bench_print_targets(const struct bench_case *cases, size_t n,
 
 /* ---- pushpull -------------------------------------------------------- */
 
+/* Measure every case (raw TCP too when run_raw), print the rows and targets. */
 static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn *conns,
-			   size_t nconns, const struct bench_opts *o)
+			   size_t nconns, const struct bench_opts *o, int run_raw)
 {
 	struct bench_plan plan = { o->warmup, o->seconds };
 	int rc = 0;
 
 	bench_print_header(o);
 	for (size_t i = 0; i < n && rc == 0; i++) {
-		if (o->baseline != BENCH_BASELINE_NO)
+		if (run_raw && o->baseline != BENCH_BASELINE_NO)
 			rc = bench_case_run_raw(&cases[i], &plan);
 		if (rc == 0 && o->baseline != BENCH_BASELINE_ONLY)
 			rc = bench_case_run_dml(&cases[i], conns, nconns, &plan);
@@ -1416,8 +1464,12 @@ static void bench_print_preface(const struct bench_opts *o, const struct bench_s
 	if (o->baseline == BENCH_BASELINE_ONLY)
 		printf("%sdml-bench pushpull: raw-TCP baseline only\n", pre);
 	else
-		printf("%sdml-bench pushpull: %s (pid %d, port %u)\n", pre, exe,
-		       (int)s->pid, (unsigned)s->port);
+		printf("%sdml-bench pushpull: %s (pid %d, port %u), %s\n", pre, exe,
+		       (int)s->pid, (unsigned)s->port,
+		       s->durability < 0 ? "no [store]" :
+		       s->durability == DML_DURABILITY_SYNC ? "[store] durability = sync" :
+		       s->durability == DML_DURABILITY_BATCH ? "[store] durability = batch" :
+		       "[store] durability = none");
 	printf("%s%zu configurations, %.2f s each after %.2f s warm-up, about %.0f s\n",
 	       pre, ncases, o->seconds, o->warmup, total);
 	printf("%sGB/s: value bytes only (1 GB = 1e9 B); latency: submit to completion; "
@@ -1425,53 +1477,137 @@ static void bench_print_preface(const struct bench_opts *o, const struct bench_s
 	fflush(stdout);
 }
 
-static int bench_pushpull_main(int argc, char **argv)
+/*
+ * One server (with [store] durability, or none when -1) and its
+ * connections: measure every case (raw TCP too when run_raw), then stop it.
+ */
+static int bench_pushpull_serve(const struct bench_opts *o, int durability, const char *exe,
+				struct bench_case *cases, size_t ncases, int run_raw)
 {
-	struct bench_opts o;
-	struct bench_server srv = { .pid = 0 };
-	struct bench_case *cases = NULL;
+	struct bench_server srv = { .pid = 0, .durability = durability };
 	struct bench_conn *conns = NULL;
-	char exe[PATH_MAX] = "";
-	size_t ncases, nconns = 0;
-	int help, rc;
+	size_t nconns = 0;
+	int rc = bench_server_start(&srv, exe, o);
 
-	rc = bench_opts_parse(argc, argv, &o, &help);
-	if (bench_cmd_begin(rc, help, bench_pushpull_usage, o.verbose))
-		return rc;
-	ncases = bench_cases_build(&o, &cases);
-	if (o.baseline != BENCH_BASELINE_ONLY) {
-		if (bench_server_find(o.server, exe, sizeof(exe))) {
-			dml_err("cannot find dml-server: use --server or DML_SERVER");
-			rc = DML_ENOTFOUND;
-			goto out;
-		}
-		rc = bench_server_start(&srv, exe, &o);
-		if (rc)
-			goto out;
-		nconns = bench_list_max(&o.conns);
+	if (rc == 0) {
+		nconns = bench_list_max(&o->conns);
 		conns = dml_xcalloc(nconns, sizeof(*conns));
 		for (size_t i = 0; i < nconns && rc == 0; i++)
-			rc = bench_conn_open(&conns[i], (unsigned)i, &srv, &o);
+			rc = bench_conn_open(&conns[i], (unsigned)i, &srv, o);
 		if (rc == 0)
-			rc = bench_conn_check_tables(&conns[0], &o);
-		if (rc)
-			goto out;
+			rc = bench_conn_check_tables(&conns[0], o);
 	}
-	bench_print_preface(&o, &srv, exe, ncases);
-	rc = bench_run_cases(cases, ncases, conns, nconns, &o);
-	if (rc && bench_interrupted())
-		dml_warn("interrupted; stopping");
-out:
+	if (rc == 0) {
+		bench_print_preface(o, &srv, exe, ncases);
+		rc = bench_run_cases(cases, ncases, conns, nconns, o, run_raw);
+		if (rc && bench_interrupted())
+			dml_warn("interrupted; stopping");
+	}
 	for (size_t i = 0; i < nconns; i++)
 		bench_conn_close(&conns[i]);
 	free(conns);
 	if (rc && !bench_interrupted() && srv.pid > 0)
 		bench_server_log_tail(&srv);
 	bench_server_stop(&srv);
-	if (o.keep && srv.have_dir)
+	if (o->keep && srv.have_dir)
 		dml_warn("kept %s", srv.dir);
 	else
 		bench_server_remove_dir(&srv);
+	return rc;
+}
+
+/* The least push rate a batch-durability server must keep, next to none. */
+#define BENCH_BATCH_VS_NONE 0.7
+
+/* Push rates of the --durability runs next to each other, and the target. */
+static void bench_print_durability(struct bench_case *const *runs, const struct bench_opts *o,
+				   size_t ncases)
+{
+	const char *pre = o->csv ? "# " : "";
+	int none = -1, batch = -1;
+
+	for (size_t m = 0; m < o->ndurability; m++) {
+		none = o->durability[m] == DML_DURABILITY_NONE ? (int)m : none;
+		batch = o->durability[m] == DML_DURABILITY_BATCH ? (int)m : batch;
+	}
+	printf("%s\n%spush req/s by durability (ratio to none):\n", pre, pre);
+	for (size_t i = 0; i < ncases; i++) {
+		const struct bench_case *bc = &runs[0][i];
+		char label[32];
+
+		if (bc->op != BENCH_PUSH)
+			continue;
+		bench_case_label(bc, label, sizeof(label));
+		printf("%s%-6s %-8s conns=%u window=%-4u", pre, bench_kind_names[bc->kind],
+		       label, bc->conns, bc->window);
+		for (size_t m = 0; m < o->ndurability; m++) {
+			double v = runs[m][i].dml.rps;
+
+			printf("  %s %9.0f", dml_durability_names[o->durability[m]], v);
+			if (none >= 0 && (int)m != none && runs[none][i].dml.rps > 0)
+				printf(" (%.2f x)", v / runs[none][i].dml.rps);
+		}
+		printf("\n");
+	}
+	if (none < 0 || batch < 0) {
+		printf("%sSKIP batch >= %.1f x none: needs --durability with both\n", pre,
+		       BENCH_BATCH_VS_NONE);
+		return;
+	}
+	for (size_t i = 0; i < ncases; i++) {
+		const struct bench_case *bc = &runs[0][i];
+		double r = runs[none][i].dml.rps > 0 ?
+			   runs[batch][i].dml.rps / runs[none][i].dml.rps : 0;
+		char label[32];
+
+		if (bc->op != BENCH_PUSH)
+			continue;
+		bench_case_label(bc, label, sizeof(label));
+		printf("%s%s push %s %s conns=%u window=%u: batch %.2f x none (needs >= %.1f)\n",
+		       pre, r >= BENCH_BATCH_VS_NONE ? "PASS" : "FAIL",
+		       bench_kind_names[bc->kind], label, bc->conns, bc->window, r,
+		       BENCH_BATCH_VS_NONE);
+	}
+	fflush(stdout);
+}
+
+static int bench_pushpull_main(int argc, char **argv)
+{
+	struct bench_opts o;
+	struct bench_case *cases = NULL, *runs[3] = { NULL, NULL, NULL };
+	char exe[PATH_MAX] = "";
+	size_t ncases, nmodes;
+	int help, rc;
+
+	rc = bench_opts_parse(argc, argv, &o, &help);
+	if (bench_cmd_begin(rc, help, bench_pushpull_usage, o.verbose))
+		return rc;
+	ncases = bench_cases_build(&o, &cases);
+	if (o.baseline == BENCH_BASELINE_ONLY) {
+		bench_print_preface(&o, NULL, exe, ncases);
+		rc = bench_run_cases(cases, ncases, NULL, 0, &o, 1);
+		goto out;
+	}
+	if (bench_server_find(o.server, exe, sizeof(exe))) {
+		dml_err("cannot find dml-server: use --server or DML_SERVER");
+		rc = DML_ENOTFOUND;
+		goto out;
+	}
+	/* Raw TCP does not depend on the server: measured in the first run. */
+	nmodes = o.ndurability ? o.ndurability : 1;
+	for (size_t m = 0; m < nmodes && rc == 0; m++) {
+		runs[m] = dml_xcalloc(ncases, sizeof(*cases));
+		memcpy(runs[m], m ? runs[0] : cases, ncases * sizeof(*cases));
+		for (size_t i = 0; m && i < ncases; i++)
+			runs[m][i].have_dml = 0;
+		rc = bench_pushpull_serve(&o, o.ndurability ? o.durability[m] : -1, exe,
+					  runs[m], ncases, m == 0);
+	}
+	if (rc == 0 && o.ndurability)
+		bench_print_durability(runs, &o, ncases);
+out:
+	for (size_t m = 0; m < 3; m++)
+		free(runs[m]);
 	free(cases);
 	return bench_exit_status(rc);
 }
