@@ -33,6 +33,8 @@
 
 #include "bench.h"
 #include "bench_clicks.h"
+#include "bench_recovery.h"
+#include "bench_server.h"
 #include "bench_sparse.h"
 #include "bench_train.h"
 #include "bench_util.h"
@@ -49,9 +51,6 @@
 /* Pre-generated key sets per connection and sparse table, used round robin. */
 #define BENCH_KEY_BATCHES 256
 #define BENCH_ACK_BYTES 8
-#define BENCH_PORT_WAIT_MS 10000
-#define BENCH_STOP_WAIT_MS 10000
-#define BENCH_LOG_TAIL 4096
 /* A slow measurement may run this many times --seconds to count enough. */
 #define BENCH_MAX_STRETCH 10
 #define BENCH_DENSE_TABLE0 1 /* dense table of the i-th --sizes entry: 1 + i */
@@ -754,75 +753,6 @@ static uint64_t bench_max_payload(const struct bench_opts *o)
 
 /* ---- the server process ---------------------------------------------- */
 
-struct bench_server {
-	char dir[PATH_MAX];
-	int have_dir;
-	int durability;  /* an enum dml_durability, or -1: no [store] section */
-	pid_t pid;
-	uint16_t port;
-	int tail_shown; /* the log tail is printed once at most */
-};
-
-static int bench_server_file(const struct bench_server *s, const char *name, char *buf,
-			     size_t len)
-{
-	return bench_path(buf, len, s->dir, name);
-}
-
-/* The dml-server to run: --server, $DML_SERVER, or one next to this program. */
-static int bench_server_find(const char *opt, char *out, size_t len)
-{
-	static const char *const rel[] = { "../server/dml-server", "dml-server" };
-	const char *env = getenv("DML_SERVER");
-	char dir[PATH_MAX];
-
-	if (opt || (env && *env)) {
-		snprintf(out, len, "%s", opt ? opt : env);
-		return 0;
-	}
-	if (bench_exe_dir(dir, sizeof(dir)))
-		return DML_ENOTFOUND;
-	for (size_t i = 0; i < DML_ARRAY_LEN(rel); i++) {
-		if (bench_path(out, len, dir, rel[i]) == 0 && access(out, X_OK) == 0)
-			return 0;
-	}
-	return DML_ENOTFOUND;
-}
-
-static int bench_write_file(const char *path, const char *text)
-{
-	size_t len = strlen(text);
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	int rc = 0;
-
-	if (fd < 0) {
-		dml_err("%s: %s", path, strerror(errno));
-		return DML_EIO;
-	}
-	if (fchmod(fd, 0600) || write(fd, text, len) != (ssize_t)len) {
-		dml_err("%s: %s", path, strerror(errno));
-		rc = DML_EIO;
-	}
-	if (close(fd) && rc == 0)
-		rc = DML_EIO;
-	return rc;
-}
-
-static int bench_server_write_secret(const struct bench_server *s)
-{
-	uint8_t raw[32];
-	char hex[2 * sizeof(raw) + 2], path[PATH_MAX];
-	int rc;
-
-	if (dml_random_bytes(raw, sizeof(raw)))
-		return DML_EIO;
-	for (size_t i = 0; i < sizeof(raw); i++)
-		snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-	strcat(hex, "\n");
-	rc = bench_server_file(s, "secret", path, sizeof(path));
-	return rc ? rc : bench_write_file(path, hex);
-}
-
 static void bench_conf_table(FILE *f, uint32_t id, const char *kind, uint32_t width,
 			     const char *size_key, uint64_t size)
 {
@@ -834,19 +764,11 @@ static void bench_conf_table(FILE *f, uint32_t id, const char *kind, uint32_t wi
 static int bench_server_write_conf(const struct bench_server *s,
 				   const struct bench_opts *o)
 {
-	char path[PATH_MAX], secret[PATH_MAX], port[PATH_MAX];
-	FILE *f;
-	int rc;
+	char secret[PATH_MAX], port[PATH_MAX];
+	FILE *f = bench_server_conf_open(s, secret, port, sizeof(port));
 
-	if (bench_server_file(s, "server.conf", path, sizeof(path)) ||
-	    bench_server_file(s, "secret", secret, sizeof(secret)) ||
-	    bench_server_file(s, "port", port, sizeof(port)))
-		return DML_EINVAL;
-	f = fopen(path, "wx");
-	if (!f) {
-		dml_err("%s: %s", path, strerror(errno));
+	if (!f)
 		return DML_EIO;
-	}
 	fprintf(f, "[server]\nlisten = 127.0.0.1:0\nport_file = %s\nnode_id = 1\n"
 		"cluster = dml\nsecret_file = %s\nshard = 0/1\nlog_level = %s\n"
 		"\n[limits]\nmax_payload = %" PRIu64 "\n"
@@ -864,185 +786,17 @@ static int bench_server_write_conf(const struct bench_server *s,
 		bench_conf_table(f, bench_sparse[i].table, "sparse",
 				 bench_sparse[i].width, "capacity",
 				 1ull << bench_sparse[i].universe_log2);
-	rc = ferror(f) ? DML_EIO : 0;
-	if (fclose(f) || rc) {
-		dml_err("%s: write failed", path);
-		return DML_EIO;
-	}
-	return 0;
-}
-
-static void bench_server_log_tail(struct bench_server *s)
-{
-	char path[PATH_MAX];
-
-	if (s->tail_shown || bench_server_file(s, "server.log", path, sizeof(path)))
-		return;
-	s->tail_shown = 1;
-	bench_log_tail(path, BENCH_LOG_TAIL, "last lines of the dml-server log:");
-}
-
-/* In the child: become the server. Only returns by _exit. */
-static void bench_server_exec(const char *exe, const char *conf, int logfd, int nullfd,
-			      pid_t parent)
-{
-	sigset_t none;
-
-	/* Own process group: a terminal's ^C reaches dml-bench, which stops the
-	 * server in order. If dml-bench dies, the kernel stops the server. */
-	setpgid(0, 0);
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	if (getppid() != parent)
-		_exit(127);
-	signal(SIGPIPE, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	if (dup2(nullfd, STDIN_FILENO) < 0 || dup2(logfd, STDOUT_FILENO) < 0 ||
-	    dup2(logfd, STDERR_FILENO) < 0)
-		_exit(127);
-	execl(exe, exe, "-c", conf, (char *)NULL);
-	dprintf(STDERR_FILENO, "dml-bench: cannot run %s: %s\n", exe, strerror(errno));
-	_exit(127);
-}
-
-static int bench_server_spawn(struct bench_server *s, const char *exe)
-{
-	char conf[PATH_MAX], logp[PATH_MAX];
-	pid_t parent = getpid(), pid;
-	int logfd, nullfd;
-
-	if (bench_server_file(s, "server.conf", conf, sizeof(conf)) ||
-	    bench_server_file(s, "server.log", logp, sizeof(logp)))
-		return DML_EINVAL;
-	logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-	nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	if (logfd < 0 || nullfd < 0) {
-		dml_err("cannot open the server log or /dev/null: %s", strerror(errno));
-		if (logfd >= 0)
-			close(logfd);
-		if (nullfd >= 0)
-			close(nullfd);
-		return DML_EIO;
-	}
-	pid = fork();
-	if (pid == 0)
-		bench_server_exec(exe, conf, logfd, nullfd, parent);
-	close(logfd);
-	close(nullfd);
-	if (pid < 0) {
-		dml_err("fork: %s", strerror(errno));
-		return DML_EIO;
-	}
-	s->pid = pid;
-	bench_signals_child(pid);
-	return 0;
-}
-
-static void bench_sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	nanosleep(&ts, NULL);
-}
-
-/* 0 and s->port once the port file is there; the server may not have died. */
-static int bench_server_wait_port(struct bench_server *s)
-{
-	char path[PATH_MAX], line[32], why[64];
-	uint64_t deadline = dml_now_ns() + BENCH_PORT_WAIT_MS * 1000000ull, port;
-	int status;
-
-	if (bench_server_file(s, "port", path, sizeof(path)))
-		return DML_EINVAL;
-	while (dml_now_ns() < deadline) {
-		FILE *f;
-
-		if (bench_interrupted())
-			return DML_ECLOSED;
-		if (waitpid(s->pid, &status, WNOHANG) == s->pid) {
-			s->pid = 0;
-			bench_signals_child(0);
-			bench_exit_reason(status, why, sizeof(why));
-			dml_err("dml-server stopped before it was ready (%s)", why);
-			bench_server_log_tail(s);
-			return DML_ECONN;
-		}
-		f = fopen(path, "r");
-		if (f) {
-			int ok = fgets(line, sizeof(line), f) != NULL;
-
-			fclose(f);
-			line[strcspn(line, "\r\n")] = '\0';
-			if (!ok || dml_parse_u64(line, 1, 65535, &port)) {
-				dml_err("%s: not a port number", path);
-				return DML_ECONF;
-			}
-			s->port = (uint16_t)port;
-			return 0;
-		}
-		bench_sleep_ms(10);
-	}
-	dml_err("dml-server wrote no port file within %d s", BENCH_PORT_WAIT_MS / 1000);
-	bench_server_log_tail(s);
-	return DML_ETIMEDOUT;
-}
-
-/* SIGTERM and reap the server (SIGKILL if it hangs); complain if it failed. */
-static void bench_server_stop(struct bench_server *s)
-{
-	uint64_t deadline = dml_now_ns() + BENCH_STOP_WAIT_MS * 1000000ull;
-	char why[64];
-	int status = 0;
-	pid_t got = 0;
-
-	if (s->pid <= 0)
-		return;
-	bench_signals_child(0);
-	kill(s->pid, SIGTERM);
-	while (dml_now_ns() < deadline) {
-		got = waitpid(s->pid, &status, WNOHANG);
-		if (got != 0)
-			break;
-		bench_sleep_ms(10);
-	}
-	if (got == 0) {
-		dml_err("dml-server did not stop on SIGTERM within %d s; killing it",
-			BENCH_STOP_WAIT_MS / 1000);
-		kill(s->pid, SIGKILL);
-		got = waitpid(s->pid, &status, 0);
-	}
-	if (got == s->pid && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-		bench_exit_reason(status, why, sizeof(why));
-		dml_warn("dml-server ended with %s", why);
-		bench_server_log_tail(s);
-	}
-	s->pid = 0;
-}
-
-static void bench_server_remove_dir(struct bench_server *s)
-{
-	if (!s->have_dir)
-		return;
-	bench_tmpdir_remove(s->dir);
-	s->have_dir = 0;
+	return bench_server_conf_close(s, f);
 }
 
 static int bench_server_start(struct bench_server *s, const char *exe,
 			      const struct bench_opts *o)
 {
-	int rc = bench_tmpdir_make("dml-bench", s->dir, sizeof(s->dir));
+	int rc = bench_server_prepare(s);
 
-	if (rc)
-		return rc;
-	s->have_dir = 1;
-	rc = bench_server_write_secret(s);
 	if (rc == 0)
 		rc = bench_server_write_conf(s, o);
-	if (rc == 0)
-		rc = bench_server_spawn(s, exe);
-	if (rc == 0)
-		rc = bench_server_wait_port(s);
-	return rc;
+	return rc ? rc : bench_server_launch(s, exe);
 }
 
 /* ---- libdml connections ---------------------------------------------- */
@@ -1614,7 +1368,7 @@ out:
 
 /* ---- subcommands ----------------------------------------------------- */
 
-/* recovery and hetero join this table as they are written. */
+/* hetero joins this table when it is written. */
 static const struct bench_cmd {
 	const char *name;
 	const char *summary;
@@ -1630,6 +1384,8 @@ static const struct bench_cmd {
 	{ "sparse", "sparse_lr on click-like data at scale on the local cluster: "
 		    "examples/s, AUC next to the true model's", bench_sparse_main,
 	  bench_sparse_usage },
+	{ "recovery", "a crashed dml-server's time to serve its logged state again",
+	  bench_recovery_main, bench_recovery_usage },
 };
 
 static void bench_usage(FILE *out)

@@ -3,7 +3,8 @@ bin_PROGRAMS += tools/dml-bench
 tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h tools/bench_train.c \
 	tools/bench_train.h tools/bench_util.c tools/bench_util.h tools/bench_clicks.c \
 	tools/bench_clicks.h tools/bench_cluster.c tools/bench_cluster.h \
-	tools/bench_sparse.c tools/bench_sparse.h
+	tools/bench_sparse.c tools/bench_sparse.h tools/bench_server.c tools/bench_server.h \
+	tools/bench_recovery.c tools/bench_recovery.h
 tools_dml_bench_LDADD = worker/libdml.la store/libdmlstorelog.la $(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
 tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_session.c \
