@@ -60,6 +60,7 @@ struct sched_node_event {
 struct sched_job {
 	uint32_t id;
 	Dml__ShardMap *map;        /* newest map (mapplan.h), NULL before start */
+	uint64_t run;              /* every map's run (dml.proto), 0 before start */
 	uint32_t wire_workers;     /* JobSpec.workers sent to servers and workers */
 	Dml__JobState logged_state; /* what the log last said */
 	char logged_reason[DML_JOB_REASON_MAX + 1];

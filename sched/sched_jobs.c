@@ -372,6 +372,11 @@ static void map_set(struct dml_sched *s, struct sched_job *xj, Dml__ShardMap *ma
 	s->act.servers = v;
 	s->act.nservers = map->n_servers;
 	s->act.sent_ms = now;
+	/* Random, so that no later run (after a scheduler restart, with the
+	 * same job id) takes a server's log for its own. */
+	if (!xj->run && (dml_random_bytes(&xj->run, sizeof(xj->run)) != 0 || !xj->run))
+		xj->run = now | 1;
+	map->run = xj->run;
 	dml_mapplan_free(xj->map);
 	xj->map = map;
 }

@@ -193,6 +193,13 @@ void dml_server_store_forget(struct dml_server *s, struct session *ss);
 /** A worker (re)joined the clock set: its push sequence as the log left it. */
 void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w);
 
+/**
+ * A job's map was installed on new tables: replay the log into them when
+ * it is of this run of the job and the map is its first version, else
+ * start the log of this run. 0 or the error (logged).
+ */
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map);
+
 /** Commit what is waiting and send its ACKs (a clean stop). */
 void dml_server_store_flush(struct dml_server *s);
 

@@ -1211,6 +1211,13 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	s->job.remapping = 0;
 	s->job.ack_due = 0;
 	s->dead_after_ms = spec->dead_after_ms ? spec->dead_after_ms : s->conf->dead_after_ms;
+	/* The log first: the workers that join the clock set below get their
+	 * push sequences from it. */
+	if ((rc = dml_server_store_job(s, map)) != 0) {
+		sched_error(s, m->request_id, rc, "job %u: its gradient log: %s", map->job,
+			    dml_strerror(rc));
+		return;
+	}
 	dml_server_clock_reset(s, spec->staleness, spec->workers);
 	if (map->version > 1) {
 		/* Joining a running job: other servers hold these rows and send

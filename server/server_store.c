@@ -10,7 +10,12 @@
  * On start the log is replayed into the config's tables, and each worker's
  * highest logged push sequence comes back, so that a push the worker sends
  * again after a crash (it was committed but its ACK was lost) is
- * acknowledged without being applied twice.
+ * acknowledged without being applied twice. A server that takes its tables
+ * from dml-sched does the same when the scheduler installs a job's first
+ * map on it again after a restart: the store remembers the run of the job
+ * its log belongs to (a new run starts an empty log), and a later map
+ * version (rows moved between servers since) is not replayed: such a
+ * server waits for the rows from their owners, as one that joins does.
  *
  * Must never: send a sync ACK before the commit that holds its push
  * returned, keep serving after a failed commit (the tables would hold
@@ -266,11 +271,6 @@ int dml_server_store_open(struct dml_server *s)
 			 "of this server loses its tables");
 		return 0;
 	}
-	if (s->job_mode) {
-		dml_warn("store %s: a server that takes its tables from dml-sched keeps no "
-			 "gradient log yet; a restart loses its tables", c->store_path);
-		return 0;
-	}
 	/* LMDB mallocs a transaction's dirty pages (a large record's overflow
 	 * pages in one block) and frees them after the commit. Past glibc's
 	 * mmap threshold every such block is mapped and unmapped again, and
@@ -288,7 +288,8 @@ int dml_server_store_open(struct dml_server *s)
 		dml_err("%s", err);
 		return rc;
 	}
-	if ((rc = recover(s, c->store_path)) != 0)
+	/* A job's tables come with its map (dml_server_store_job). */
+	if (!s->job_mode && (rc = recover(s, c->store_path)) != 0)
 		return rc;
 	st->commit_ev = event_new(s->base, -1, 0, commit_cb, s);
 	if (st->mode == DML_DURABILITY_BATCH) {
@@ -298,6 +299,37 @@ int dml_server_store_open(struct dml_server *s)
 		event_add(st->timer, &tv);
 	}
 	return 0;
+}
+
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map)
+{
+	struct server_store *st = s->store;
+	const char *path = s->conf->store_path;
+	char err[512] = "";
+	int rc;
+
+	if (!st)
+		return 0;
+	if (map->run && dml_store_run(st->store) == map->run) {
+		if (map->version == 1) {
+			free(st->seqs);
+			st->seqs = NULL;
+			st->nseqs = 0;
+			return recover(s, path);
+		}
+		dml_warn("store %s: job %u is at map v%llu: rows moved between servers since "
+			 "the log began, so it is not replayed; waiting for them from their "
+			 "owners", path, map->job, (unsigned long long)map->version);
+		return 0;
+	}
+	/* Commit what the previous job left waiting before its log goes. */
+	commit_now(s);
+	if (s->store_failed)
+		return DML_EIO;
+	rc = dml_store_start_run(st->store, map->run, err, sizeof(err));
+	if (rc)
+		dml_err("store: %s", err);
+	return rc;
 }
 
 void dml_server_store_flush(struct dml_server *s)

@@ -611,6 +611,53 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* ---- runs ------------------------------------------------------------------ */
+
+static const char run_key[] = "run";
+
+uint64_t dml_store_run(struct dml_store *s)
+{
+	MDB_val k = { .mv_size = sizeof(run_key) - 1, .mv_data = (void *)run_key }, v;
+	uint64_t run = 0;
+	MDB_txn *txn;
+
+	if (!s || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
+		return 0;
+	if (mdb_get(txn, s->meta, &k, &v) == 0 && v.mv_size == 8)
+		run = dml_load_le64(v.mv_data);
+	mdb_txn_abort(txn);
+	return run;
+}
+
+int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
+{
+	MDB_val k = { .mv_size = sizeof(run_key) - 1, .mv_data = (void *)run_key }, v;
+	uint8_t b[8];
+	MDB_txn *txn;
+	int rc;
+
+	err_clear(err, errlen);
+	if (!s)
+		return DML_EINVAL;
+	put_le64(b, run);
+	v = (MDB_val){ .mv_size = sizeof(b), .mv_data = b };
+	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc)
+		return commit_fail(s, rc, err, errlen);
+	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
+	    (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0) {
+		mdb_txn_abort(txn);
+		return commit_fail(s, rc, err, errlen);
+	}
+	rc = mdb_txn_commit(txn);
+	if (rc)
+		return commit_fail(s, rc, err, errlen);
+	s->next_lsn = 1;
+	s->n = 0;
+	s->len = 0;
+	return 0;
+}
+
 /* ---- reading --------------------------------------------------------------- */
 
 /* What walk calls for each entry of a database. */

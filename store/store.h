@@ -98,6 +98,19 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen);
 int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r, void *arg),
 		     void *arg, char *err, size_t errlen);
 
+/**
+ * The run (dml.proto's ShardMap.run) whose pushes the log holds; 0 for a
+ * store that names none (a server with [table] sections).
+ */
+uint64_t dml_store_run(struct dml_store *s);
+
+/**
+ * Start the log of another run: drop every record and the dedupe state,
+ * and the batch, and name run, in one transaction. 0, or DML_EIO with err
+ * naming the path and the cause; on failure the store is as it was.
+ */
+int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen);
+
 /** Records in the log (committed ones); 0 also when LMDB cannot say. */
 uint64_t dml_store_log_count(struct dml_store *s);
 

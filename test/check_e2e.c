@@ -14,7 +14,9 @@
  *     there;
  *   - softmax regression and an MLP learn Fashion-MNIST past accuracy
  *     floors within a short budget, and so do sparse_lr (AUC) and mf (RMSE)
- *     on their synthetic data.
+ *     on their synthetic data;
+ *   - a server with a gradient log, SIGKILLed mid-job and restarted, replays
+ *     its log when its map comes again, and the job ends well.
  */
 #include <check.h>
 #include <math.h>
@@ -386,6 +388,55 @@ START_TEST(test_pause_resume_and_errors)
 END_TEST
 
 /*
+ * A server with a [store] that is SIGKILLed in the middle of a job comes
+ * back on its port, replays its log when the scheduler installs the job's
+ * map on it again, and the job runs to its end with its loss near zero.
+ */
+START_TEST(test_server_restarts_from_its_log)
+{
+	static const char *const recovered[] = { "recovered: replayed", NULL };
+	struct cluster c;
+	struct jval doc;
+	char *job, *log = NULL, *at;
+	unsigned long long replayed = 0;
+	size_t from;
+	pid_t submit;
+	int status;
+
+	cluster_up_conf(&c, 2, 2, "[store]\npath = @DIR@/store-@NODE@\n");
+	ck_assert_int_eq(dml_test_server_pin_port(c.servers[0]), 0);
+	job = write_job(&c, "durable.conf",
+			"[job]\nname = e2e-durable\napp = lsq\ndata = synthetic\nstaleness = 1\n"
+			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\nseed = 7\n");
+	submit = cluster_submit_wait(&c, job);
+	wait_job_clock(&c, "1", 300);
+	from = dml_test_server_log_size(c.servers[0]);
+	dml_test_server_kill(c.servers[0]);
+	ck_assert_int_eq(dml_test_server_restart(c.servers[0]), 0);
+	ck_assert_int_ge(dml_test_server_log_wait(c.servers[0], from, recovered, WAIT_MS), 0);
+	ck_assert_int_eq(dml_test_proc_wait(c.env, submit, WAIT_MS, &status), 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "dmlctl submit --wait exited with %d", status);
+	job_status(&c, "1", &doc);
+	ck_assert_str_eq(jstr(&doc, "state"), "done");
+	ck_assert_msg(jnum(&doc, "loss") >= 0 && jnum(&doc, "loss") < 0.1, "loss %g",
+		      jnum(&doc, "loss"));
+	json_free(&doc);
+	/* What it replayed is the first 300 clocks' pushes and more. */
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(c.servers[0]), &log), 0);
+	at = strstr(log + from, "recovered: replayed ");
+	ck_assert_ptr_nonnull(at);
+	ck_assert_int_eq(sscanf(at, "recovered: replayed %llu", &replayed), 1);
+	ck_assert_msg(replayed >= 300, "replayed %llu pushes", replayed);
+	printf("server 1 killed at clock 300 or later: replayed %llu pushes, job done\n",
+	       replayed);
+	free(log);
+	free(job);
+	cluster_down(&c);
+}
+END_TEST
+
+/*
  * The apps on sparse tables, each on 2 servers and 3 workers for a short
  * budget: sparse_lr on synthetic clicks must beat chance (AUC 0.5; the
  * hidden model's is about 0.79), mf on synthetic ratings must come well
@@ -428,6 +479,7 @@ int main(void)
 		test_pause_resume_and_errors,
 		test_fashion_mnist_trains_to_its_floors,
 		test_sparse_apps_train,
+		test_server_restarts_from_its_log,
 	};
 
 	return cluster_suite_run("e2e", tests, DML_ARRAY_LEN(tests));

@@ -27,18 +27,46 @@ void cluster_sleep_ms(int ms)
 		;
 }
 
+/* text with @DIR@ and @NODE@ filled in (malloc'ed; NULL for NULL). */
+static char *conf_fill(const char *text, const char *dir, uint32_t node)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	if (!text)
+		return NULL;
+	f = open_memstream(&out, &len);
+	ck_assert_ptr_nonnull(f);
+	for (const char *p = text; *p; ) {
+		if (strncmp(p, "@DIR@", 5) == 0) {
+			fputs(dir, f);
+			p += 5;
+		} else if (strncmp(p, "@NODE@", 6) == 0) {
+			fprintf(f, "%u", node);
+			p += 6;
+		} else {
+			fputc(*p++, f);
+		}
+	}
+	ck_assert_int_eq(fclose(f), 0);
+	return out;
+}
+
 void cluster_add_server(struct cluster *c)
 {
 	struct dml_test_server_conf sc = { 0 };
-	char *line;
+	char *line, *extra;
 
 	ck_assert_uint_lt(c->nservers, CLUSTER_MAX_SERVERS);
 	line = dml_test_scheduler_line(c->sched);
 	sc.node_id = (uint32_t)c->nservers + 1;
 	sc.server_extra = line;
-	sc.extra = c->server_conf;
+	extra = conf_fill(c->server_conf, dml_test_env_dir(c->env), sc.node_id);
+	sc.extra = extra;
 	ck_assert_int_eq(dml_test_server_start(c->env, &sc, &c->servers[c->nservers]), 0);
 	c->nservers++;
+	free(extra);
 	free(line);
 }
 

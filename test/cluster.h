@@ -47,7 +47,11 @@ void cluster_sleep_ms(int ms);
  */
 void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers);
 
-/** cluster_up with server_conf (e.g. a [limits] section) in every server's config. */
+/**
+ * cluster_up with server_conf (e.g. a [limits] or [store] section) in every
+ * server's config, where @DIR@ stands for the environment's folder and
+ * @NODE@ for the server's node id.
+ */
 void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 		     const char *server_conf);
 
