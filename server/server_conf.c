@@ -84,6 +84,9 @@ static const struct dml_conf_option options[] = {
 	  "acknowledge at once (a crash loses at most that window); none: no log" },
 	{ "store", "batch_ms", DML_CONF_U32, S(batch_ms), "10", 1, 60000, NULL, NULL,
 	  "durability batch: commit this often" },
+	{ "store", "checkpoint_log", DML_CONF_SIZE, S(checkpoint_log), "256M", 0, 1e15, NULL,
+	  NULL, "write a checkpoint of every row and empty the log once it holds this "
+	  "much (0: never)" },
 
 	{ "table", "id", DML_CONF_U32, T(id), NULL, 0, MAX_U32, NULL, NULL, "table id" },
 	{ "table", "kind", DML_CONF_ENUM, T(kind), "dense", 0, 0, dml_table_kind_names, NULL,

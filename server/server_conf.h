@@ -52,6 +52,7 @@ struct dml_server_conf {
 	uint64_t store_map_size;
 	int durability;           /* enum dml_durability */
 	uint32_t batch_ms;
+	uint64_t checkpoint_log;  /* log bytes that trigger a checkpoint; 0: never */
 	/* [table], repeated */
 	struct dml_server_table_conf *tables;
 	size_t ntables;

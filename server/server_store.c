@@ -57,15 +57,25 @@ struct server_store {
 	size_t nacks, acks_cap;
 	struct restored_seq *seqs;
 	size_t nseqs;
+	uint64_t logged;           /* bytes logged since the last checkpoint */
 };
 
+/* Rows in one checkpoint chunk. */
+#define CKPT_CHUNK_ROWS 4096
+
 /* ---- committing ----------------------------------------------------------- */
+
+static void checkpoint_now(struct dml_server *s);
 
 static void commit_now(struct dml_server *s)
 {
 	struct server_store *st = s->store;
 	char err[512];
-	int rc = dml_store_commit(st->store, err, sizeof(err));
+	size_t bytes = 0;
+	int rc;
+
+	dml_store_pending(st->store, &bytes);
+	rc = dml_store_commit(st->store, err, sizeof(err));
 
 	if (rc) {
 		/* The tables hold pushes the log lacks: acknowledging anything
@@ -80,6 +90,106 @@ static void commit_now(struct dml_server *s)
 		if (st->acks[i].ss)
 			dml_server_reply_ack(st->acks[i].ss, st->acks[i].request_id);
 	st->nacks = 0;
+	st->logged += bytes;
+	/* Not while rows move: the ranges held are not settled. */
+	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log &&
+	    !s->job.remapping)
+		checkpoint_now(s);
+}
+
+/* ---- checkpoints ----------------------------------------------------------- */
+
+/* The dense rows [begin, end) of te in chunks. */
+static int checkpoint_dense(struct dml_store *store, struct table_entry *te, uint64_t begin,
+			    uint64_t end, float *buf, uint64_t *rows, char *err, size_t errlen)
+{
+	uint32_t rf = (uint32_t)dml_table_row_floats(te->table);
+	int rc = 0;
+
+	for (uint64_t b = begin; b < end && !rc; b += CKPT_CHUNK_ROWS) {
+		uint64_t e = end - b > CKPT_CHUNK_ROWS ? b + CKPT_CHUNK_ROWS : end;
+		struct dml_ckpt_rows r = { te->info.id, 1, b, NULL, e - b, rf, buf };
+
+		rc = dml_table_export_range(te->table, b, e, buf);
+		if (rc)
+			snprintf(err, errlen, "table %u: %s", te->info.id, dml_strerror(rc));
+		else
+			rc = dml_store_checkpoint_add(store, &r, err, errlen);
+		*rows += e - b;
+	}
+	return rc;
+}
+
+/* The sparse rows whose hash lies in [lo, hi) in chunks. */
+static int checkpoint_sparse(struct dml_store *store, struct table_entry *te, uint64_t lo,
+			     uint64_t hi, uint64_t *rows, char *err, size_t errlen)
+{
+	uint32_t rf = (uint32_t)dml_table_row_floats(te->table);
+	uint64_t *keys = NULL;
+	float *vals = NULL;
+	size_t n = 0;
+	int rc = dml_table_export_hashed(te->table, dml_shard_key_hash, lo, hi, &keys, &vals,
+					 &n);
+
+	if (rc)
+		snprintf(err, errlen, "table %u: %s", te->info.id, dml_strerror(rc));
+	for (size_t b = 0; b < n && !rc; b += CKPT_CHUNK_ROWS) {
+		size_t k = n - b > CKPT_CHUNK_ROWS ? CKPT_CHUNK_ROWS : n - b;
+		struct dml_ckpt_rows r = { te->info.id, 0, 0, keys + b, k, rf,
+					   vals + b * rf };
+
+		rc = dml_store_checkpoint_add(store, &r, err, errlen);
+	}
+	*rows += n;
+	free(keys);
+	free(vals);
+	return rc;
+}
+
+/*
+ * Every row held, in one transaction that empties the log. The loop waits
+ * while it is written; a failure leaves the previous checkpoint and the
+ * whole log, so the server goes on (a full map stops it at its next commit).
+ */
+static void checkpoint_now(struct dml_server *s)
+{
+	struct server_store *st = s->store;
+	uint64_t t0 = dml_now_ns(), rows = 0;
+	size_t cap = 0;
+	float *buf = NULL;
+	char err[512] = "";
+	int rc = dml_store_checkpoint_begin(st->store, err, sizeof(err));
+
+	for (size_t i = 0; i < s->ntables && !rc; i++) {
+		struct table_entry *te = &s->tables[i];
+		size_t need = CKPT_CHUNK_ROWS * dml_table_row_floats(te->table);
+
+		if (te->info.dense && need > cap) {
+			free(buf);
+			buf = dml_xmalloc(need * sizeof(float));
+			cap = need;
+		}
+		for (size_t j = 0; j < te->served.n && !rc; j++)
+			rc = te->info.dense ?
+			     checkpoint_dense(st->store, te, te->served.r[j].begin,
+					      te->served.r[j].end, buf, &rows, err, sizeof(err)) :
+			     checkpoint_sparse(st->store, te, te->served.r[j].begin,
+					       te->served.r[j].end, &rows, err, sizeof(err));
+	}
+	free(buf);
+	if (!rc)
+		rc = dml_store_checkpoint_end(st->store, 1, err, sizeof(err));
+	else
+		dml_store_checkpoint_end(st->store, 0, NULL, 0);
+	if (rc) {
+		dml_warn("store %s: checkpoint failed (the previous one and the log stay): %s",
+			 s->conf->store_path, err);
+		return;
+	}
+	dml_info("store %s: checkpoint of %" PRIu64 " rows (%.1f MB of log emptied) in %.1f "
+		 "ms", s->conf->store_path, rows, (double)st->logged / 1e6,
+		 (double)(dml_now_ns() - t0) / 1e6);
+	st->logged = 0;
 }
 
 static void commit_cb(evutil_socket_t fd, short what, void *arg)
@@ -182,7 +292,7 @@ static struct table_entry *table_of(struct dml_server *s, uint32_t id)
 
 struct replay {
 	struct dml_server *s;
-	uint64_t n, skipped;
+	uint64_t n, skipped, rows;
 	char *err;
 	size_t errlen;
 };
@@ -213,6 +323,30 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 	return rc;
 }
 
+/* A chunk of the checkpoint back into its table, which must hold its rows. */
+static int load_chunk(const struct dml_ckpt_rows *r, void *arg)
+{
+	struct replay *rp = arg;
+	struct table_entry *te = table_of(rp->s, r->table);
+	int rc;
+
+	if (!te || r->dense != te->info.dense ||
+	    r->row_floats != dml_table_row_floats(te->table) ||
+	    (r->dense && dml_server_serves(te, 1, r->begin, r->begin + r->n, NULL, 0) != 0) ||
+	    (!r->dense && dml_server_serves(te, 0, 0, 0, r->keys, r->n) != 0)) {
+		snprintf(rp->err, rp->errlen, "a checkpoint of table %u does not fit this "
+			 "server's tables: was the config's [table] or shard changed?", r->table);
+		return DML_ECONF;
+	}
+	rc = r->dense ? dml_table_import_range(te->table, r->begin, r->begin + r->n, r->rows)
+		      : dml_table_import_keys(te->table, r->keys, r->n, r->rows);
+	if (rc)
+		snprintf(rp->err, rp->errlen, "checkpoint of table %u: %s", r->table,
+			 dml_strerror(rc));
+	rp->rows += r->n;
+	return rc;
+}
+
 static int restore_seq(uint32_t worker, uint64_t incarnation, uint64_t seq, void *arg)
 {
 	struct server_store *st = arg;
@@ -237,23 +371,26 @@ void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w)
 static int recover(struct dml_server *s, const char *path)
 {
 	struct server_store *st = s->store;
-	struct replay rp = { s, 0, 0, NULL, 0 };
+	struct replay rp = { s, 0, 0, 0, NULL, 0 };
 	char err[512] = "";
 	uint64_t t0 = dml_now_ns();
 	int rc;
 
 	rp.err = err;
 	rp.errlen = sizeof(err);
-	rc = dml_store_replay(st->store, replay_one, &rp, err, sizeof(err));
+	rc = dml_store_checkpoint_each(st->store, load_chunk, &rp, err, sizeof(err));
+	if (!rc)
+		rc = dml_store_replay(st->store, replay_one, &rp, err, sizeof(err));
 	if (!rc)
 		rc = dml_store_dedupe_each(st->store, restore_seq, st, err, sizeof(err));
 	if (rc) {
 		dml_err("store %s: %s", path, err[0] ? err : dml_strerror(rc));
 		return rc;
 	}
-	dml_info("store %s: recovered: replayed %" PRIu64 " pushes in %.1f ms (%" PRIu64
-		 " of other jobs skipped), push sequences of %zu workers", path,
-		 rp.n - rp.skipped, (double)(dml_now_ns() - t0) / 1e6, rp.skipped, st->nseqs);
+	dml_info("store %s: recovered: replayed %" PRIu64 " pushes after a checkpoint of %"
+		 PRIu64 " rows in %.1f ms (%" PRIu64 " of other jobs skipped), push sequences "
+		 "of %zu workers", path, rp.n - rp.skipped, rp.rows,
+		 (double)(dml_now_ns() - t0) / 1e6, rp.skipped, st->nseqs);
 	return 0;
 }
 

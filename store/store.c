@@ -2,11 +2,11 @@
  * store.c - the gradient log and the push-dedupe state of one server in an
  * LMDB environment (see store.h).
  *
- * Three named databases: "meta" ("format" and "node", u32 little-endian),
- * "log" (8-byte big-endian log sequence numbers from 1, so that LMDB's byte
- * order is numeric order and appends go at the end, to one encoded record
- * each) and "dedupe" (4-byte big-endian worker id to incarnation u64 and
- * seq u64, little-endian).
+ * Four named databases: "meta" ("format" and "node", u32 little-endian;
+ * "run", u64), "log" (8-byte big-endian log sequence numbers from 1, so
+ * that LMDB's byte order is numeric order and appends go at the end, to one
+ * encoded record each), "dedupe" (4-byte big-endian worker id to
+ * incarnation u64 and seq u64, little-endian) and "ckpt" (checkpoint.c).
  *
  * A log record, little-endian, without a version of its own (the "meta"
  * format covers it):
@@ -33,6 +33,7 @@
 
 #include "dml_error.h"
 #include "store.h"
+#include "store_internal.h"
 #include "util.h"
 
 /* Keys and values are copied as they lie in memory. */
@@ -61,36 +62,22 @@ enum {
 #define DEDUPE_VAL 16
 #define SCRATCH_MIN 64
 
-struct dml_store {
-	char *path;
-	MDB_env *env;
-	MDB_dbi meta, log, dedupe;
-	uint64_t next_lsn;         /* the key the next committed record gets */
-	/* The batch: encoded records end to end, offs[i] where record i starts. */
-	uint8_t *buf;
-	size_t len, cap;
-	size_t *offs;
-	size_t n, offs_cap;
-	/* Replay hands out keys and values from this aligned copy. */
-	void *scratch;
-	size_t scratch_cap;
-};
 
 /* ---- byte order ---------------------------------------------------------- */
 
-static void put_le64(uint8_t *p, uint64_t v)
+void store_put_le64(uint8_t *p, uint64_t v)
 {
 	dml_store_le32(p, (uint32_t)v);
 	dml_store_le32(p + 4, (uint32_t)(v >> 32));
 }
 
-static void put_be64(uint8_t *p, uint64_t v)
+void store_put_be64(uint8_t *p, uint64_t v)
 {
 	for (int i = 7; i >= 0; i--, v >>= 8)
 		p[i] = (uint8_t)v;
 }
 
-static uint64_t get_be64(const uint8_t *p)
+uint64_t store_get_be64(const uint8_t *p)
 {
 	uint64_t v = 0;
 
@@ -99,7 +86,7 @@ static uint64_t get_be64(const uint8_t *p)
 	return v;
 }
 
-static void put_be32(uint8_t *p, uint32_t v)
+void store_put_be32(uint8_t *p, uint32_t v)
 {
 	p[0] = (uint8_t)(v >> 24);
 	p[1] = (uint8_t)(v >> 16);
@@ -107,14 +94,14 @@ static void put_be32(uint8_t *p, uint32_t v)
 	p[3] = (uint8_t)v;
 }
 
-static uint32_t get_be32(const uint8_t *p)
+uint32_t store_get_be32(const uint8_t *p)
 {
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 /* ---- errors -------------------------------------------------------------- */
 
-static void err_clear(char *err, size_t errlen)
+void store_err_clear(char *err, size_t errlen)
 {
 	if (err && errlen)
 		err[0] = '\0';
@@ -128,7 +115,7 @@ static int lmdb_damaged(int rc)
 }
 
 /* An LMDB failure while doing what (may be ""), as a dml code and err. */
-static int lmdb_fail(const struct dml_store *s, int rc, const char *what, char *err,
+int store_lmdb_fail(const struct dml_store *s, int rc, const char *what, char *err,
 		     size_t errlen)
 {
 	if (lmdb_damaged(rc))
@@ -208,12 +195,12 @@ static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valb
 	dml_store_le32(p + REC_JOB, r->job);
 	dml_store_le32(p + REC_TABLE, r->table);
 	dml_store_le32(p + REC_WORKER, r->worker);
-	put_le64(p + REC_INCARNATION, r->incarnation);
-	put_le64(p + REC_SEQ, r->seq);
-	put_le64(p + REC_CLOCK, r->clock);
+	store_put_le64(p + REC_INCARNATION, r->incarnation);
+	store_put_le64(p + REC_SEQ, r->seq);
+	store_put_le64(p + REC_CLOCK, r->clock);
 	p[REC_DENSE] = r->dense ? 1 : 0;
-	put_le64(p + REC_BEGIN, r->dense ? r->begin : 0);
-	put_le64(p + REC_END, r->dense ? r->end : 0);
+	store_put_le64(p + REC_BEGIN, r->dense ? r->begin : 0);
+	store_put_le64(p + REC_END, r->dense ? r->end : 0);
 	dml_store_le32(p + REC_NKEYS, r->dense ? 0 : r->nkeys);
 	dml_store_le32(p + REC_WIDTH, r->width);
 	if (keybytes)
@@ -239,7 +226,7 @@ static void rec_header(const uint8_t *p, struct dml_log_rec *r)
 	r->width = dml_load_le32(p + REC_WIDTH);
 }
 
-static int scratch_reserve(struct dml_store *s, size_t n)
+int store_scratch_reserve(struct dml_store *s, size_t n)
 {
 	void *p;
 
@@ -275,7 +262,7 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 	if (v->mv_size - REC_HDR != keybytes + valbytes)
 		return bad_rec(s, lsn, err, errlen, "%zu bytes, its header says %zu", v->mv_size,
 			       REC_HDR + keybytes + valbytes);
-	if (scratch_reserve(s, keybytes + valbytes))
+	if (store_scratch_reserve(s, keybytes + valbytes))
 		return dml_fail(DML_ENOMEM, err, errlen, "%s: log record %" PRIu64
 				": out of memory", s->path, lsn);
 	memcpy(s->scratch, p + REC_HDR, keybytes + valbytes);
@@ -309,7 +296,7 @@ static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *er
 
 	if (rc) {
 		s->env = NULL;
-		return lmdb_fail(s, rc, "", err, errlen);
+		return store_lmdb_fail(s, rc, "", err, errlen);
 	}
 	rc = mdb_env_set_maxdbs(s->env, 4);
 	/* 0 keeps LMDB's default for a new file, the file's own size for an old one. */
@@ -317,7 +304,7 @@ static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *er
 		rc = mdb_env_set_mapsize(s->env, (size_t)map_size);
 	if (!rc)
 		rc = mdb_env_open(s->env, s->path, flags, 0600);
-	return rc ? lmdb_fail(s, rc, "", err, errlen) : 0;
+	return rc ? store_lmdb_fail(s, rc, "", err, errlen) : 0;
 }
 
 static int meta_mismatch(const struct dml_store *s, const char *name, uint32_t have,
@@ -346,7 +333,7 @@ static int meta_check(struct dml_store *s, MDB_txn *txn, const char *name, uint3
 		rc = mdb_put(txn, s->meta, &k, &v, 0);
 	}
 	if (rc)
-		return lmdb_fail(s, rc, "open", err, errlen);
+		return store_lmdb_fail(s, rc, "open", err, errlen);
 	if (v.mv_size != 4)
 		return dml_fail(DML_ECONF, err, errlen, "%s: meta \"%s\" of %zu bytes, want 4",
 				s->path, name, v.mv_size);
@@ -363,7 +350,7 @@ static int find_next_lsn(struct dml_store *s, MDB_txn *txn, char *err, size_t er
 	int rc = mdb_cursor_open(txn, s->log, &c);
 
 	if (rc)
-		return lmdb_fail(s, rc, "open", err, errlen);
+		return store_lmdb_fail(s, rc, "open", err, errlen);
 	rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
 	mdb_cursor_close(c);
 	if (rc == MDB_NOTFOUND) {
@@ -371,11 +358,11 @@ static int find_next_lsn(struct dml_store *s, MDB_txn *txn, char *err, size_t er
 		return 0;
 	}
 	if (rc)
-		return lmdb_fail(s, rc, "open", err, errlen);
-	if (k.mv_size != 8 || get_be64(k.mv_data) == UINT64_MAX)
+		return store_lmdb_fail(s, rc, "open", err, errlen);
+	if (k.mv_size != 8 || store_get_be64(k.mv_data) == UINT64_MAX)
 		return dml_fail(DML_ECONF, err, errlen,
 				"%s: the last log key is not a record number", s->path);
-	s->next_lsn = get_be64(k.mv_data) + 1;
+	s->next_lsn = store_get_be64(k.mv_data) + 1;
 	return 0;
 }
 
@@ -388,8 +375,10 @@ static int dbs_check(struct dml_store *s, MDB_txn *txn, uint32_t node_id, char *
 		rc = mdb_dbi_open(txn, "log", MDB_CREATE, &s->log);
 	if (!rc)
 		rc = mdb_dbi_open(txn, "dedupe", MDB_CREATE, &s->dedupe);
+	if (!rc)
+		rc = mdb_dbi_open(txn, "ckpt", MDB_CREATE, &s->ckpt);
 	if (rc)
-		return lmdb_fail(s, rc, "open", err, errlen);
+		return store_lmdb_fail(s, rc, "open", err, errlen);
 	rc = meta_check(s, txn, "format", DML_STORE_FORMAT, err, errlen);
 	if (!rc)
 		rc = meta_check(s, txn, "node", node_id, err, errlen);
@@ -405,14 +394,14 @@ static int dbs_open(struct dml_store *s, uint32_t node_id, char *err, size_t err
 	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 
 	if (rc)
-		return lmdb_fail(s, rc, "open", err, errlen);
+		return store_lmdb_fail(s, rc, "open", err, errlen);
 	rc = dbs_check(s, txn, node_id, err, errlen);
 	if (rc) {
 		mdb_txn_abort(txn);
 		return rc;
 	}
 	rc = mdb_txn_commit(txn);
-	return rc ? lmdb_fail(s, rc, "open", err, errlen) : 0;
+	return rc ? store_lmdb_fail(s, rc, "open", err, errlen) : 0;
 }
 
 int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t node_id,
@@ -421,7 +410,7 @@ int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t nod
 	struct dml_store *s;
 	int rc;
 
-	err_clear(err, errlen);
+	store_err_clear(err, errlen);
 	if (out)
 		*out = NULL;
 	if (!path || !*path || !out)
@@ -449,6 +438,8 @@ void dml_store_close(struct dml_store *s)
 {
 	if (!s)
 		return;
+	if (s->ckpt_txn)
+		mdb_txn_abort(s->ckpt_txn);
 	if (s->env)
 		mdb_env_close(s->env);
 	free(s->buf);
@@ -519,13 +510,13 @@ size_t dml_store_pending(const struct dml_store *s, size_t *bytes)
 
 /* ---- commit ---------------------------------------------------------------- */
 
-static int commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen)
+int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen)
 {
 	MDB_envinfo info;
 	char size[32];
 
 	if (rc != MDB_MAP_FULL)
-		return lmdb_fail(s, rc, "commit", err, errlen);
+		return store_lmdb_fail(s, rc, "commit", err, errlen);
 	if (mdb_env_info(s->env, &info) != 0)
 		info.me_mapsize = 0;
 	human_size(info.me_mapsize, size, sizeof(size));
@@ -541,10 +532,10 @@ static int dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v;
 	int rc;
 
-	put_be32(kb, worker);
+	store_put_be32(kb, worker);
 	rc = mdb_get(txn, s->dedupe, &k, &v);
 	if (rc && rc != MDB_NOTFOUND)
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	if (!rc && v.mv_size != DEDUPE_VAL)
 		return dml_fail(DML_EIO, err, errlen, "%s: commit: dedupe entry for worker %" PRIu32
 				": %zu bytes, want %d", s->path, worker, v.mv_size, DEDUPE_VAL);
@@ -555,12 +546,12 @@ static int dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 		if (incarnation < have_inc || (incarnation == have_inc && seq <= have_seq))
 			return 0;
 	}
-	put_le64(vb, incarnation);
-	put_le64(vb + 8, seq);
+	store_put_le64(vb, incarnation);
+	store_put_le64(vb + 8, seq);
 	v.mv_size = sizeof(vb);
 	v.mv_data = vb;
 	rc = mdb_put(txn, s->dedupe, &k, &v, 0);
-	return rc ? commit_fail(s, rc, err, errlen) : 0;
+	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
 }
 
 /* Batch record i under its log number, and its dedupe state. */
@@ -573,10 +564,10 @@ static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, si
 	MDB_val v = { .mv_size = end - s->offs[i], .mv_data = p };
 	int rc;
 
-	put_be64(kb, s->next_lsn + i);
+	store_put_be64(kb, s->next_lsn + i);
 	rc = mdb_put(txn, s->log, &k, &v, MDB_APPEND);
 	if (rc)
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	return dedupe_update(s, txn, dml_load_le32(p + REC_WORKER),
 			     dml_load_le64(p + REC_INCARNATION), dml_load_le64(p + REC_SEQ), err,
 			     errlen);
@@ -587,14 +578,14 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 	MDB_txn *txn;
 	int rc;
 
-	err_clear(err, errlen);
+	store_err_clear(err, errlen);
 	if (!s)
 		return DML_EINVAL;
 	if (!s->n)
 		return 0;
 	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	for (size_t i = 0; i < s->n && !rc; i++)
 		rc = commit_one(s, txn, i, err, errlen);
 	if (rc) {
@@ -604,7 +595,7 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 	/* mdb_txn_commit frees txn whatever it returns. */
 	rc = mdb_txn_commit(txn);
 	if (rc)
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	s->next_lsn += s->n;
 	s->n = 0;
 	s->len = 0;
@@ -636,22 +627,22 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 	MDB_txn *txn;
 	int rc;
 
-	err_clear(err, errlen);
+	store_err_clear(err, errlen);
 	if (!s)
 		return DML_EINVAL;
-	put_le64(b, run);
+	store_put_le64(b, run);
 	v = (MDB_val){ .mv_size = sizeof(b), .mv_data = b };
 	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
-	    (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0) {
+	    (rc = mdb_drop(txn, s->ckpt, 0)) != 0 || (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0) {
 		mdb_txn_abort(txn);
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	}
 	rc = mdb_txn_commit(txn);
 	if (rc)
-		return commit_fail(s, rc, err, errlen);
+		return store_commit_fail(s, rc, err, errlen);
 	s->next_lsn = 1;
 	s->n = 0;
 	s->len = 0;
@@ -660,13 +651,8 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 
 /* ---- reading --------------------------------------------------------------- */
 
-/* What walk calls for each entry of a database. */
-typedef int (*walk_fn)(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
-		       char *err, size_t errlen);
-
-/* Call one for every entry of dbi in key order, in one read transaction. */
-static int walk(struct dml_store *s, MDB_dbi dbi, const char *what, walk_fn one, void *ctx,
-		char *err, size_t errlen)
+int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn one,
+	       void *ctx, char *err, size_t errlen)
 {
 	MDB_txn *txn;
 	MDB_cursor *c;
@@ -675,18 +661,18 @@ static int walk(struct dml_store *s, MDB_dbi dbi, const char *what, walk_fn one,
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
 
 	if (rc)
-		return lmdb_fail(s, rc, what, err, errlen);
+		return store_lmdb_fail(s, rc, what, err, errlen);
 	rc = mdb_cursor_open(txn, dbi, &c);
 	if (rc) {
 		mdb_txn_abort(txn);
-		return lmdb_fail(s, rc, what, err, errlen);
+		return store_lmdb_fail(s, rc, what, err, errlen);
 	}
 	for (;;) {
 		int mrc = mdb_cursor_get(c, &k, &v, op);
 
 		op = MDB_NEXT;
 		if (mrc) {
-			rc = mrc == MDB_NOTFOUND ? 0 : lmdb_fail(s, mrc, what, err, errlen);
+			rc = mrc == MDB_NOTFOUND ? 0 : store_lmdb_fail(s, mrc, what, err, errlen);
 			break;
 		}
 		rc = one(s, &k, &v, ctx, err, errlen);
@@ -713,7 +699,7 @@ static int replay_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, v
 	if (k->mv_size != 8)
 		return dml_fail(DML_ECONF, err, errlen, "%s: log key of %zu bytes, want 8",
 				s->path, k->mv_size);
-	ret = rec_decode(s, get_be64(k->mv_data), v, &r, err, errlen);
+	ret = rec_decode(s, store_get_be64(k->mv_data), v, &r, err, errlen);
 	return ret ? ret : rx->fn(&r, rx->arg);
 }
 
@@ -722,10 +708,10 @@ int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r,
 {
 	struct replay_ctx ctx = { fn, arg };
 
-	err_clear(err, errlen);
+	store_err_clear(err, errlen);
 	if (!s || !fn)
 		return DML_EINVAL;
-	return walk(s, s->log, "replay", replay_one, &ctx, err, errlen);
+	return store_walk(s, s->log, "replay", replay_one, &ctx, err, errlen);
 }
 
 uint64_t dml_store_log_count(struct dml_store *s)
@@ -755,7 +741,7 @@ static int dedupe_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, v
 	if (k->mv_size != 4)
 		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe key of %zu bytes, want 4",
 				s->path, k->mv_size);
-	worker = get_be32(k->mv_data);
+	worker = store_get_be32(k->mv_data);
 	if (v->mv_size != DEDUPE_VAL)
 		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe entry for worker %" PRIu32
 				": %zu bytes, want %d", s->path, worker, v->mv_size, DEDUPE_VAL);
@@ -770,8 +756,8 @@ int dml_store_dedupe_each(struct dml_store *s,
 {
 	struct dedupe_ctx ctx = { fn, arg };
 
-	err_clear(err, errlen);
+	store_err_clear(err, errlen);
 	if (!s || !fn)
 		return DML_EINVAL;
-	return walk(s, s->dedupe, "dedupe", dedupe_one, &ctx, err, errlen);
+	return store_walk(s, s->dedupe, "dedupe", dedupe_one, &ctx, err, errlen);
 }

@@ -111,6 +111,51 @@ uint64_t dml_store_run(struct dml_store *s);
  */
 int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen);
 
+/*
+ * Checkpoints: every row the server holds, with its optimizer state,
+ * written in chunks; its end replaces the previous checkpoint and empties
+ * the log (its records are in the rows now) in the same transaction, so a
+ * crash in the middle leaves the previous checkpoint and the whole log. A
+ * server recovers by loading the checkpoint, then replaying the log. The
+ * batch must be committed before a checkpoint begins, and nothing else may
+ * write to the store until it ends.
+ */
+
+/** Begin a checkpoint. 0, DML_EINVAL (a batch is waiting) or DML_EIO (err). */
+int dml_store_checkpoint_begin(struct dml_store *s, char *err, size_t errlen);
+
+/** A chunk of a checkpoint's rows. Pointers are borrowed for the call. */
+struct dml_ckpt_rows {
+	uint32_t table;
+	int dense;                /* keys begin .. begin + n - 1, else keys[] */
+	uint64_t begin;
+	const uint64_t *keys;
+	uint64_t n;
+	uint32_t row_floats;      /* floats a row: values and optimizer state */
+	const float *rows;        /* n * row_floats */
+};
+
+/** Add a chunk of rows to the checkpoint begun. 0, DML_EINVAL or DML_EIO (err). */
+int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r, char *err,
+			     size_t errlen);
+
+/**
+ * Commit the checkpoint (commit != 0): it replaces the previous one and
+ * the log is emptied; or abandon it. 0 or DML_EIO (err; the previous
+ * checkpoint and the log stay).
+ */
+int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t errlen);
+
+/**
+ * Call fn for every chunk of the checkpoint, in the order they were added
+ * (fn's non-zero return stops and is returned). 0 when there is none;
+ * DML_ECONF for a chunk that does not decode (err: "PATH: checkpoint
+ * chunk N: reason"); DML_EIO.
+ */
+int dml_store_checkpoint_each(struct dml_store *s,
+			      int (*fn)(const struct dml_ckpt_rows *r, void *arg), void *arg,
+			      char *err, size_t errlen);
+
 /** Records in the log (committed ones); 0 also when LMDB cannot say. */
 uint64_t dml_store_log_count(struct dml_store *s);
 

@@ -42,12 +42,14 @@ static const char tables[] =
 	"[table]\nid = 1\nkind = sparse\nwidth = 2\noptimizer = sgd\nlr = 1\n";
 
 /* The [store] section for a store in the environment's folder. */
-static char *store_conf(struct dml_test_env *env, const char *durability)
+static char *store_conf(struct dml_test_env *env, const char *durability,
+			const char *checkpoint_log)
 {
 	char *text;
 
-	ck_assert_int_gt(asprintf(&text, "[store]\npath = %s/store\ndurability = %s\n",
-				  dml_test_env_dir(env), durability), 0);
+	ck_assert_int_gt(asprintf(&text, "[store]\npath = %s/store\ndurability = %s\n"
+				  "checkpoint_log = %s\n", dml_test_env_dir(env), durability,
+				  checkpoint_log), 0);
 	return text;
 }
 
@@ -185,10 +187,10 @@ struct rig {
 	dml_t *d;
 };
 
-static void rig_up(struct rig *g, const char *durability)
+static void rig_up(struct rig *g, const char *durability, const char *checkpoint_log)
 {
 	ck_assert_int_eq(dml_test_env_new(&g->env), 0);
-	g->store = store_conf(g->env, durability);
+	g->store = store_conf(g->env, durability, checkpoint_log);
 	g->s = start_server(g->env, 1, g->store);
 	g->d = worker(g->env, g->s);
 }
@@ -201,23 +203,66 @@ static void rig_down(struct rig *g)
 	dml_test_env_free(g->env);
 }
 
+/* SIGKILL the server with nothing in flight, restart it, check what it holds. */
+static void crash_and_check(struct rig *g, const struct sums *sums)
+{
+	dml_close(g->d);
+	dml_test_server_kill(g->s);
+	ck_assert_int_eq(dml_test_server_restart(g->s), 0);
+	g->d = worker(g->env, g->s);
+	check_sums(g->d, sums);
+}
+
 START_TEST(test_kill_points_exact)
 {
 	static const char *const recovered[] = { "recovered: replayed", NULL };
 	static struct sums sums;
 	struct rig g;
 
-	rig_up(&g, "sync");
+	rig_up(&g, "sync", "0");
 	memset(&sums, 0, sizeof(sums));
 	push_rounds(g.s, g.d, &sums, KILLS);
 	check_sums(g.d, &sums);
 	ck_assert_int_ge(dml_test_server_log_wait(g.s, 0, recovered, WAIT_MS), 0);
 	/* And once more from the log alone. */
-	dml_close(g.d);
-	dml_test_server_kill(g.s);
-	ck_assert_int_eq(dml_test_server_restart(g.s), 0);
-	g.d = worker(g.env, g.s);
+	crash_and_check(&g, &sums);
+	rig_down(&g);
+}
+END_TEST
+
+/*
+ * The same with a checkpoint whenever the log holds 4 KiB (every few
+ * rounds): crashes land before, during and after checkpoints, and a
+ * restart loads the newest one and replays the log written since.
+ */
+START_TEST(test_kill_points_with_checkpoints)
+{
+	static const char *const wrote[] = { ": checkpoint of", NULL };
+	static const char *const loaded[] = { "pushes after a checkpoint of", NULL };
+	static struct sums sums;
+	struct rig g;
+	char *log = NULL, *at, *last = NULL;
+	unsigned long long pushes = 0, rows = 0;
+
+	rig_up(&g, "sync", "4K");
+	memset(&sums, 0, sizeof(sums));
+	push_rounds(g.s, g.d, &sums, KILLS);
 	check_sums(g.d, &sums);
+	ck_assert_int_ge(dml_test_server_log_wait(g.s, 0, wrote, WAIT_MS), 0);
+	ck_assert_int_ge(dml_test_server_log_wait(g.s, 0, loaded, WAIT_MS), 0);
+	crash_and_check(&g, &sums);
+	/* The last start loaded a checkpoint and replayed less than it pushed. */
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(g.s), &log), 0);
+	for (at = log; (at = strstr(at, "recovered: replayed ")) != NULL; at++)
+		last = at;
+	ck_assert_ptr_nonnull(last);
+	ck_assert_int_eq(sscanf(last, "recovered: replayed %llu pushes after a checkpoint of "
+				"%llu rows", &pushes, &rows), 2);
+	ck_assert_msg(rows > 0 && pushes < (unsigned long long)ROUNDS * WINDOW,
+		      "replayed %llu pushes after %llu rows", pushes, rows);
+	printf("check_durability: last restart: a checkpoint of %llu rows, then %llu of %d "
+	       "pushes replayed\n", rows, pushes, ROUNDS * WINDOW);
+	free(log);
 	rig_down(&g);
 }
 END_TEST
@@ -227,7 +272,7 @@ START_TEST(test_clean_stop_batch)
 	static struct sums sums;
 	struct rig g;
 
-	rig_up(&g, "batch");
+	rig_up(&g, "batch", "0");
 	memset(&sums, 0, sizeof(sums));
 	push_rounds(g.s, g.d, &sums, 0);
 	ck_assert_int_eq(dml_test_server_stop(g.s, WAIT_MS), 0);
@@ -272,7 +317,7 @@ START_TEST(test_refusals)
 	FILE *f;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	store = store_conf(env, "sync");
+	store = store_conf(env, "sync", "0");
 	s = start_server(env, 1, store);
 	ck_assert_int_eq(dml_test_server_stop(s, WAIT_MS), 0);
 	/* Another server's data directory. */
@@ -298,6 +343,7 @@ static Suite *durability_suite(void)
 
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_kill_points_exact);
+	tcase_add_test(tc, test_kill_points_with_checkpoints);
 	tcase_add_test(tc, test_clean_stop_batch);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(s, tc);

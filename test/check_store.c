@@ -664,6 +664,108 @@ START_TEST(test_durability_names)
 }
 END_TEST
 
+/* ---- checkpoints -------------------------------------------------------------- */
+
+struct ck_seen {
+	int chunks;
+	uint64_t rows;
+	int dense_ok, sparse_ok;
+};
+
+static int ck_fn(const struct dml_ckpt_rows *r, void *arg)
+{
+	struct ck_seen *c = arg;
+
+	c->chunks++;
+	c->rows += r->n;
+	if (r->dense && r->table == 1 && r->begin == 10 && r->n == 5 && r->row_floats == 2 &&
+	    memcmp(r->rows, values, 10 * sizeof(float)) == 0)
+		c->dense_ok = 1;
+	if (!r->dense && r->table == 2 && r->n == 4 && r->row_floats == 3 &&
+	    memcmp(r->keys, sparse_keys, sizeof(sparse_keys)) == 0 &&
+	    memcmp(r->rows, values, 12 * sizeof(float)) == 0)
+		c->sparse_ok = 1;
+	return 0;
+}
+
+static void checkpoint_two_chunks(struct dml_store *s, int commit)
+{
+	struct dml_ckpt_rows d = { 1, 1, 10, NULL, 5, 2, values };
+	struct dml_ckpt_rows sp = { 2, 0, 0, sparse_keys, 4, 3, values };
+	char err[512];
+
+	ck_assert_msg(dml_store_checkpoint_begin(s, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_end(s, commit, err, sizeof(err)) == 0, "%s", err);
+}
+
+START_TEST(test_checkpoint_empties_log_and_reads_back)
+{
+	struct dml_store *s;
+	struct ck_seen c = { 0 };
+	char err[512];
+
+	values_init();
+	s = open_ok(1, 0);
+	for (uint32_t n = 0; n < 3; n++)
+		append_n(s, n);
+	/* Not with a batch waiting: its pushes would be in neither. */
+	ck_assert_int_eq(dml_store_checkpoint_begin(s, err, sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, "not committed") != NULL, "%s", err);
+	commit_ok(s);
+	ck_assert_uint_eq(dml_store_log_count(s), 3);
+	/* Abandoned: nothing changes. */
+	checkpoint_two_chunks(s, 0);
+	ck_assert_uint_eq(dml_store_log_count(s), 3);
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.chunks, 0);
+	/* Committed: the rows are there, the log is empty; and after a reopen. */
+	checkpoint_two_chunks(s, 1);
+	ck_assert_uint_eq(dml_store_log_count(s), 0);
+	dml_store_close(s);
+	s = open_ok(1, 0);
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
+	ck_assert(c.chunks == 2 && c.rows == 9 && c.dense_ok && c.sparse_ok);
+	/* A later one replaces it. */
+	checkpoint_two_chunks(s, 1);
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.chunks, 2);
+	/* A new run drops it. */
+	ck_assert_int_eq(dml_store_start_run(s, 42, err, sizeof(err)), 0);
+	ck_assert_uint_eq(dml_store_run(s), 42);
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.chunks, 0);
+	dml_store_close(s);
+}
+END_TEST
+
+START_TEST(test_damaged_checkpoint_refused)
+{
+	struct dml_store *s;
+	struct ck_seen c = { 0 };
+	uint8_t key[8], bad[30];
+	char err[512];
+
+	values_init();
+	s = open_ok(1, 0);
+	checkpoint_two_chunks(s, 1);
+	dml_store_close(s);
+	/* Chunk 2 claims more rows than it carries. */
+	lsn_key(key, 2);
+	memset(bad, 0, sizeof(bad));
+	bad[13] = 9;
+	bad[21] = 1;
+	raw_put("ckpt", key, sizeof(key), bad, sizeof(bad));
+	s = open_ok(1, 0);
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), DML_ECONF);
+	ck_assert_msg(strstr(err, "checkpoint chunk 2") != NULL, "%s", err);
+	dml_store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -671,6 +773,8 @@ static Suite *store_suite(void)
 
 	dml_test_tmpdir_fixture(tc, "check_store", 1);
 	tcase_add_test(tc, test_round_trip_dense_and_sparse);
+	tcase_add_test(tc, test_checkpoint_empties_log_and_reads_back);
+	tcase_add_test(tc, test_damaged_checkpoint_refused);
 	tcase_add_test(tc, test_reopen_keeps_order_and_continues);
 	tcase_add_test(tc, test_uncommitted_batch_dropped);
 	tcase_add_test(tc, test_dedupe_latest_incarnation_highest_seq);

@@ -3,7 +3,8 @@
  * with its full state. It starts a server whose [store] logs with
  * durability sync, holding one dense table of --model-mb megabytes
  * (initialised from its seed, so every value is set), has a worker push
- * --pushes gradients of 4 KiB into it, reads the whole model back as the
+ * --pushes gradients of 4 KiB into it (a checkpoint of every row is
+ * written each time the log holds 16 MB), reads the whole model back as the
  * reference, SIGKILLs the server and starts it again on the same store. It
  * prints the time from the new process's start to its port file (written
  * once the log is replayed: from then on it serves pulls with full state)
@@ -36,6 +37,9 @@
 #define REC_WINDOW 32
 #define REC_CHUNK_KEYS 16384   /* 16 MiB a pull */
 #define REC_TARGET_S 1.0
+/* A checkpoint every 16 MB of log: the crash finds one of the whole model
+ * and the pushes logged since it, as a server that ran a while would. */
+#define REC_CHECKPOINT_LOG "16M"
 
 struct recovery_opts {
 	uint64_t model_mb, pushes;
@@ -48,7 +52,8 @@ void bench_recovery_usage(FILE *out)
 	fprintf(out,
 		"dml-bench recovery [options]: a dml-server with a gradient log\n"
 		"([store], durability sync) holding one dense table is SIGKILLed after\n"
-		"a worker's pushes and started again on its store; prints the time\n"
+		"a worker's pushes (a checkpoint every 16 MB of log) and started again\n"
+		"on its store; prints the time\n"
 		"from the new process's start to serving with full state and to a\n"
 		"whole-model pull, and checks the model came back bit for bit.\n"
 		"\n"
@@ -122,10 +127,10 @@ static int write_conf(struct bench_server *s, const struct recovery_opts *o)
 	fprintf(f, "[server]\nlisten = 127.0.0.1:0\nport_file = %s\nnode_id = 1\n"
 		"secret_file = %s\nlog_level = %s\n\n[limits]\nmax_payload = 64M\n\n"
 		"[job]\nstaleness = -1\n\n[store]\npath = %s/store\ndurability = sync\n"
-		"map_size = 64G\n\n[table]\nid = 0\nkind = dense\nwidth = %d\nkeys = %" PRIu64
+		"map_size = 64G\ncheckpoint_log = %s\n\n[table]\nid = 0\nkind = dense\nwidth = %d\nkeys = %" PRIu64
 		"\ninit = uniform\ninit_scale = 0.1\noptimizer = sgd\nlr = 0.01\n",
-		port, secret, o->verbose >= 2 ? "debug" : "info", s->dir, REC_WIDTH,
-		model_keys(o));
+		port, secret, o->verbose >= 2 ? "debug" : "info", s->dir, REC_CHECKPOINT_LOG,
+		REC_WIDTH, model_keys(o));
 	return bench_server_conf_close(s, f);
 }
 

@@ -129,7 +129,7 @@ static int bench_server_spawn(struct bench_server *s, const char *exe)
 	if (bench_server_file(s, "server.conf", conf, sizeof(conf)) ||
 	    bench_server_file(s, "server.log", logp, sizeof(logp)))
 		return DML_EINVAL;
-	logfd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	logfd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (logfd < 0 || nullfd < 0) {
 		dml_err("cannot open the server log or /dev/null: %s", strerror(errno));

@@ -1,0 +1,59 @@
+/*
+ * What store.c and checkpoint.c share of a store: its state and the
+ * helpers for LMDB's errors, byte order and walks over a database. Not for
+ * anything outside store/.
+ */
+#ifndef DML_STORE_INTERNAL_H
+#define DML_STORE_INTERNAL_H
+
+#include <lmdb.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct dml_store {
+	char *path;
+	MDB_env *env;
+	MDB_dbi meta, log, dedupe, ckpt;
+	uint64_t next_lsn;         /* the key the next committed record gets */
+	/* The batch: encoded records end to end, offs[i] where record i starts. */
+	uint8_t *buf;
+	size_t len, cap;
+	size_t *offs;
+	size_t n, offs_cap;
+	MDB_txn *ckpt_txn;         /* the checkpoint being written, or NULL */
+	uint64_t ckpt_chunks;      /* chunks it has */
+	/* Replay hands out keys and values from this aligned copy. */
+	void *scratch;
+	size_t scratch_cap;
+};
+
+void store_put_le64(uint8_t *p, uint64_t v);
+void store_put_be64(uint8_t *p, uint64_t v);
+uint64_t store_get_be64(const uint8_t *p);
+void store_put_be32(uint8_t *p, uint32_t v);
+uint32_t store_get_be32(const uint8_t *p);
+
+/** err = "" (when there is room). */
+void store_err_clear(char *err, size_t errlen);
+
+/** An LMDB failure while doing what (may be ""), as a dml code and err. */
+int store_lmdb_fail(const struct dml_store *s, int rc, const char *what, char *err,
+		    size_t errlen);
+
+/** A failed write transaction: a full map says how to fix it. */
+int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen);
+
+/** Room for n bytes in s->scratch (aligned for any value). 0 or DML_ENOMEM. */
+int store_scratch_reserve(struct dml_store *s, size_t n);
+
+/* What store_walk calls for each entry of a database. */
+typedef int (*store_walk_fn)(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
+		       char *err, size_t errlen);
+
+/** Call one for every entry of dbi in key order, in one read transaction. */
+int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn one,
+	       void *ctx, char *err, size_t errlen);
+
+#endif
