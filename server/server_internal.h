@@ -194,11 +194,15 @@ void dml_server_store_forget(struct dml_server *s, struct session *ss);
 void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w);
 
 /**
- * A job's map was installed on new tables: replay the log into them when
- * it is of this run of the job and the map is its first version, else
- * start the log of this run. 0 or the error (logged).
+ * A job's map was installed on new tables: when the log is of this run of
+ * the job and covers this map version (its first, or the version of the
+ * store's checkpoint), load and replay it (*recovered = 1); else start the
+ * log of this run. 0 or the error (logged).
  */
-int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map);
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *recovered);
+
+/** Commit, then write a checkpoint of every row held (after rows moved). */
+void dml_server_store_checkpoint(struct dml_server *s);
 
 /** Commit what is waiting and send its ACKs (a clean stop). */
 void dml_server_store_flush(struct dml_server *s);

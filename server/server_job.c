@@ -1053,6 +1053,8 @@ static void job_progress(struct dml_server *s)
 		 (unsigned long long)s->job.version,
 		 (unsigned long long)((dml_now_ns() - s->job.started_ns) / 1000000u),
 		 (unsigned long long)(s->job.rows_in + s->job.rows_out));
+	/* The log no longer describes the rows held: a checkpoint does. */
+	dml_server_store_checkpoint(s);
 }
 
 /* Hold copies of spec and map (the caller disposed of the old map). */
@@ -1188,7 +1190,7 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	struct table_entry *tables;
 	struct line l = { 0 };
 	char why[64];
-	int rc;
+	int rc, recovered = 0;
 
 	rc = tables_build(s, spec, map, &tables, &l);
 	if (rc) {
@@ -1213,13 +1215,13 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	s->dead_after_ms = spec->dead_after_ms ? spec->dead_after_ms : s->conf->dead_after_ms;
 	/* The log first: the workers that join the clock set below get their
 	 * push sequences from it. */
-	if ((rc = dml_server_store_job(s, map)) != 0) {
+	if ((rc = dml_server_store_job(s, map, &recovered)) != 0) {
 		sched_error(s, m->request_id, rc, "job %u: its gradient log: %s", map->job,
 			    dml_strerror(rc));
 		return;
 	}
 	dml_server_clock_reset(s, spec->staleness, spec->workers);
-	if (map->version > 1) {
+	if (map->version > 1 && !recovered) {
 		/* Joining a running job: other servers hold these rows and send
 		 * them (they planned the move from the previous map). */
 		for (size_t i = 0; i < s->ntables; i++) {

@@ -99,6 +99,15 @@ static void commit_now(struct dml_server *s)
 
 /* ---- checkpoints ----------------------------------------------------------- */
 
+void dml_server_store_checkpoint(struct dml_server *s)
+{
+	if (s->store && !s->store_failed) {
+		commit_now(s);
+		if (!s->store_failed)
+			checkpoint_now(s);
+	}
+}
+
 /* The dense rows [begin, end) of te in chunks. */
 static int checkpoint_dense(struct dml_store *store, struct table_entry *te, uint64_t begin,
 			    uint64_t end, float *buf, uint64_t *rows, char *err, size_t errlen)
@@ -158,7 +167,7 @@ static void checkpoint_now(struct dml_server *s)
 	size_t cap = 0;
 	float *buf = NULL;
 	char err[512] = "";
-	int rc = dml_store_checkpoint_begin(st->store, err, sizeof(err));
+	int rc = dml_store_checkpoint_begin(st->store, s->job.version, err, sizeof(err));
 
 	for (size_t i = 0; i < s->ntables && !rc; i++) {
 		struct table_entry *te = &s->tables[i];
@@ -438,25 +447,32 @@ int dml_server_store_open(struct dml_server *s)
 	return 0;
 }
 
-int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map)
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *recovered)
 {
 	struct server_store *st = s->store;
 	const char *path = s->conf->store_path;
 	char err[512] = "";
+	uint64_t cv;
 	int rc;
 
+	*recovered = 0;
 	if (!st)
 		return 0;
 	if (map->run && dml_store_run(st->store) == map->run) {
-		if (map->version == 1) {
+		/* The rows of a later version are in a checkpoint of it (taken
+		 * once its moves were done) or nowhere here. */
+		cv = dml_store_checkpoint_version(st->store);
+		if ((map->version == 1 && cv <= 1) || cv == map->version) {
 			free(st->seqs);
 			st->seqs = NULL;
 			st->nseqs = 0;
-			return recover(s, path);
+			rc = recover(s, path);
+			*recovered = rc == 0;
+			return rc;
 		}
-		dml_warn("store %s: job %u is at map v%llu: rows moved between servers since "
-			 "the log began, so it is not replayed; waiting for them from their "
-			 "owners", path, map->job, (unsigned long long)map->version);
+		dml_warn("store %s: job %u is at map v%llu and the store's checkpoint at v%llu: "
+			 "not replayed; waiting for the rows from their owners", path, map->job,
+			 (unsigned long long)map->version, (unsigned long long)cv);
 		return 0;
 	}
 	/* Commit what the previous job left waiting before its log goes. */

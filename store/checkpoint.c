@@ -23,7 +23,10 @@
 
 enum { CK_TABLE = 0, CK_DENSE = 4, CK_BEGIN = 5, CK_N = 13, CK_ROWF = 21, CK_HDR = 25 };
 
-int dml_store_checkpoint_begin(struct dml_store *s, char *err, size_t errlen)
+const char store_ckpt_version_key[] = "ckpt_version";
+
+int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, char *err,
+			       size_t errlen)
 {
 	int rc;
 
@@ -43,7 +46,13 @@ int dml_store_checkpoint_begin(struct dml_store *s, char *err, size_t errlen)
 		return store_commit_fail(s, rc, err, errlen);
 	}
 	s->ckpt_chunks = 0;
+	s->ckpt_version = version;
 	return 0;
+}
+
+uint64_t dml_store_checkpoint_version(struct dml_store *s)
+{
+	return store_meta_u64(s, store_ckpt_version_key);
 }
 
 /* Bytes of a chunk of n rows; 0 when it would not fit in a size_t. */
@@ -104,6 +113,15 @@ int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t 
 	}
 	/* The rows hold every committed push now. */
 	rc = mdb_drop(txn, s->log, 0);
+	if (!rc) {
+		MDB_val k = { .mv_size = strlen(store_ckpt_version_key),
+			      .mv_data = (void *)store_ckpt_version_key };
+		uint8_t b[8];
+		MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
+
+		store_put_le64(b, s->ckpt_version);
+		rc = mdb_put(txn, s->meta, &k, &v, 0);
+	}
 	if (rc) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);

@@ -606,18 +606,33 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 
 static const char run_key[] = "run";
 
-uint64_t dml_store_run(struct dml_store *s)
+uint64_t store_meta_u64(struct dml_store *s, const char *key)
 {
-	MDB_val k = { .mv_size = sizeof(run_key) - 1, .mv_data = (void *)run_key }, v;
-	uint64_t run = 0;
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
+	uint64_t value = 0;
 	MDB_txn *txn;
 
 	if (!s || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
 		return 0;
 	if (mdb_get(txn, s->meta, &k, &v) == 0 && v.mv_size == 8)
-		run = dml_load_le64(v.mv_data);
+		value = dml_load_le64(v.mv_data);
 	mdb_txn_abort(txn);
-	return run;
+	return value;
+}
+
+uint64_t dml_store_run(struct dml_store *s)
+{
+	return store_meta_u64(s, run_key);
+}
+
+/* A new run has no checkpoint, so no checkpoint version either. */
+static int drop_checkpoint_version(struct dml_store *s, MDB_txn *txn)
+{
+	MDB_val k = { .mv_size = strlen(store_ckpt_version_key),
+		      .mv_data = (void *)store_ckpt_version_key };
+	int rc = mdb_del(txn, s->meta, &k, NULL);
+
+	return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
@@ -636,7 +651,8 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
 	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
-	    (rc = mdb_drop(txn, s->ckpt, 0)) != 0 || (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0) {
+	    (rc = mdb_drop(txn, s->ckpt, 0)) != 0 || (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0 ||
+	    (rc = drop_checkpoint_version(s, txn)) != 0) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);
 	}

@@ -121,8 +121,16 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
  * write to the store until it ends.
  */
 
-/** Begin a checkpoint. 0, DML_EINVAL (a batch is waiting) or DML_EIO (err). */
-int dml_store_checkpoint_begin(struct dml_store *s, char *err, size_t errlen);
+/**
+ * Begin a checkpoint of the rows the server holds under shard map version
+ * (0 for a server with [table] sections). 0, DML_EINVAL (a batch is
+ * waiting) or DML_EIO (err).
+ */
+int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, char *err,
+			       size_t errlen);
+
+/** The map version of the checkpoint; 0 when there is none (or it was 0). */
+uint64_t dml_store_checkpoint_version(struct dml_store *s);
 
 /** A chunk of a checkpoint's rows. Pointers are borrowed for the call. */
 struct dml_ckpt_rows {

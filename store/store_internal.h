@@ -24,6 +24,7 @@ struct dml_store {
 	size_t n, offs_cap;
 	MDB_txn *ckpt_txn;         /* the checkpoint being written, or NULL */
 	uint64_t ckpt_chunks;      /* chunks it has */
+	uint64_t ckpt_version;     /* its map version */
 	/* Replay hands out keys and values from this aligned copy. */
 	void *scratch;
 	size_t scratch_cap;
@@ -44,6 +45,12 @@ int store_lmdb_fail(const struct dml_store *s, int rc, const char *what, char *e
 
 /** A failed write transaction: a full map says how to fix it. */
 int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen);
+
+/** "meta"'s key of the checkpoint's map version (checkpoint.c). */
+extern const char store_ckpt_version_key[];
+
+/** The u64 (little-endian) under key in "meta"; 0 when there is none. */
+uint64_t store_meta_u64(struct dml_store *s, const char *key);
 
 /** Room for n bytes in s->scratch (aligned for any value). 0 or DML_ENOMEM. */
 int store_scratch_reserve(struct dml_store *s, size_t n);

@@ -16,7 +16,9 @@
  *     floors within a short budget, and so do sparse_lr (AUC) and mf (RMSE)
  *     on their synthetic data;
  *   - a server with a gradient log, SIGKILLed mid-job and restarted, replays
- *     its log when its map comes again, and the job ends well.
+ *     its log (and loads its checkpoint) when its map comes again, and the
+ *     job ends well: lsq near zero loss, softmax on Fashion-MNIST past its
+ *     floor.
  */
 #include <check.h>
 #include <math.h>
@@ -388,49 +390,156 @@ START_TEST(test_pause_resume_and_errors)
 END_TEST
 
 /*
+ * SIGKILL server idx of c, restart it on its (pinned) port and wait until
+ * it recovered from its store: the pushes it says it replayed after a
+ * checkpoint of *rows rows.
+ */
+static unsigned long long crash_and_recover(struct cluster *c, size_t idx,
+					    unsigned long long *rows)
+{
+	static const char *const recovered[] = { "recovered: replayed", NULL };
+	struct dml_test_server *srv = c->servers[idx];
+	unsigned long long replayed = 0;
+	char *log = NULL, *line;
+	size_t from = dml_test_server_log_size(srv);
+
+	dml_test_server_kill(srv);
+	ck_assert_int_eq(dml_test_server_restart(srv), 0);
+	ck_assert_int_ge(dml_test_server_log_wait(srv, from, recovered, WAIT_MS), 0);
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(srv), &log), 0);
+	line = strstr(log + from, "recovered: replayed ");
+	ck_assert_ptr_nonnull(line);
+	ck_assert_int_eq(sscanf(line, "recovered: replayed %llu pushes after a checkpoint of "
+				"%llu rows", &replayed, rows), 2);
+	free(log);
+	return replayed;
+}
+
+/* Wait for `dmlctl submit --wait` and job 1's end: done, its status in doc. */
+static void job_done(struct cluster *c, pid_t submit, struct jval *doc)
+{
+	int status;
+
+	ck_assert_int_eq(dml_test_proc_wait(c->env, submit, 3 * WAIT_MS, &status), 0);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "dmlctl submit --wait exited with %d", status);
+	job_status(c, "1", doc);
+	ck_assert_str_eq(jstr(doc, "state"), "done");
+}
+
+/* Run the job file at path, crash server idx at clock `at`, wait for the end. */
+static unsigned long long crash_mid_job(struct cluster *c, size_t idx, const char *path,
+					double at, struct jval *doc, unsigned long long *rows)
+{
+	unsigned long long replayed;
+	pid_t submit;
+
+	ck_assert_int_eq(dml_test_server_pin_port(c->servers[idx]), 0);
+	submit = cluster_submit_wait(c, path);
+	wait_job_clock(c, "1", at);
+	replayed = crash_and_recover(c, idx, rows);
+	job_done(c, submit, doc);
+	return replayed;
+}
+
+/*
  * A server with a [store] that is SIGKILLed in the middle of a job comes
  * back on its port, replays its log when the scheduler installs the job's
  * map on it again, and the job runs to its end with its loss near zero.
  */
 START_TEST(test_server_restarts_from_its_log)
 {
-	static const char *const recovered[] = { "recovered: replayed", NULL };
 	struct cluster c;
 	struct jval doc;
-	char *job, *log = NULL, *at;
-	unsigned long long replayed = 0;
-	size_t from;
-	pid_t submit;
-	int status;
+	unsigned long long replayed, rows;
+	char *job;
 
 	cluster_up_conf(&c, 2, 2, "[store]\npath = @DIR@/store-@NODE@\n");
-	ck_assert_int_eq(dml_test_server_pin_port(c.servers[0]), 0);
 	job = write_job(&c, "durable.conf",
 			"[job]\nname = e2e-durable\napp = lsq\ndata = synthetic\nstaleness = 1\n"
 			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\nseed = 7\n");
-	submit = cluster_submit_wait(&c, job);
-	wait_job_clock(&c, "1", 300);
-	from = dml_test_server_log_size(c.servers[0]);
-	dml_test_server_kill(c.servers[0]);
-	ck_assert_int_eq(dml_test_server_restart(c.servers[0]), 0);
-	ck_assert_int_ge(dml_test_server_log_wait(c.servers[0], from, recovered, WAIT_MS), 0);
-	ck_assert_int_eq(dml_test_proc_wait(c.env, submit, WAIT_MS, &status), 0);
-	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-		      "dmlctl submit --wait exited with %d", status);
-	job_status(&c, "1", &doc);
-	ck_assert_str_eq(jstr(&doc, "state"), "done");
+	replayed = crash_mid_job(&c, 0, job, 300, &doc, &rows);
 	ck_assert_msg(jnum(&doc, "loss") >= 0 && jnum(&doc, "loss") < 0.1, "loss %g",
 		      jnum(&doc, "loss"));
 	json_free(&doc);
 	/* What it replayed is the first 300 clocks' pushes and more. */
-	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(c.servers[0]), &log), 0);
-	at = strstr(log + from, "recovered: replayed ");
-	ck_assert_ptr_nonnull(at);
-	ck_assert_int_eq(sscanf(at, "recovered: replayed %llu", &replayed), 1);
 	ck_assert_msg(replayed >= 300, "replayed %llu pushes", replayed);
-	printf("server 1 killed at clock 300 or later: replayed %llu pushes, job done\n",
+	printf("lsq, server 1 killed at clock 300 or later: replayed %llu pushes, job done\n",
 	       replayed);
-	free(log);
+	free(job);
+	cluster_down(&c);
+}
+END_TEST
+
+/*
+ * Rows move to a server that joins a running job (map v2), which writes a
+ * checkpoint once they all arrived; killed and restarted, it loads that
+ * checkpoint and the log since instead of waiting for rows nobody sends.
+ */
+START_TEST(test_server_restarts_after_rows_moved)
+{
+	static const char *const settled[] = { ": checkpoint of", NULL };
+	static const char *const map_args[] = { "shardmap", "1", NULL };
+	struct cluster c;
+	struct jval doc;
+	unsigned long long replayed, rows = 0;
+	pid_t submit;
+	char *job;
+
+	cluster_up_conf(&c, 2, 2, "[store]\npath = @DIR@/store-@NODE@\n");
+	job = write_job(&c, "moved.conf",
+			"[job]\nname = e2e-moved\napp = lsq\ndata = synthetic\nstaleness = 0\n"
+			"batch_size = 32\nmax_clocks = 3000\nexamples = 4000\ndim = 64\nseed = 3\n");
+	submit = cluster_submit_wait(&c, job);
+	wait_job_clock(&c, "1", 150);
+	cluster_add_server(&c);
+	ck_assert_int_eq(dml_test_server_pin_port(c.servers[2]), 0);
+	ck_assert_int_ge(dml_test_server_log_wait(c.servers[2], 0, settled, WAIT_MS), 0);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, map_args, &doc), 0);
+	ck_assert(jnum(&doc, "version") == 2);
+	json_free(&doc);
+	replayed = crash_and_recover(&c, 2, &rows);
+	job_done(&c, submit, &doc);
+	ck_assert_msg(jnum(&doc, "loss") >= 0 && jnum(&doc, "loss") < 0.1, "loss %g",
+		      jnum(&doc, "loss"));
+	json_free(&doc);
+	ck_assert_msg(rows > 0, "server 3 loaded no checkpoint");
+	printf("lsq, server 3 killed after rows moved to it: a checkpoint of %llu rows and "
+	       "%llu pushes replayed, job done\n", rows, replayed);
+	free(job);
+	cluster_down(&c);
+}
+END_TEST
+
+/*
+ * The same for softmax regression on Fashion-MNIST with checkpoints every
+ * 256 KiB of log (every 8 pushes or so): the restarted server loads one and
+ * replays the rest, and the job still passes its accuracy floor.
+ */
+START_TEST(test_fashion_mnist_survives_a_server_crash)
+{
+	struct cluster c;
+	struct jval doc;
+	unsigned long long replayed, rows = 0;
+	char *job, *path;
+	double acc;
+
+	if (access(FASHION "train-images-idx3-ubyte.gz", R_OK) != 0) {
+		printf("SKIP: test_fashion_mnist_survives_a_server_crash: no Fashion-MNIST in "
+		       FASHION "\n");
+		return;
+	}
+	cluster_up_conf(&c, 2, 3, "[store]\npath = @DIR@/store-@NODE@\ncheckpoint_log = 256K\n");
+	job = fashion_job("e2e-crash", 0, 2);
+	ck_assert_int_eq(dml_test_env_write(c.env, "crash.conf", job, 0644, &path), 0);
+	replayed = crash_mid_job(&c, 1, path, 150, &doc, &rows);
+	acc = jnum(&doc, "metric");
+	json_free(&doc);
+	printf("softmax, server 2 killed at clock 150 or later: a checkpoint of %llu rows and "
+	       "%llu pushes replayed, test accuracy %.4f\n", rows, replayed, acc);
+	ck_assert_msg(rows > 0, "no checkpoint loaded");
+	ck_assert_msg(acc >= 0.75, "softmax accuracy %.4f below the floor 0.75", acc);
+	free(path);
 	free(job);
 	cluster_down(&c);
 }
@@ -480,6 +589,8 @@ int main(void)
 		test_fashion_mnist_trains_to_its_floors,
 		test_sparse_apps_train,
 		test_server_restarts_from_its_log,
+		test_fashion_mnist_survives_a_server_crash,
+		test_server_restarts_after_rows_moved,
 	};
 
 	return cluster_suite_run("e2e", tests, DML_ARRAY_LEN(tests));

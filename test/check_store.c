@@ -694,7 +694,7 @@ static void checkpoint_two_chunks(struct dml_store *s, int commit)
 	struct dml_ckpt_rows sp = { 2, 0, 0, sparse_keys, 4, 3, values };
 	char err[512];
 
-	ck_assert_msg(dml_store_checkpoint_begin(s, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_begin(s, 7, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_end(s, commit, err, sizeof(err)) == 0, "%s", err);
@@ -711,7 +711,7 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	for (uint32_t n = 0; n < 3; n++)
 		append_n(s, n);
 	/* Not with a batch waiting: its pushes would be in neither. */
-	ck_assert_int_eq(dml_store_checkpoint_begin(s, err, sizeof(err)), DML_EINVAL);
+	ck_assert_int_eq(dml_store_checkpoint_begin(s, 7, err, sizeof(err)), DML_EINVAL);
 	ck_assert_msg(strstr(err, "not committed") != NULL, "%s", err);
 	commit_ok(s);
 	ck_assert_uint_eq(dml_store_log_count(s), 3);
@@ -720,9 +720,11 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	ck_assert_uint_eq(dml_store_log_count(s), 3);
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.chunks, 0);
+	ck_assert_uint_eq(dml_store_checkpoint_version(s), 0);
 	/* Committed: the rows are there, the log is empty; and after a reopen. */
 	checkpoint_two_chunks(s, 1);
 	ck_assert_uint_eq(dml_store_log_count(s), 0);
+	ck_assert_uint_eq(dml_store_checkpoint_version(s), 7);
 	dml_store_close(s);
 	s = open_ok(1, 0);
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
@@ -735,6 +737,7 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	/* A new run drops it. */
 	ck_assert_int_eq(dml_store_start_run(s, 42, err, sizeof(err)), 0);
 	ck_assert_uint_eq(dml_store_run(s), 42);
+	ck_assert_uint_eq(dml_store_checkpoint_version(s), 0);
 	memset(&c, 0, sizeof(c));
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.chunks, 0);
