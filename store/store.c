@@ -21,15 +21,19 @@
  * not aligned and die with their transaction), or leave part of a batch in
  * the log.
  */
+#define _GNU_SOURCE /* asprintf */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "dml_error.h"
 #include "store.h"
@@ -287,6 +291,31 @@ static int make_dir(const char *path, char *err, size_t errlen)
 	return 0;
 }
 
+/*
+ * One process at a time: LMDB lets two open an environment, and two
+ * servers (or two opens in one process, which LMDB forbids) would then
+ * interleave two logs and two dedupe states. An flock on PATH/owner is
+ * released by the kernel when its holder dies, so a crash leaves no stale
+ * lock behind.
+ */
+static int lock_owner(struct dml_store *s, char *err, size_t errlen)
+{
+	char *p = NULL;
+
+	if (asprintf(&p, "%s/owner", s->path) < 0)
+		return DML_ENOMEM;
+	s->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	free(p);
+	if (s->lock_fd < 0)
+		return dml_fail(DML_EIO, err, errlen, "%s/owner: %s", s->path, strerror(errno));
+	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0)
+		return dml_fail(errno == EWOULDBLOCK ? DML_ECONF : DML_EIO, err, errlen,
+				"%s: %s", s->path, errno == EWOULDBLOCK ?
+				"in use by another process (another server with the same "
+				"[store] path?)" : strerror(errno));
+	return 0;
+}
+
 static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *err,
 		    size_t errlen)
 {
@@ -423,7 +452,10 @@ int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t nod
 		return rc;
 	s = dml_xcalloc(1, sizeof(*s));
 	s->path = dml_xstrdup(path);
-	rc = env_open(s, map_size, nosync, err, errlen);
+	s->lock_fd = -1;
+	rc = lock_owner(s, err, errlen);
+	if (!rc)
+		rc = env_open(s, map_size, nosync, err, errlen);
 	if (!rc)
 		rc = dbs_open(s, node_id, err, errlen);
 	if (rc) {
@@ -442,6 +474,8 @@ void dml_store_close(struct dml_store *s)
 		mdb_txn_abort(s->ckpt_txn);
 	if (s->env)
 		mdb_env_close(s->env);
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	free(s->buf);
 	free(s->offs);
 	free(s->scratch);

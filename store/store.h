@@ -14,8 +14,9 @@
  *
  * The environment holds a "meta" database with the store format version and
  * the node id of the server it belongs to; a store of another format or
- * another server is refused, as is a file LMDB cannot read, each with the
- * path and the reason. Never serves garbage: a record that does not decode
+ * another server is refused, as is a file LMDB cannot read or a store
+ * another process (or another open in this one) holds, each with the path
+ * and the reason. Never serves garbage: a record that does not decode
  * stops the replay with its position.
  *
  * Must never: acknowledge (return from commit with 0) before LMDB's commit

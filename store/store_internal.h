@@ -22,6 +22,7 @@ struct dml_store {
 	size_t len, cap;
 	size_t *offs;
 	size_t n, offs_cap;
+	int lock_fd;               /* holds the directory's "owner" lock; -1: none */
 	MDB_txn *ckpt_txn;         /* the checkpoint being written, or NULL */
 	uint64_t ckpt_chunks;      /* chunks it has */
 	uint64_t ckpt_version;     /* its map version */

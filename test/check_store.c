@@ -463,6 +463,8 @@ START_TEST(test_creates_directory)
 	ck_assert_int_eq(unlink(p), 0);
 	snprintf(p, sizeof(p), "%s/lock.mdb", sub);
 	ck_assert_int_eq(unlink(p), 0);
+	snprintf(p, sizeof(p), "%s/owner", sub);
+	ck_assert_int_eq(unlink(p), 0);
 	ck_assert_int_eq(rmdir(sub), 0);
 }
 END_TEST
@@ -769,6 +771,22 @@ START_TEST(test_damaged_checkpoint_refused)
 }
 END_TEST
 
+/* One process at a time: a second open is refused until the first closes. */
+START_TEST(test_second_open_refused)
+{
+	struct dml_store *s = open_ok(1, 0), *t = (struct dml_store *)1;
+	char err[512] = "";
+
+	ck_assert_int_eq(dml_store_open(dir(), 0, 1, 1, &t, err, sizeof(err)), DML_ECONF);
+	ck_assert_ptr_null(t);
+	ck_assert_msg(strstr(err, "in use by another process") != NULL &&
+		      strncmp(err, dir(), strlen(dir())) == 0, "%s", err);
+	dml_store_close(s);
+	s = open_ok(1, 0);
+	dml_store_close(s);
+}
+END_TEST
+
 static Suite *store_suite(void)
 {
 	Suite *s = suite_create("store");
@@ -777,6 +795,7 @@ static Suite *store_suite(void)
 	dml_test_tmpdir_fixture(tc, "check_store", 1);
 	tcase_add_test(tc, test_round_trip_dense_and_sparse);
 	tcase_add_test(tc, test_checkpoint_empties_log_and_reads_back);
+	tcase_add_test(tc, test_second_open_refused);
 	tcase_add_test(tc, test_damaged_checkpoint_refused);
 	tcase_add_test(tc, test_reopen_keeps_order_and_continues);
 	tcase_add_test(tc, test_uncommitted_batch_dropped);
