@@ -102,6 +102,8 @@ static void commit_now(struct dml_server *s)
 void dml_server_store_checkpoint(struct dml_server *s)
 {
 	if (s->store && !s->store_failed) {
+		/* One checkpoint: the commit must not write one of its own. */
+		s->store->logged = 0;
 		commit_now(s);
 		if (!s->store_failed)
 			checkpoint_now(s);

@@ -8,6 +8,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +23,33 @@ Dml__JobSpec *app_test_spec(const char *text)
 	ck_assert_msg(dml_job_file_parse_string("job", text, &spec, err, sizeof(err)) == 0,
 		      "job text: %s", err);
 	return spec;
+}
+
+const struct dml_app_env app_test_cpu = { "cpu", NULL, NULL };
+
+void *app_test_make(const struct dml_app *app, const Dml__JobSpec *spec,
+		    const struct dml_app_env *env)
+{
+	static const uint32_t all = 0;
+	char err[1024] = "";
+	void *state = NULL;
+
+	ck_assert_msg(app->create(spec, env, &state, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(app->set_partitions(state, &all, 1, 1, err, sizeof(err)), 0);
+	return state;
+}
+
+void app_test_refused(const struct dml_app *app, const Dml__JobSpec *spec,
+		      const struct dml_app_env *env, int code, const char *why)
+{
+	char err[1024] = "", prefix[64];
+	void *state = (void *)1;
+
+	snprintf(prefix, sizeof(prefix), "app %s: ", app->name);
+	ck_assert_int_eq(app->create(spec, env, &state, err, sizeof(err)), code);
+	ck_assert_ptr_null(state);
+	ck_assert_msg(strncmp(err, prefix, strlen(prefix)) == 0 && strstr(err, why) != NULL,
+		      "expected '%s%s', got '%s'", prefix, why, err);
 }
 
 /* The index of table id, whose keys [begin, end) a request names. */

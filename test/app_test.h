@@ -19,6 +19,23 @@
 /** The job in text (a job file's contents), which must parse; free it. */
 Dml__JobSpec *app_test_spec(const char *text);
 
+/** The cpu backend without a context: what the apps' tests compute on. */
+extern const struct dml_app_env app_test_cpu;
+
+/**
+ * app made from spec on env, training on all of its data (one partition);
+ * create and set_partitions must succeed. Destroy it with app->destroy.
+ */
+void *app_test_make(const struct dml_app *app, const Dml__JobSpec *spec,
+		    const struct dml_app_env *env);
+
+/**
+ * app->create must refuse spec on env (which may be NULL) with code,
+ * return no state, and say "app NAME: ..." with why in it.
+ */
+void app_test_refused(const struct dml_app *app, const Dml__JobSpec *spec,
+		      const struct dml_app_env *env, int code, const char *why);
+
 /** The most tables an app_test_io stands in for. */
 #define APP_TEST_MAX_TABLES 8
 

@@ -61,19 +61,6 @@ static Dml__JobSpec *spec_make(const char *data, uint32_t k, const char *extra,
 	return app_test_spec(text);
 }
 
-/* The app made from spec, training on all of the data. */
-static void *app_make(const Dml__JobSpec *spec)
-{
-	static const uint32_t all = 0;
-	struct dml_app_env env = { "cpu", NULL, NULL };
-	char err[512] = "";
-	void *state = NULL;
-
-	ck_assert_msg(app->create(spec, &env, &state, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(app->set_partitions(state, &all, 1, 1, err, sizeof(err)), 0);
-	return state;
-}
-
 /* The test io: tables 0 and 1 over ids below IDS. */
 #define IDS 16
 
@@ -104,7 +91,7 @@ START_TEST(test_gradient)
 	const uint32_t k = 3;
 	Dml__JobSpec *spec = spec_make(write_text("grad.txt", ratings_text), k,
 				       "batch_size = 7\n", "");
-	void *state = app_make(spec);
+	void *state = app_test_make(app, spec, &app_test_cpu);
 	struct app_test_sparse t;
 	uint64_t keys[2][IDS];
 	float grad[2][IDS * 3];
@@ -185,7 +172,7 @@ START_TEST(test_evaluate)
 		/* As test_data, the file itself; without, its first ratings. */
 		if (!loss)
 			spec->test_data = (char *)data;
-		state = app_make(spec);
+		state = app_test_make(app, spec, &app_test_cpu);
 		spec->test_data = test_data;
 		v = evaluate_ok(state, &t);
 		if (loss)
@@ -203,14 +190,7 @@ END_TEST
 
 static void expect_refused(const Dml__JobSpec *spec, int code, const char *why)
 {
-	struct dml_app_env env = { "cpu", NULL, NULL };
-	char err[1024] = "";
-	void *state = (void *)1;
-
-	ck_assert_int_eq(app->create(spec, &env, &state, err, sizeof(err)), code);
-	ck_assert_ptr_null(state);
-	ck_assert_msg(strncmp(err, "app mf: ", 8) == 0 && strstr(err, why) != NULL,
-		      "expected '%s', got '%s'", why, err);
+	app_test_refused(app, spec, &app_test_cpu, code, why);
 }
 
 START_TEST(test_refuses)
@@ -281,7 +261,7 @@ START_TEST(test_io_failures)
 {
 	Dml__JobSpec *spec = spec_make(write_text("io.txt", ratings_text), 2,
 				       "batch_size = 4\n", "");
-	void *state = app_make(spec);
+	void *state = app_test_make(app, spec, &app_test_cpu);
 	struct dml_app_io io;
 	struct dml_app_step st;
 	char err[256];
@@ -386,7 +366,7 @@ static double train(int steps, double *before)
 	void *state;
 	char err[256] = "";
 
-	state = app_make(spec);
+	state = app_test_make(app, spec, &app_test_cpu);
 	ck_assert_msg(dml_local_store_new(spec, &store, err, sizeof(err)) == 0, "%s", err);
 	dml_local_store_io(store, &io);
 	ck_assert_msg(app->evaluate(state, &io, before, err, sizeof(err)) == 0, "%s", err);
@@ -420,7 +400,7 @@ END_TEST
 START_TEST(test_profile_job)
 {
 	Dml__JobSpec *spec = app_test_spec(app->profile_job);
-	void *state = app_make(spec);
+	void *state = app_test_make(app, spec, &app_test_cpu);
 	const struct dml_app_table *tab;
 
 	ck_assert_str_eq(app->name, "mf");

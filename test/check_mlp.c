@@ -243,18 +243,6 @@ static double evaluate_ok(const struct dml_app *app, void *state, struct tio *t)
 	return v;
 }
 
-/* The app made from spec on env, training on all of the data. */
-static void *app_make(const Dml__JobSpec *spec, const struct dml_app_env *env)
-{
-	static const uint32_t all = 0;
-	char err[512] = "";
-	void *state = NULL;
-
-	ck_assert_msg(dml_app_mlp.create(spec, env, &state, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(dml_app_mlp.set_partitions(state, &all, 1, 1, err, sizeof(err)), 0);
-	return state;
-}
-
 /* ---- the backend: reference checks --------------------------------------- */
 
 START_TEST(test_backend_registry)
@@ -598,7 +586,7 @@ static void check_gradient(const uint32_t *sizes, size_t n)
 	Dml__JobSpec *spec = spec_make(sizes, n, "synthetic",
 				       "batch_size = 16\nexamples = 16\nseed = 3\n");
 	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
-	void *state = app_make(spec, &env);
+	void *state = app_test_make(&dml_app_mlp, spec, &env);
 	struct tio t;
 	float *grad[TABLES];
 	double loss, worst = 0;
@@ -714,8 +702,8 @@ START_TEST(test_mlp_staged_backend)
 	staged.unified = 0;
 	staged.alloc = nan_alloc;
 	staged.host_alloc = staging_alloc;
-	a = app_make(spec, &cpu);
-	b = app_make(spec, &dev);
+	a = app_test_make(&dml_app_mlp, spec, &cpu);
+	b = app_test_make(&dml_app_mlp, spec, &dev);
 	tio_init(&ta, app, a);
 	tio_init(&tb, app, b);
 	fill_params(&ta, 0.5f);
@@ -750,13 +738,7 @@ END_TEST
 static void expect_refused(const Dml__JobSpec *spec, const struct dml_app_env *env,
 			   int code, const char *why)
 {
-	char err[512] = "";
-	void *state = (void *)1;
-
-	ck_assert_int_eq(dml_app_mlp.create(spec, env, &state, err, sizeof(err)), code);
-	ck_assert_ptr_null(state);
-	ck_assert_msg(strncmp(err, "app mlp: ", 9) == 0 && strstr(err, why) != NULL,
-		      "expected '%s', got '%s'", why, err);
+	app_test_refused(&dml_app_mlp, spec, env, code, why);
 }
 
 START_TEST(test_mlp_refuses_bad_specs)
@@ -837,7 +819,7 @@ START_TEST(test_mlp_refuses_bad_specs)
 	expect_refused(spec, &env, DML_EINVAL, "batch_size must be at least 1");
 	spec->batch_size = 16;
 	{
-		void *state = app_make(spec, &env);
+		void *state = app_test_make(&dml_app_mlp, spec, &env);
 
 		ck_assert_str_eq(dml_app_mlp.metric, "accuracy");
 		ck_assert_uint_eq(dml_app_mlp.data_examples(state), 100);
@@ -944,7 +926,7 @@ START_TEST(test_mlp_idx_data)
 	/* Spaces around the comma are not part of the paths. */
 	snprintf(data, sizeof(data), "%s , %s", ip, lp);
 	spec = spec_make(sizes, 3, data, "batch_size = 12\nseed = 5\n");
-	state = app_make(spec, &env);
+	state = app_test_make(&dml_app_mlp, spec, &env);
 	ck_assert_uint_eq(app->data_examples(state), N);
 	tio_init(&t, app, state);
 	fill_params(&t, 1.0f);
@@ -969,7 +951,7 @@ START_TEST(test_mlp_idx_data)
 		snprintf(extra, sizeof(extra), "batch_size = 5\nmetric = loss\ntest_data = %s,%s\n",
 			 tip, tlp);
 		spec = spec_make(sizes, 3, data, extra);
-		state = app_make(spec, &env);
+		state = app_test_make(&dml_app_mlp, spec, &env);
 		tio_init(&t, app, state);
 		fill_params(&t, 1.0f);
 		ref_mlp(sizes, 3, t.w, x, lab, 4, &want_loss, &want_correct);
@@ -1159,7 +1141,7 @@ static double train(const uint32_t *sizes, size_t n, float init, float lr, int s
 	Dml__JobSpec *spec = spec_make(sizes, n, "synthetic", "batch_size = 32\nexamples = "
 				       "2000\nseed = 21\ntest_data = synthetic\n");
 	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
-	void *state = app_make(spec, &env);
+	void *state = app_test_make(&dml_app_mlp, spec, &env);
 	double acc, sum = 0;
 	struct tio t;
 
@@ -1223,7 +1205,7 @@ START_TEST(test_mlp_io_failures)
 	static const uint32_t sizes[] = { 5, 4, 3, 3 };
 	Dml__JobSpec *spec = spec_make(sizes, 4, "synthetic", "batch_size = 4\n");
 	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
-	void *state = app_make(spec, &env);
+	void *state = app_test_make(&dml_app_mlp, spec, &env);
 	struct tio t;
 
 	tio_init(&t, &dml_app_mlp, state);
@@ -1268,7 +1250,7 @@ START_TEST(test_mlp_profile_job)
 	const struct dml_app *app = &dml_app_mlp;
 	Dml__JobSpec *spec = app_test_spec(app->profile_job);
 	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
-	void *state = app_make(spec, &env);
+	void *state = app_test_make(&dml_app_mlp, spec, &env);
 	const struct dml_app_table *tab;
 	struct tio t;
 
@@ -1302,7 +1284,7 @@ START_TEST(test_mlp_fashion_mnist)
 	env.be_ctx = cpu_open();
 	spec = spec_make(sizes, 2, FASHION "t10k-images-idx3-ubyte.gz," FASHION
 			 "t10k-labels-idx1-ubyte.gz", "");
-	state = app_make(spec, &env);
+	state = app_test_make(&dml_app_mlp, spec, &env);
 	ck_assert_uint_eq(app->data_examples(state), 10000);
 	/* Zero weights: class 0 everywhere, right on a tenth of the records. */
 	tio_init(&t, app, state);

@@ -70,19 +70,6 @@ static Dml__JobSpec *spec_make(const char *data, uint32_t dim, uint32_t width,
 	return app_test_spec(text);
 }
 
-/* The app made from spec, training on all of the data. */
-static void *app_make(const Dml__JobSpec *spec)
-{
-	static const uint32_t all = 0;
-	struct dml_app_env env = { "cpu", NULL, NULL };
-	char err[512] = "";
-	void *state = NULL;
-
-	ck_assert_msg(app->create(spec, &env, &state, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(app->set_partitions(state, &all, 1, 1, err, sizeof(err)), 0);
-	return state;
-}
-
 /* The test io over keys 0..dim of table 0 (the bias, key dim, in every request). */
 static void sio_init(struct app_test_sparse *t, uint64_t dim, uint32_t width)
 {
@@ -120,7 +107,7 @@ static void check_gradient(const char *file_text, uint32_t dim, uint32_t width,
 
 	snprintf(extra, sizeof(extra), "batch_size = %u\n", records);
 	spec = spec_make(write_text("grad.svm", file_text), dim, width, extra);
-	state = app_make(spec);
+	state = app_test_make(app, spec, &app_test_cpu);
 	sio_init(&t, dim, width);
 	for (size_t i = 0; i < (size_t)(dim + 1) * width; i++)
 		t.p[0][i] = (float)rnd(-1, 1);
@@ -255,7 +242,7 @@ START_TEST(test_evaluate_metrics)
 
 		snprintf(extra, sizeof(extra), "metric = %s\nbatch_size = 3\n", metrics[m]);
 		spec = spec_make(path, 1, 1, extra);
-		state = app_make(spec);
+		state = app_test_make(app, spec, &app_test_cpu);
 		sio_init(&t, 1, 1);
 		t.p[0][0] = (float)w0;
 		t.p[0][1] = (float)b;
@@ -307,7 +294,7 @@ START_TEST(test_evaluate_one_vs_rest)
 
 		snprintf(extra, sizeof(extra), "metric = %s\n", metrics[m]);
 		spec = spec_make(path, 1, 3, extra);
-		state = app_make(spec);
+		state = app_test_make(app, spec, &app_test_cpu);
 		sio_init(&t, 1, 3);
 		memcpy(t.p[0], w, sizeof(w));
 		memcpy(t.p[0] + 3, bias, sizeof(bias));
@@ -325,14 +312,7 @@ END_TEST
 
 static void expect_refused(const Dml__JobSpec *spec, int code, const char *why)
 {
-	struct dml_app_env env = { "cpu", NULL, NULL };
-	char err[1024] = "";
-	void *state = (void *)1;
-
-	ck_assert_int_eq(app->create(spec, &env, &state, err, sizeof(err)), code);
-	ck_assert_ptr_null(state);
-	ck_assert_msg(strncmp(err, "app sparse_lr: ", 15) == 0 && strstr(err, why) != NULL,
-		      "expected '%s', got '%s'", why, err);
+	app_test_refused(app, spec, &app_test_cpu, code, why);
 }
 
 START_TEST(test_refuses)
@@ -407,7 +387,7 @@ START_TEST(test_io_failures)
 {
 	Dml__JobSpec *spec = spec_make("synthetic", 4096, 1, "examples = 100\nbatch_size = "
 				       "8\n");
-	void *state = app_make(spec);
+	void *state = app_test_make(app, spec, &app_test_cpu);
 	struct dml_app_io io;
 	struct dml_app_step st;
 	char err[256];
@@ -470,7 +450,7 @@ static double train(int steps, double *first_loss, double *last_loss)
 	struct dml_app_io io;
 	struct dml_app_step st;
 	double auc = NAN, sum = 0;
-	void *state = app_make(spec);
+	void *state = app_test_make(app, spec, &app_test_cpu);
 	char err[256] = "";
 
 	ck_assert_msg(dml_local_store_new(spec, &store, err, sizeof(err)) == 0, "%s", err);
@@ -515,7 +495,7 @@ END_TEST
 START_TEST(test_profile_job)
 {
 	Dml__JobSpec *spec = app_test_spec(app->profile_job);
-	void *state = app_make(spec);
+	void *state = app_test_make(app, spec, &app_test_cpu);
 	const struct dml_app_table *tab;
 	struct app_test_sparse t;
 

@@ -361,8 +361,8 @@ START_TEST(test_fuzz)
 	size_t len = make_corpus(src, sizeof(src), &rng);
 	int ok = 0, bad = 0;
 
-	dml_test_fuzz_file(src, len, tokens, sizeof(tokens) / sizeof(tokens[0]), 3000, rng, fuzz_load, &ok,
-			   &bad);
+	dml_test_fuzz_file(src, len, tokens, sizeof(tokens) / sizeof(tokens[0]), 3000, rng,
+			   fuzz_load, &ok, &bad);
 	/* Both outcomes happened: the loop explored more than one path. */
 	ck_assert_int_gt(ok, 100);
 	ck_assert_int_gt(bad, 100);

@@ -408,19 +408,15 @@ static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out,
 {
 	struct mf *a = state;
 	size_t rows = a->walk.recs.total ? a->batch_size : 0;
-	uint64_t *recs;
+	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
 	double loss;
 	int rc;
 
 	out->examples = 0;
 	out->loss = NAN;
-	recs = malloc((rows ? rows : 1) * sizeof(*recs));
 	if (!recs)
 		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
-	for (size_t r = 0; r < rows; r++)
-		recs[r] = dml_walk_peek(&a->walk, r);
 	rc = batch_build(a, &a->train, recs, rows, err, errlen);
-	free(recs);
 	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
 		return rc;
 	a->walk.done += rows;

@@ -483,19 +483,15 @@ static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 {
 	struct slr *a = state;
 	size_t rows = a->walk.recs.total ? a->batch_size : 0;
-	uint64_t *recs;
+	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
 	double loss = 0;
 	int rc;
 
 	out->examples = 0;
 	out->loss = NAN;
-	recs = malloc((rows ? rows : 1) * sizeof(*recs));
 	if (!recs)
 		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
-	for (size_t k = 0; k < rows; k++)
-		recs[k] = dml_walk_peek(&a->walk, k);
 	rc = batch_build(a, &a->train, recs, rows, err, errlen);
-	free(recs);
 	/* Even without data, pull (the bias): it keeps this worker within the
 	 * staleness bound instead of racing through its clocks. */
 	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)

@@ -202,9 +202,22 @@ uint64_t dml_walk_peek(const struct dml_walk *w, uint64_t ahead)
 	return dml_records_at(&w->recs, permute(key, total, pos % total));
 }
 
+const uint64_t *dml_walk_batch(struct dml_walk *w, size_t rows)
+{
+	if (dml_app_reserve((void **)&w->batch, &w->batch_cap, rows ? rows : 1,
+			    sizeof(*w->batch)) != 0)
+		return NULL;
+	for (size_t k = 0; k < rows; k++)
+		w->batch[k] = dml_walk_peek(w, k);
+	return w->batch;
+}
+
 void dml_walk_clear(struct dml_walk *w)
 {
 	dml_records_clear(&w->recs);
+	free(w->batch);
+	w->batch = NULL;
+	w->batch_cap = 0;
 	w->done = 0;
 }
 

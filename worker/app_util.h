@@ -78,6 +78,8 @@ struct dml_walk {
 	struct dml_records recs;
 	uint64_t key;
 	uint64_t done;            /* records trained on since dml_walk_set */
+	uint64_t *batch;          /* dml_walk_batch's records */
+	size_t batch_cap;
 };
 
 /**
@@ -92,7 +94,14 @@ int dml_walk_set(struct dml_walk *w, const char *app, uint64_t n, const uint32_t
 /** The record ahead records after the walk's position (ahead 0: the next). */
 uint64_t dml_walk_peek(const struct dml_walk *w, uint64_t ahead);
 
-/** Free and zero the walk's records, keeping its key. */
+/**
+ * The next rows records of the walk (not advanced: the app moves done on
+ * once it trained on them), in a buffer the walk keeps until the next
+ * call; NULL when out of memory.
+ */
+const uint64_t *dml_walk_batch(struct dml_walk *w, size_t rows);
+
+/** Free and zero the walk's records and buffer, keeping its key. */
 void dml_walk_clear(struct dml_walk *w);
 
 /**
