@@ -966,3 +966,176 @@ void dml_job_status_free(Dml__JobStatus *st)
 	if (st)
 		dml__job_status__free_unpacked(st, NULL);
 }
+
+/* ---- saving and restoring ------------------------------------------------ */
+
+Dml__JobRecord *dml_job_record(const struct dml_job *job, uint64_t now)
+{
+	const struct job_impl *ji = impl_c(job);
+	Dml__JobRecord *r = dml_xmalloc(sizeof(*r));
+	size_t n = job->nworkers;
+
+	dml__job_record__init(r);
+	r->status = dml_job_status(job, now);
+	r->num_partitions = job->num_partitions;
+	r->started_ago_ms = job->state == DML__JOB_STATE__PENDING ? 0
+				: since(now, job->started_ms) + 1;
+	r->n_owner = job->owner ? job->num_partitions : 0;
+	r->owner = dml_xcalloc(r->n_owner + 1, sizeof(*r->owner));
+	for (size_t p = 0; p < r->n_owner; p++)
+		r->owner[p] = job->owner[p] == DML_ASSIGN_NONE ? 0
+			      : job->workers[job->owner[p]].node_id;
+	r->n_rate = r->n_rate_measured = r->n_finished = r->n_has_loss = n;
+	r->n_examples_raw = n;
+	r->rate = dml_xcalloc(n + 1, sizeof(*r->rate));
+	r->rate_measured = dml_xcalloc(n + 1, sizeof(*r->rate_measured));
+	r->finished = dml_xcalloc(n + 1, sizeof(*r->finished));
+	r->has_loss = dml_xcalloc(n + 1, sizeof(*r->has_loss));
+	r->examples_raw = dml_xcalloc(n + 1, sizeof(*r->examples_raw));
+	for (size_t i = 0; i < n; i++) {
+		r->rate[i] = job->workers[i].rate;
+		r->rate_measured[i] = ji->priv[i].rate_measured;
+		r->finished[i] = job->workers[i].finished;
+		r->has_loss[i] = ji->priv[i].has_loss;
+		r->examples_raw[i] = ji->priv[i].examples_raw;
+	}
+	return r;
+}
+
+void dml_job_record_free(Dml__JobRecord *r)
+{
+	if (!r)
+		return;
+	dml_job_status_free(r->status);
+	free(r->owner);
+	free(r->rate);
+	free(r->rate_measured);
+	free(r->finished);
+	free(r->has_loss);
+	free(r->examples_raw);
+	free(r);
+}
+
+/* Everything a record says that restore relies on, checked. */
+static int record_check(const struct dml_jobs *jobs, const Dml__JobRecord *r, char *err,
+			size_t errlen)
+{
+	const Dml__JobStatus *st = r->status;
+	size_t n;
+	int rc;
+
+	if (!st || !st->spec)
+		return fail_with(err, errlen, DML_EINVAL, "no status or spec");
+	if (st->id != jobs->n + 1)
+		return fail_with(err, errlen, DML_EINVAL, "job %" PRIu32 " where job %zu "
+				 "was due", st->id, jobs->n + 1);
+	if (st->state < DML__JOB_STATE__PENDING || st->state > DML__JOB_STATE__STOPPED)
+		return fail_with(err, errlen, DML_EINVAL, "state %d", (int)st->state);
+	if ((rc = dml_job_spec_check(st->spec, err, errlen)) != 0)
+		return rc;
+	n = st->n_workers;
+	if (r->n_rate != n || r->n_rate_measured != n || r->n_finished != n ||
+	    r->n_has_loss != n || r->n_examples_raw != n || n >= DML_ASSIGN_NONE - 1)
+		return fail_with(err, errlen, DML_EINVAL, "%zu workers but per-worker lists "
+				 "of other lengths", n);
+	if (r->num_partitions > UINT32_MAX ||
+	    (r->n_owner != 0 && r->n_owner != r->num_partitions) ||
+	    (r->n_owner == 0 && st->state != DML__JOB_STATE__PENDING))
+		return fail_with(err, errlen, DML_EINVAL, "%zu partition owners for %" PRIu64
+				 " partitions", r->n_owner, r->num_partitions);
+	for (size_t i = 0; i < n; i++) {
+		if (!st->workers[i]->worker)
+			return fail_with(err, errlen, DML_EINVAL, "worker id 0");
+		for (size_t j = 0; j < i; j++)
+			if (st->workers[j]->worker == st->workers[i]->worker)
+				return fail_with(err, errlen, DML_EINVAL, "worker %" PRIu32
+						 " twice", st->workers[i]->worker);
+	}
+	return 0;
+}
+
+/* A record's worker index of a partition's owner: DML_ASSIGN_NONE for none. */
+static int owner_index(const Dml__JobStatus *st, uint32_t node_id, uint32_t *out)
+{
+	*out = DML_ASSIGN_NONE;
+	if (!node_id)
+		return 0;
+	for (size_t i = 0; i < st->n_workers; i++) {
+		if (st->workers[i]->worker == node_id &&
+		    st->workers[i]->state == DML__NODE_STATE__ALIVE) {
+			*out = (uint32_t)i;
+			return 0;
+		}
+	}
+	return DML_EINVAL;
+}
+
+int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t now,
+		     char *err, size_t errlen)
+{
+	const Dml__JobStatus *st;
+	struct job_impl *ji;
+	struct dml_job *job;
+	int rc;
+
+	if (!jobs || !r)
+		return DML_EINVAL;
+	if ((rc = record_check(jobs, r, err, errlen)) != 0)
+		return rc;
+	st = r->status;
+	ji = dml_xcalloc(1, sizeof(*ji));
+	job = &ji->job;
+	job->id = st->id;
+	job->spec = dml_job_spec_copy(st->spec);
+	job->num_partitions = r->num_partitions;
+	for (size_t i = 0; i < st->n_workers; i++) {
+		const Dml__WorkerStatus *ws = st->workers[i];
+		struct dml_job_worker *w = worker_add(job, ws->worker, r->rate[i], ws->clock);
+		struct worker_priv *wp = &ji->priv[i];
+
+		w->live = ws->state == DML__NODE_STATE__ALIVE;
+		w->examples = ws->examples;
+		w->examples_per_s = clamp_num(ws->examples_per_s);
+		w->loss = clamp_num(ws->loss);
+		w->compute_s = clamp_num(ws->compute_s);
+		w->wait_s = clamp_num(ws->wait_s);
+		w->finished = r->finished[i];
+		w->last_report_ms = now;
+		text_set(w->reason, "%s", ws->reason ? ws->reason : "");
+		wp->rate_measured = r->rate_measured[i];
+		wp->has_loss = r->has_loss[i];
+		wp->examples_raw = r->examples_raw[i];
+	}
+	if (r->n_owner) {
+		job->owner = dml_xmalloc(r->n_owner * sizeof(*job->owner));
+		for (size_t p = 0; p < r->n_owner && !rc; p++) {
+			rc = owner_index(st, r->owner[p], &job->owner[p]);
+			if (!rc && job->owner[p] != DML_ASSIGN_NONE)
+				job->workers[job->owner[p]].npart++;
+		}
+	}
+	if (rc) {
+		job_free(ji);
+		return fail_with(err, errlen, DML_EINVAL, "a partition owned by a worker that "
+				 "is not a live member");
+	}
+	job->state = st->state;
+	text_set(job->reason, "%s", st->reason ? st->reason : "");
+	job->submitted_ms = since(now, st->age_ms);
+	job->started_ms = r->started_ago_ms ? since(now, r->started_ago_ms - 1) : 0;
+	job->changed_ms = now;
+	job->finished_ms = dml_job_finished(job) ? now : 0;
+	job->run_ms = st->run_ms;
+	job->assignment_version = st->assignment_version;
+	job->data_examples = st->data_examples;
+	job->metric = clamp_num(st->metric);
+	job->has_metric = st->has_metric;
+	for (size_t k = 0; k < st->n_events; k++)
+		job_event(job, "%s", st->events[k] ? st->events[k] : "");
+	if (jobs->n == jobs->cap) {
+		jobs->cap = jobs->cap ? 2 * jobs->cap : 16;
+		jobs->v = dml_xrealloc(jobs->v, jobs->cap * sizeof(*jobs->v));
+	}
+	jobs->v[jobs->n++] = ji;
+	return 0;
+}

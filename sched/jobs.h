@@ -186,4 +186,27 @@ void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assign
 Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now);
 void dml_job_status_free(Dml__JobStatus *st);
 
+/*
+ * Saving and restoring (dml-sched's state store): a record holds what
+ * restore needs to rebuild the job as it was, but times: those a restart
+ * cannot carry (monotonic ms) come back as ages at the restore's now.
+ */
+
+/**
+ * The job as a record (map, wire_workers and installed_version are the
+ * caller's to fill). Free with dml_job_record_free, which frees nothing the
+ * caller put in.
+ */
+Dml__JobRecord *dml_job_record(const struct dml_job *job, uint64_t now);
+void dml_job_record_free(Dml__JobRecord *r);
+
+/**
+ * Append the job a record describes; records must come in id order, with
+ * none missing. Every field is checked (DML_EINVAL, err says what is
+ * wrong; the spec as dml_job_spec_check would). Its workers' reports look
+ * fresh (last_report_ms = now).
+ */
+int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t now,
+		     char *err, size_t errlen);
+
 #endif

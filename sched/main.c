@@ -17,6 +17,11 @@ static void shutdown_sched(void *state)
 	dml_sched_shutdown(state);
 }
 
+static int sched_failed(void *state)
+{
+	return dml_sched_failed(state);
+}
+
 static void free_sched(void *state)
 {
 	dml_sched_free(state);
@@ -37,6 +42,7 @@ int main(int argc, char **argv)
 		.start = start,
 		.shutdown = shutdown_sched,
 		.free = free_sched,
+		.failed = sched_failed,
 	};
 
 	return dml_daemon_main(argc, argv, &d);

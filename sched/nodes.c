@@ -257,28 +257,9 @@ static struct dml_node *insert(struct dml_nodes *t, size_t at, uint32_t role, ui
 	return n;
 }
 
-int dml_nodes_register(struct dml_nodes *t, const Dml__NodeInfo *info, uint64_t now_ms,
-		       const struct dml_node **out)
+/* What a node says of itself, from a checked registration. */
+static void describe(struct dml_node *n, const Dml__NodeInfo *info)
 {
-	struct dml_node *n;
-	const char *reason;
-	size_t at;
-	int found, rc;
-
-	if (!t)
-		return DML_EINVAL;
-	if ((rc = dml_node_info_check(info, NULL, 0)) != 0)
-		return rc;
-	at = search(t, info->role, info->node_id, &found);
-	if (!found) {
-		n = insert(t, at, info->role, info->node_id);
-		reason = "registered";
-	} else {
-		n = t->nodes[at];
-		reason = n->incarnation != info->incarnation
-				 ? "re-registered (new incarnation)"
-				 : "re-registered (reconnected)";
-	}
 	copy_text(n->zone, sizeof(n->zone), info->zone);
 	copy_text(n->address, sizeof(n->address), info->address);
 	n->shard_index = info->shard_index;
@@ -295,6 +276,66 @@ int dml_nodes_register(struct dml_nodes *t, const Dml__NodeInfo *info, uint64_t 
 		n->profile.examples_per_s = p->examples_per_s;
 		n->profile.link_mbps = p->link_mbps;
 	}
+}
+
+/* Where info's node is or would go in t, once info passed the check. */
+static int slot(const struct dml_nodes *t, const Dml__NodeInfo *info, size_t *at, int *found)
+{
+	int rc;
+
+	if (!t)
+		return DML_EINVAL;
+	if ((rc = dml_node_info_check(info, NULL, 0)) != 0)
+		return rc;
+	*at = search(t, info->role, info->node_id, found);
+	return 0;
+}
+
+int dml_nodes_restore(struct dml_nodes *t, const Dml__NodeInfo *info, uint64_t now_ms)
+{
+	struct dml_node *n;
+	size_t at;
+	int found, rc = slot(t, info, &at, &found);
+
+	if (rc)
+		return rc;
+	if (found)
+		return DML_EINVAL;
+	n = insert(t, at, info->role, info->node_id);
+	describe(n, info);
+	n->last_heartbeat_ms = now_ms;
+	n->changed_ms = now_ms;
+	if (info->state == DML__NODE_STATE__DEAD) {
+		n->state = DML__NODE_STATE__DEAD;
+		copy_text(n->reason, sizeof(n->reason), info->reason);
+	} else {
+		n->state = DML__NODE_STATE__SUSPECT;
+		copy_text(n->reason, sizeof(n->reason), "not registered again since the "
+			  "scheduler restarted");
+	}
+	return 0;
+}
+
+int dml_nodes_register(struct dml_nodes *t, const Dml__NodeInfo *info, uint64_t now_ms,
+		       const struct dml_node **out)
+{
+	struct dml_node *n;
+	const char *reason;
+	size_t at;
+	int found, rc = slot(t, info, &at, &found);
+
+	if (rc)
+		return rc;
+	if (!found) {
+		n = insert(t, at, info->role, info->node_id);
+		reason = "registered";
+	} else {
+		n = t->nodes[at];
+		reason = n->incarnation != info->incarnation
+				 ? "re-registered (new incarnation)"
+				 : "re-registered (reconnected)";
+	}
+	describe(n, info);
 	n->connected = 1;
 	n->registered_ms = now_ms;
 	n->last_heartbeat_ms = now_ms;

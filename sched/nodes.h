@@ -115,6 +115,17 @@ int dml_nodes_register(struct dml_nodes *t, const Dml__NodeInfo *info, uint64_t 
 		       const struct dml_node **out);
 
 /**
+ * A node the scheduler knew before it restarted (dml-sched's state store),
+ * back in the table without a connection: a DEAD one stays DEAD with its
+ * reason; any other is SUSPECT ("not registered again since the scheduler
+ * restarted") and DEAD at dead_after_ms from now_ms unless it registers.
+ * The callback is not called.
+ * @return 0, DML_EINVAL for a node already in the table, or what
+ *         dml_node_info_check() returns.
+ */
+int dml_nodes_restore(struct dml_nodes *t, const Dml__NodeInfo *info, uint64_t now_ms);
+
+/**
  * A heartbeat from a connected node: remembered, and a SUSPECT node is
  * ALIVE again.
  * @return 0; DML_ENOTFOUND for an unknown node; DML_ESTATE when the node is

@@ -94,6 +94,10 @@ static void on_node_change(const struct dml_node *n, Dml__NodeState old, void *a
 	node_name(n, name, sizeof(name));
 	/* Queued: the jobs react from the loop, after this change is done. */
 	dml_sched_jobs_node_changed(s, n, old);
+	/* A restart needs who registered and who died, not the flaps between. */
+	if ((n->state == DML__NODE_STATE__ALIVE && n->changed_ms == n->registered_ms) ||
+	    n->state == DML__NODE_STATE__DEAD)
+		dml_sched_state_node(s, n);
 	/* Only a registration makes a node ALIVE at its registration time (a
 	 * heartbeat revives a SUSPECT node, which needs time to pass). */
 	if (n->state == DML__NODE_STATE__ALIVE && n->changed_ms == n->registered_ms) {
@@ -249,7 +253,7 @@ static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
 	dml_sched_reply_plain(ss, DML__MSG_TYPE__HEARTBEAT, m->request_id);
 }
 
-static void node_to_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
+void dml_sched_node_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
 			 Dml__Profile *p)
 {
 	dml__node_info__init(info);
@@ -285,7 +289,7 @@ static void handle_nodes(struct session *ss, const Dml__Meta *req)
 	uint64_t now = now_ms();
 
 	for (size_t i = 0; i < n; i++) {
-		node_to_info(dml_nodes_at(s->nodes, i), now, &infos[i], &profiles[i]);
+		dml_sched_node_info(dml_nodes_at(s->nodes, i), now, &infos[i], &profiles[i]);
 		ptrs[i] = &infos[i];
 	}
 	m.type = DML__MSG_TYPE__NODES_REPLY;
@@ -527,6 +531,8 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 		return rc;
 	if ((rc = dml_sched_jobs_init(s)) != 0)
 		return rc;
+	if ((rc = dml_sched_state_open(s)) != 0)
+		return rc;
 	/* Before the port file: a ready scheduler serves its metrics too. */
 	if ((rc = dml_sched_metrics_init(s)) != 0)
 		return rc;
@@ -564,11 +570,17 @@ void dml_sched_free(struct dml_sched *s)
 		evconnlistener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
+	dml_sched_state_close(s);
 	dml_sched_jobs_free(s);
 	dml_metrics_free(s->metrics);
 	dml_nodes_free(s->nodes);
 	dml_secret_free(s->secret, s->secret_len);
 	free(s);
+}
+
+int dml_sched_failed(const struct dml_sched *s)
+{
+	return s && dml_sched_state_failed(s);
 }
 
 uint16_t dml_sched_port(const struct dml_sched *s)

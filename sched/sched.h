@@ -38,6 +38,9 @@ void dml_sched_shutdown(struct dml_sched *s);
 /** Free everything; call after the loop returned. NULL is fine. */
 void dml_sched_free(struct dml_sched *s);
 
+/** 1 when the scheduler stopped because its state could not be saved. */
+int dml_sched_failed(const struct dml_sched *s);
+
 /** The port actually bound (useful with port 0). */
 uint16_t dml_sched_port(const struct dml_sched *s);
 

@@ -14,6 +14,7 @@
 
 static const struct dml_conf_section sections[] = {
 	{ "sched", 0, 0, 0, 0, "identity, address, secret and failure detection" },
+	{ "store", 0, 0, 0, 0, "the state that lets a restarted scheduler resume its jobs" },
 	{ "limits", 0, 0, 0, 0, "bounds on what a peer may send" },
 };
 
@@ -41,6 +42,11 @@ static const struct dml_conf_option options[] = {
 	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
 	{ "sched", "metrics_port_file", DML_CONF_STRING, S(metrics_port_file), "", 0, 0, NULL,
 	  NULL, "write the metrics port here once serving (empty: don't)" },
+
+	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
+	  "directory of the LMDB state (nodes, jobs, maps, assignments); empty: none" },
+	{ "store", "map_size", DML_CONF_SIZE, S(store_map_size), "64M", 1048576.0, 1e12, NULL,
+	  NULL, "the most the state may grow to" },
 
 	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 1024, 16777216.0, NULL, NULL,
 	  "largest frame metadata accepted or sent (node and job lists must fit)" },

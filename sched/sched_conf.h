@@ -23,6 +23,9 @@ struct dml_sched_conf {
 	uint32_t dead_after_ms;
 	char *metrics_listen;      /* "" = no metrics endpoint */
 	char *metrics_port_file;
+	/* [store] */
+	char *store_path;          /* "" = keep no state */
+	uint64_t store_map_size;
 	/* [limits] */
 	uint64_t max_meta;
 	uint32_t max_connections;

@@ -56,6 +56,13 @@ struct sched_node_event {
 	char reason[DML_NODE_REASON_MAX + 1];
 };
 
+/* What of a job its saved record reflects (sched_state.c). */
+struct sched_job_mark {
+	Dml__JobState state;
+	uint64_t assignment, map, installed;
+	size_t events;
+};
+
 /* The scheduler's side of one job of the job table. */
 struct sched_job {
 	uint32_t id;
@@ -65,6 +72,9 @@ struct sched_job {
 	Dml__JobState logged_state; /* what the log last said */
 	char logged_reason[DML_JOB_REASON_MAX + 1];
 	size_t logged_events;
+	struct sched_job_mark saved; /* what the state store has */
+	uint64_t saved_ms;
+	int figures_dirty;         /* reports came in since it was saved */
 };
 
 /* One server of the active job's newest map and its installation. */
@@ -127,12 +137,23 @@ struct dml_sched {
 	struct sched_stats st;
 	struct dml_metrics *metrics;
 	struct sched_role_arg role_args[3];
+	/* state store (sched_state.c) */
+	struct dml_store *state;   /* NULL: none ([store] path empty) */
+	struct event *state_ev;    /* commits what this turn of the loop staged */
+	int state_failed;
 };
 
 /* ---- sched.c -------------------------------------------------------------- */
 
 /** Monotonic milliseconds, the clock of the node and job tables. */
 uint64_t dml_sched_now_ms(void);
+
+/**
+ * The node as NODES_REPLY lists it (last_heartbeat_ms as an age at now);
+ * info and p borrow n's strings.
+ */
+void dml_sched_node_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
+			 Dml__Profile *p);
 
 /** The session that owns the registered node (role, node_id), or NULL. */
 struct session *dml_sched_owner(struct dml_sched *s, uint32_t role, uint32_t node_id);
@@ -180,6 +201,33 @@ void dml_sched_handle_reply(struct session *ss, const Dml__Meta *m);
 
 /** The job the scheduler side keeps for id, or NULL. */
 struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id);
+
+/** A new, zeroed entry for job id (ids come in increasing order). */
+struct sched_job *dml_sched_job_add(struct dml_sched *s, uint32_t id);
+
+/* ---- sched_state.c ------------------------------------------------------ */
+
+/**
+ * Open the [store] and take back the nodes and jobs it holds (before the
+ * scheduler listens). 0; DML_ECONF, DML_EIO (logged, with the file and the
+ * record); 0 with a warning when no path is set.
+ */
+int dml_sched_state_open(struct dml_sched *s);
+
+/** Commit what is staged and close the store. */
+void dml_sched_state_close(struct dml_sched *s);
+
+/** Save a node (it registered or died) with this turn's commit. */
+void dml_sched_state_node(struct dml_sched *s, const struct dml_node *n);
+
+/** Save the jobs that changed, and the figures of those due. */
+void dml_sched_state_jobs(struct dml_sched *s, uint64_t now);
+
+/** A job's figures changed (a PROGRESS report). */
+void dml_sched_state_figures(struct dml_sched *s, uint32_t job);
+
+/** 1 once a commit failed (the scheduler stops; exit status 1). */
+int dml_sched_state_failed(const struct dml_sched *s);
 
 /* ---- sched_metrics.c ---------------------------------------------------- */
 

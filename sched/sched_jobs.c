@@ -117,6 +117,20 @@ struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id)
 	return NULL;
 }
 
+struct sched_job *dml_sched_job_add(struct dml_sched *s, uint32_t id)
+{
+	struct sched_job *xj;
+
+	if (s->nxjobs == s->capxjobs) {
+		s->capxjobs = s->capxjobs ? 2 * s->capxjobs : 16;
+		s->xjobs = dml_xrealloc(s->xjobs, s->capxjobs * sizeof(*s->xjobs));
+	}
+	xj = &s->xjobs[s->nxjobs++];
+	memset(xj, 0, sizeof(*xj));
+	xj->id = id;
+	return xj;
+}
+
 static struct dml_job *active_job(struct dml_sched *s)
 {
 	return s->act.job ? dml_jobs_find(s->jobs, s->act.job) : NULL;
@@ -604,20 +618,12 @@ static void active_sync(struct dml_sched *s, struct dml_job *job, uint64_t now)
 	}
 }
 
-/*
- * Bring everything in line with the tables: log what changed, end the active
- * job when it finished, start the next one, send what the workers and
- * servers of the active job must hear. touched (may be NULL) is a job a
- * request just changed, to log.
- */
-static void jobs_sync(struct dml_sched *s, const struct dml_job *touched, uint64_t now)
+/* End the active job when it finished, start the next one, send what the
+ * workers and servers of the active job must hear. */
+static void jobs_advance(struct dml_sched *s, uint64_t now)
 {
 	struct dml_job *job;
 
-	if (s->peers.stopping)
-		return;
-	if (touched)
-		job_note(s, touched);
 	for (;;) {
 		job = active_job(s);
 		if (job && dml_job_finished(job)) {
@@ -634,6 +640,21 @@ static void jobs_sync(struct dml_sched *s, const struct dml_job *touched, uint64
 		if (!start_next(s, now))
 			return;
 	}
+}
+
+/*
+ * Bring everything in line with the tables: log what changed, advance the
+ * jobs, and save what changed (committed before the frames queued here
+ * leave). touched (may be NULL) is a job a request just changed, to log.
+ */
+static void jobs_sync(struct dml_sched *s, const struct dml_job *touched, uint64_t now)
+{
+	if (s->peers.stopping)
+		return;
+	if (touched)
+		job_note(s, touched);
+	jobs_advance(s, now);
+	dml_sched_state_jobs(s, now);
 }
 
 /* ---- node events ---------------------------------------------------------- */
@@ -775,13 +796,7 @@ void dml_sched_handle_submit(struct session *ss, const Dml__Meta *m)
 		return;
 	}
 	job = dml_jobs_find(s->jobs, id);
-	if (s->nxjobs == s->capxjobs) {
-		s->capxjobs = s->capxjobs ? 2 * s->capxjobs : 16;
-		s->xjobs = dml_xrealloc(s->xjobs, s->capxjobs * sizeof(*s->xjobs));
-	}
-	xj = &s->xjobs[s->nxjobs++];
-	memset(xj, 0, sizeof(*xj));
-	xj->id = id;
+	xj = dml_sched_job_add(s, id);
 	/* The line below says it all: "submitted" is not repeated. */
 	xj->logged_state = job->state;
 	xj->logged_events = job->nevents;
@@ -934,6 +949,8 @@ void dml_sched_handle_progress(struct session *ss, const Dml__Meta *m)
 		return;
 	}
 	rc = dml_jobs_progress(job, ss->node_id, m->progress, now);
+	if (rc >= 0)
+		dml_sched_state_figures(s, id);
 	if (rc < 0)
 		dml_debug("worker %" PRIu32 ": progress for job %" PRIu32 " it is not "
 			  "part of: %s", ss->node_id, id, dml_strerror(rc));

@@ -165,6 +165,38 @@ int dml_mapplan_build(const Dml__JobSpec *spec, uint32_t job, uint64_t version,
 	return 0;
 }
 
+Dml__ShardMap *dml_mapplan_copy(const Dml__ShardMap *from)
+{
+	Dml__ShardMap *map = dml_xmalloc(sizeof(*map));
+
+	dml__shard_map__init(map);
+	map->job = from->job;
+	map->version = from->version;
+	map->run = from->run;
+	map->servers = dml_xcalloc(from->n_servers + 1, sizeof(*map->servers));
+	map->ranges = dml_xcalloc(from->n_ranges + 1, sizeof(*map->ranges));
+	for (size_t i = 0; i < from->n_servers; i++) {
+		Dml__ShardServer *s = dml_xmalloc(sizeof(*s));
+
+		dml__shard_server__init(s);
+		s->node_id = from->servers[i]->node_id;
+		s->address = dml_xstrdup(from->servers[i]->address ?
+					 from->servers[i]->address : "");
+		map->servers[map->n_servers++] = s;
+	}
+	for (size_t i = 0; i < from->n_ranges; i++) {
+		Dml__ShardRange *r = dml_xmalloc(sizeof(*r));
+
+		dml__shard_range__init(r);
+		r->table = from->ranges[i]->table;
+		r->begin = from->ranges[i]->begin;
+		r->end = from->ranges[i]->end;
+		r->server = from->ranges[i]->server;
+		map->ranges[map->n_ranges++] = r;
+	}
+	return map;
+}
+
 void dml_mapplan_free(Dml__ShardMap *map)
 {
 	if (!map)

@@ -53,6 +53,9 @@ int dml_mapplan_build(const Dml__JobSpec *spec, uint32_t job, uint64_t version,
 		      const struct dml_mapplan_server *servers, size_t nservers,
 		      Dml__ShardMap **out);
 
+/** A copy of any map (one unpacked included) to free with dml_mapplan_free(). */
+Dml__ShardMap *dml_mapplan_copy(const Dml__ShardMap *map);
+
 /** Free a map from dml_mapplan_build(); NULL is fine. Not for unpacked maps. */
 void dml_mapplan_free(Dml__ShardMap *map);
 

@@ -311,7 +311,7 @@ static int lock_owner(struct dml_store *s, char *err, size_t errlen)
 	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0)
 		return dml_fail(errno == EWOULDBLOCK ? DML_ECONF : DML_EIO, err, errlen,
 				"%s: %s", s->path, errno == EWOULDBLOCK ?
-				"in use by another process (another server with the same "
+				"in use by another process (another daemon with the same "
 				"[store] path?)" : strerror(errno));
 	return 0;
 }
@@ -336,12 +336,22 @@ static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *er
 	return rc ? store_lmdb_fail(s, rc, "", err, errlen) : 0;
 }
 
+static const char *kind_name(uint32_t kind)
+{
+	return kind == STORE_SERVER ? "a server's gradient log" :
+	       kind == STORE_SCHED ? "a scheduler's state" : "a store of an unknown kind";
+}
+
 static int meta_mismatch(const struct dml_store *s, const char *name, uint32_t have,
 			 uint32_t want, char *err, size_t errlen)
 {
 	if (!strcmp(name, "format"))
 		return dml_fail(DML_ECONF, err, errlen, "%s: store format %" PRIu32
 				", this build reads %" PRIu32, s->path, have, want);
+	if (!strcmp(name, "kind"))
+		return dml_fail(DML_ECONF, err, errlen, "%s: holds %s, not %s (another "
+				"daemon's data directory?)", s->path, kind_name(have),
+				kind_name(want));
 	return dml_fail(DML_ECONF, err, errlen, "%s: the store of server %" PRIu32
 			", this is server %" PRIu32 " (another server's data directory?)",
 			s->path, have, want);
@@ -395,20 +405,49 @@ static int find_next_lsn(struct dml_store *s, MDB_txn *txn, char *err, size_t er
 	return 0;
 }
 
+static int dbi_open(struct dml_store *s, MDB_txn *txn, const char *name, MDB_dbi *dbi,
+		    char *err, size_t errlen)
+{
+	int rc = mdb_dbi_open(txn, name, MDB_CREATE, dbi);
+
+	return rc ? store_lmdb_fail(s, rc, "open", err, errlen) : 0;
+}
+
+/*
+ * A store made before stores named their kind is a server's. The
+ * scheduler never takes one over: a server's has a "node" in its meta.
+ */
+static int kind_check(struct dml_store *s, MDB_txn *txn, char *err, size_t errlen)
+{
+	MDB_val k = { .mv_size = 4, .mv_data = (void *)"kind" }, v;
+	MDB_val nk = { .mv_size = 4, .mv_data = (void *)"node" };
+
+	if (mdb_get(txn, s->meta, &k, &v) == MDB_NOTFOUND &&
+	    mdb_get(txn, s->meta, &nk, &v) == 0 && s->kind != STORE_SERVER)
+		return meta_mismatch(s, "kind", STORE_SERVER, s->kind, err, errlen);
+	return meta_check(s, txn, "kind", s->kind, err, errlen);
+}
+
 static int dbs_check(struct dml_store *s, MDB_txn *txn, uint32_t node_id, char *err,
 		     size_t errlen)
 {
-	int rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta);
+	int rc = dbi_open(s, txn, "meta", &s->meta, err, errlen);
 
 	if (!rc)
-		rc = mdb_dbi_open(txn, "log", MDB_CREATE, &s->log);
+		rc = meta_check(s, txn, "format", DML_STORE_FORMAT, err, errlen);
 	if (!rc)
-		rc = mdb_dbi_open(txn, "dedupe", MDB_CREATE, &s->dedupe);
-	if (!rc)
-		rc = mdb_dbi_open(txn, "ckpt", MDB_CREATE, &s->ckpt);
+		rc = kind_check(s, txn, err, errlen);
 	if (rc)
-		return store_lmdb_fail(s, rc, "open", err, errlen);
-	rc = meta_check(s, txn, "format", DML_STORE_FORMAT, err, errlen);
+		return rc;
+	if (s->kind == STORE_SCHED) {
+		rc = dbi_open(s, txn, "jobs", &s->jobs, err, errlen);
+		return rc ? rc : dbi_open(s, txn, "nodes", &s->nodes, err, errlen);
+	}
+	rc = dbi_open(s, txn, "log", &s->log, err, errlen);
+	if (!rc)
+		rc = dbi_open(s, txn, "dedupe", &s->dedupe, err, errlen);
+	if (!rc)
+		rc = dbi_open(s, txn, "ckpt", &s->ckpt, err, errlen);
 	if (!rc)
 		rc = meta_check(s, txn, "node", node_id, err, errlen);
 	if (!rc)
@@ -436,6 +475,12 @@ static int dbs_open(struct dml_store *s, uint32_t node_id, char *err, size_t err
 int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t node_id,
 		   struct dml_store **out, char *err, size_t errlen)
 {
+	return store_open(path, map_size, nosync, STORE_SERVER, node_id, out, err, errlen);
+}
+
+int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind kind,
+	       uint32_t node_id, struct dml_store **out, char *err, size_t errlen)
+{
 	struct dml_store *s;
 	int rc;
 
@@ -452,6 +497,7 @@ int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t nod
 		return rc;
 	s = dml_xcalloc(1, sizeof(*s));
 	s->path = dml_xstrdup(path);
+	s->kind = kind;
 	s->lock_fd = -1;
 	rc = lock_owner(s, err, errlen);
 	if (!rc)
@@ -472,6 +518,8 @@ void dml_store_close(struct dml_store *s)
 		return;
 	if (s->ckpt_txn)
 		mdb_txn_abort(s->ckpt_txn);
+	if (s->txn)
+		mdb_txn_abort(s->txn);
 	if (s->env)
 		mdb_env_close(s->env);
 	if (s->lock_fd >= 0)

@@ -12,10 +12,19 @@
 
 #include "store.h"
 
+/* What a store holds, as its "meta" database says ("kind"). */
+enum store_kind {
+	STORE_SERVER = 1,          /* a server's gradient log and checkpoints */
+	STORE_SCHED = 2,           /* dml-sched's jobs and nodes (sched_store.h) */
+};
+
 struct dml_store {
 	char *path;
 	MDB_env *env;
-	MDB_dbi meta, log, dedupe, ckpt;
+	enum store_kind kind;
+	MDB_dbi meta, log, dedupe, ckpt; /* STORE_SERVER */
+	MDB_dbi jobs, nodes;       /* STORE_SCHED */
+	MDB_txn *txn;              /* STORE_SCHED: the changes not committed yet */
 	uint64_t next_lsn;         /* the key the next committed record gets */
 	/* The batch: encoded records end to end, offs[i] where record i starts. */
 	uint8_t *buf;
@@ -46,6 +55,14 @@ int store_lmdb_fail(const struct dml_store *s, int rc, const char *what, char *e
 
 /** A failed write transaction: a full map says how to fix it. */
 int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen);
+
+/**
+ * Open (making the directory if missing) the store of kind at path, and
+ * lock it for this process. node_id: the server's id (STORE_SERVER). See
+ * dml_store_open for the rest.
+ */
+int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind kind,
+	       uint32_t node_id, struct dml_store **out, char *err, size_t errlen);
 
 /** "meta"'s key of the checkpoint's map version (checkpoint.c). */
 extern const char store_ckpt_version_key[];

@@ -18,7 +18,9 @@
  *   - a server with a gradient log, SIGKILLed mid-job and restarted, replays
  *     its log (and loads its checkpoint) when its map comes again, and the
  *     job ends well: lsq near zero loss, softmax on Fashion-MNIST past its
- *     floor.
+ *     floor (there the scheduler is killed and restarted too);
+ *   - dml-sched SIGKILLed mid-job resumes it from its store, and a worker
+ *     that died meanwhile is lost after dead_after_ms.
  */
 #include <check.h>
 #include <math.h>
@@ -95,6 +97,43 @@ static int events_contain(const struct jval *job, const char *needle)
 		if (ev->items[i].type == J_STR && strstr(ev->items[i].str, needle))
 			return 1;
 	return 0;
+}
+
+/* SIGKILL worker id of c and reap it. */
+static void kill_worker(struct cluster *c, uint32_t id)
+{
+	int status;
+
+	kill(c->workers[id], SIGKILL);
+	ck_assert_int_eq(dml_test_proc_wait(c->env, c->workers[id], 5000, &status), 0);
+	c->workers[id] = 0;
+}
+
+/*
+ * The ended lsq job in doc lost worker 3 of 3 and went on without it: every
+ * one of its 24 partitions with workers 1 and 2, the event said, and its
+ * loss came down from the starting ||w_true||^2 to near zero (noise-free
+ * synthetic data).
+ */
+static void check_lost_worker_3(const struct jval *doc)
+{
+	const struct jval *w3 = job_worker(doc, 3);
+	double parts = 0;
+
+	ck_assert_ptr_nonnull(w3);
+	ck_assert_str_eq(jstr(w3, "state"), "dead");
+	ck_assert(jnum(w3, "partitions") == 0);
+	for (uint32_t id = 1; id <= 2; id++) {
+		const struct jval *wk = job_worker(doc, id);
+
+		ck_assert_ptr_nonnull(wk);
+		ck_assert(jnum(wk, "clock") >= 2000);
+		parts += jnum(wk, "partitions");
+	}
+	ck_assert(parts == 24);
+	ck_assert_msg(events_contain(doc, "worker 3 lost"), "no event for the lost worker");
+	ck_assert_msg(jnum(doc, "loss") >= 0 && jnum(doc, "loss") < 0.1, "loss %g",
+		      jnum(doc, "loss"));
 }
 
 static char *write_job(struct cluster *c, const char *name, const char *job_section)
@@ -214,11 +253,9 @@ START_TEST(test_job_survives_killed_worker)
 	struct cluster c;
 	struct jval doc, nodes;
 	static const char *const nodes_args[] = { "nodes", NULL };
-	const struct jval *w3, *wk;
 	char *job;
 	pid_t submit;
 	int status;
-	double parts = 0;
 
 	cluster_up(&c, 2, 3);
 	job = write_job(&c, "lsq.conf",
@@ -227,9 +264,7 @@ START_TEST(test_job_survives_killed_worker)
 			"dead_after_ms = 1000\nseed = 7\n");
 	submit = cluster_submit_wait(&c, job);
 	wait_job_clock(&c, "1", 100);
-	kill(c.workers[3], SIGKILL);
-	ck_assert_int_eq(dml_test_proc_wait(c.env, c.workers[3], 5000, &status), 0);
-	c.workers[3] = 0;
+	kill_worker(&c, 3);
 	ck_assert_int_eq(dml_test_proc_wait(c.env, submit, WAIT_MS, &status), 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "dmlctl submit --wait exited with %d", status);
@@ -238,22 +273,7 @@ START_TEST(test_job_survives_killed_worker)
 	ck_assert_str_eq(jstr(&doc, "state"), "done");
 	ck_assert_str_eq(jstr(&doc, "name"), "e2e-lsq");
 	ck_assert(jnum(&doc, "clock") >= 2000);
-	w3 = job_worker(&doc, 3);
-	ck_assert_ptr_nonnull(w3);
-	ck_assert_str_eq(jstr(w3, "state"), "dead");
-	ck_assert(jnum(w3, "partitions") == 0);
-	for (uint32_t id = 1; id <= 2; id++) {
-		wk = job_worker(&doc, id);
-		ck_assert_ptr_nonnull(wk);
-		ck_assert(jnum(wk, "clock") >= 2000);
-		parts += jnum(wk, "partitions");
-	}
-	ck_assert(parts == 24);
-	ck_assert_msg(events_contain(&doc, "worker 3 lost"), "no event for the lost worker");
-	/* Least squares on noise-free synthetic data: the loss has come down
-	 * from the starting ||w_true||^2 to near zero. */
-	ck_assert_msg(jnum(&doc, "loss") >= 0 && jnum(&doc, "loss") < 0.1, "loss %g",
-		      jnum(&doc, "loss"));
+	check_lost_worker_3(&doc);
 	json_free(&doc);
 
 	ck_assert_int_eq(cluster_dmlctl_json(&c, nodes_args, &nodes), 0);
@@ -415,6 +435,17 @@ static unsigned long long crash_and_recover(struct cluster *c, size_t idx,
 	return replayed;
 }
 
+/* SIGKILL the scheduler, start it again and wait until it resumed job 1. */
+static void scheduler_crash(struct cluster *c)
+{
+	static const char *const resumed[] = { "resumed 1 job: job 1 running", NULL };
+	size_t from = dml_test_server_log_size(c->sched);
+
+	dml_test_server_kill(c->sched);
+	ck_assert_int_eq(dml_test_server_restart(c->sched), 0);
+	ck_assert_int_ge(dml_test_server_log_wait(c->sched, from, resumed, WAIT_MS), 0);
+}
+
 /* Wait for `dmlctl submit --wait` and job 1's end: done, its status in doc. */
 static void job_done(struct cluster *c, pid_t submit, struct jval *doc)
 {
@@ -512,31 +543,79 @@ START_TEST(test_server_restarts_after_rows_moved)
 END_TEST
 
 /*
- * The same for softmax regression on Fashion-MNIST with checkpoints every
- * 256 KiB of log (every 8 pushes or so): the restarted server loads one and
- * replays the rest, and the job still passes its accuracy floor.
+ * A worker and then dml-sched SIGKILLed in the middle of a job (the worker
+ * dies before the scheduler can notice): restarted on its store, the scheduler resumes job 1 where it
+ * was (the same map and run, so the servers keep their tables and replay
+ * nothing), the worker that never registers again is lost after
+ * dead_after_ms and its partitions go to the others, and the job ends done.
  */
-START_TEST(test_fashion_mnist_survives_a_server_crash)
+START_TEST(test_scheduler_restarts_mid_job)
+{
+	struct cluster c;
+	struct jval doc;
+	char *job, *log;
+	pid_t submit;
+
+	cluster_up_conf(&c, 2, 3, "[store]\npath = @DIR@/store-@NODE@\n");
+	job = write_job(&c, "resume.conf",
+			"[job]\nname = e2e-resume\napp = lsq\ndata = synthetic\nstaleness = 1\n"
+			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\n"
+			"dead_after_ms = 1000\nseed = 5\n");
+	submit = cluster_submit_wait(&c, job);
+	wait_job_clock(&c, "1", 200);
+	kill_worker(&c, 3);
+	scheduler_crash(&c);
+	job_done(&c, submit, &doc);
+	check_lost_worker_3(&doc);
+	json_free(&doc);
+	for (size_t i = 0; i < c.nservers; i++) {
+		ck_assert_int_eq(dml_test_file_read(dml_test_server_log(c.servers[i]), &log), 0);
+		ck_assert_msg(!strstr(log, "recovered: replayed"), "server %zu installed the job "
+			      "afresh:\n%s", i + 1, log);
+		free(log);
+	}
+	printf("lsq, worker 3 and then the scheduler killed at clock 200 or later: job "
+	       "resumed and done\n");
+	free(job);
+	cluster_down(&c);
+}
+END_TEST
+
+/*
+ * Softmax regression on Fashion-MNIST with checkpoints every 256 KiB of log
+ * (every 8 pushes or so): server 2 is killed (the restarted server loads a
+ * checkpoint and replays the rest), later the scheduler (it resumes the job
+ * from its store), and the job still passes its accuracy floor.
+ */
+START_TEST(test_fashion_mnist_survives_server_and_scheduler_crashes)
 {
 	struct cluster c;
 	struct jval doc;
 	unsigned long long replayed, rows = 0;
 	char *job, *path;
+	pid_t submit;
 	double acc;
 
 	if (access(FASHION "train-images-idx3-ubyte.gz", R_OK) != 0) {
-		printf("SKIP: test_fashion_mnist_survives_a_server_crash: no Fashion-MNIST in "
-		       FASHION "\n");
+		printf("SKIP: test_fashion_mnist_survives_server_and_scheduler_crashes: no "
+		       "Fashion-MNIST in " FASHION "\n");
 		return;
 	}
 	cluster_up_conf(&c, 2, 3, "[store]\npath = @DIR@/store-@NODE@\ncheckpoint_log = 256K\n");
 	job = fashion_job("e2e-crash", 0, 2);
 	ck_assert_int_eq(dml_test_env_write(c.env, "crash.conf", job, 0644, &path), 0);
-	replayed = crash_mid_job(&c, 1, path, 150, &doc, &rows);
+	ck_assert_int_eq(dml_test_server_pin_port(c.servers[1]), 0);
+	submit = cluster_submit_wait(&c, path);
+	wait_job_clock(&c, "1", 150);
+	replayed = crash_and_recover(&c, 1, &rows);
+	wait_job_clock(&c, "1", 350);
+	scheduler_crash(&c);
+	job_done(&c, submit, &doc);
 	acc = jnum(&doc, "metric");
 	json_free(&doc);
-	printf("softmax, server 2 killed at clock 150 or later: a checkpoint of %llu rows and "
-	       "%llu pushes replayed, test accuracy %.4f\n", rows, replayed, acc);
+	printf("softmax, server 2 killed at clock 150 or later (a checkpoint of %llu rows and "
+	       "%llu pushes replayed), the scheduler at 350 or later: test accuracy %.4f\n",
+	       rows, replayed, acc);
 	ck_assert_msg(rows > 0, "no checkpoint loaded");
 	ck_assert_msg(acc >= 0.75, "softmax accuracy %.4f below the floor 0.75", acc);
 	free(path);
@@ -588,8 +667,9 @@ int main(void)
 		test_pause_resume_and_errors,
 		test_fashion_mnist_trains_to_its_floors,
 		test_sparse_apps_train,
+		test_scheduler_restarts_mid_job,
 		test_server_restarts_from_its_log,
-		test_fashion_mnist_survives_a_server_crash,
+		test_fashion_mnist_survives_server_and_scheduler_crashes,
 		test_server_restarts_after_rows_moved,
 	};
 

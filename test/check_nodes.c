@@ -323,6 +323,57 @@ START_TEST(registering_again_brings_a_node_back)
 }
 END_TEST
 
+/*
+ * Nodes a restarted scheduler knew: back without a connection and without
+ * a word to the callback; a live one must register within dead_after_ms
+ * or die, a dead one stays dead; one already there is refused.
+ */
+START_TEST(restored_nodes_register_again_or_die)
+{
+	struct recorder r;
+	struct dml_nodes *t = table(&r);
+	const struct dml_node *n;
+	struct reg g;
+
+	reg_init(&g, WORKER, 4, 44);
+	ck_assert_int_eq(dml_nodes_restore(t, &g.info, 1000), 0);
+	reg_init(&g, WORKER, 5, 55);
+	ck_assert_int_eq(dml_nodes_restore(t, &g.info, 1000), 0);
+	reg_init(&g, SERVER, 1, 11);
+	g.info.state = DEAD;
+	g.info.reason = "left";
+	ck_assert_int_eq(dml_nodes_restore(t, &g.info, 1000), 0);
+	ck_assert_int_eq(dml_nodes_restore(t, &g.info, 1000), DML_EINVAL);
+	ck_assert_uint_eq(r.n, 0);
+
+	n = dml_nodes_find(t, WORKER, 4);
+	ck_assert_int_eq(n->state, SUSPECT);
+	ck_assert_int_eq(n->connected, 0);
+	ck_assert_str_eq(n->reason, "not registered again since the scheduler restarted");
+	ck_assert_str_eq(n->address, "10.0.0.4:7001");
+	ck_assert_uint_eq(n->incarnation, 44);
+	ck_assert_int_eq(dml_nodes_heartbeat(t, WORKER, 4, 1100), DML_ESTATE);
+	n = dml_nodes_find(t, SERVER, 1);
+	ck_assert_int_eq(n->state, DEAD);
+	ck_assert_str_eq(n->reason, "left");
+
+	/* Worker 4 is back in time; worker 5 is not. */
+	register_at(t, WORKER, 4, 44, 1500);
+	ck_assert_int_eq(last(&r)->state, ALIVE);
+	ck_assert_str_eq(last(&r)->reason, "re-registered (reconnected)");
+	ck_assert_int_eq(dml_nodes_heartbeat(t, WORKER, 4, 1000 + DEAD_MS - 1), 0);
+	dml_nodes_tick(t, 1000 + DEAD_MS - 1, NULL);
+	ck_assert_int_eq(dml_nodes_find(t, WORKER, 5)->state, SUSPECT);
+	dml_nodes_tick(t, 1000 + DEAD_MS, NULL);
+	ck_assert_int_eq(dml_nodes_find(t, WORKER, 5)->state, DEAD);
+	ck_assert_uint_eq(last(&r)->node_id, 5);
+	ck_assert_int_eq(last(&r)->old, SUSPECT);
+	ck_assert_int_eq(dml_nodes_find(t, WORKER, 4)->state, ALIVE);
+	ck_assert_int_eq(dml_nodes_find(t, SERVER, 1)->state, DEAD);
+	dml_nodes_free(t);
+}
+END_TEST
+
 START_TEST(leaving_is_dead_at_once)
 {
 	struct recorder r;
@@ -607,6 +658,7 @@ static Suite *nodes_suite(void)
 	tcase_add_test(tc, bad_registrations_are_refused);
 	tcase_add_test(tc, edge_registrations_are_accepted);
 	tcase_add_test(tc, states_are_counted_and_named);
+	tcase_add_test(tc, restored_nodes_register_again_or_die);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -159,6 +159,7 @@ void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 		     const char *server_conf)
 {
 	struct dml_test_sched_conf sc = { 0 };
+	char *store;
 
 	memset(c, 0, sizeof(*c));
 	c->server_conf = server_conf;
@@ -166,7 +167,12 @@ void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 	sc.heartbeat_interval_ms = 100;
 	sc.suspect_after_ms = 400;
 	sc.dead_after_ms = 1000;
+	store = conf_fill("[store]\npath = @DIR@/sched-store\n", dml_test_env_dir(c->env), 0);
+	sc.extra = store;
 	ck_assert_int_eq(dml_test_sched_start(c->env, &sc, &c->sched), 0);
+	free(store);
+	/* A restarted scheduler is found where the nodes look for it. */
+	ck_assert_int_eq(dml_test_server_pin_port(c->sched), 0);
 	c->port = dml_test_server_port(c->sched);
 	while (c->nservers < nservers)
 		cluster_add_server(c);
@@ -219,9 +225,12 @@ int cluster_suite_run(const char *name, const TTest *const *tests, size_t n)
 	Suite *s = suite_create(name);
 	TCase *tc = tcase_create("cluster");
 
+	const char *only = getenv("DML_TEST_ONLY");
+
 	tcase_set_timeout(tc, CLUSTER_TEST_TIMEOUT_S);
 	for (size_t i = 0; i < n; i++)
-		tcase_add_test(tc, tests[i]);
+		if (!only || strcmp(only, tests[i]->name) == 0)
+			tcase_add_test(tc, tests[i]);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }

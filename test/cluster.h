@@ -42,8 +42,9 @@ struct cluster {
 void cluster_sleep_ms(int ms);
 
 /**
- * Start dml-sched (fast heartbeats: dead after 1 s), nservers servers and
- * workers 1..nworkers, and wait until every worker is alive.
+ * Start dml-sched (fast heartbeats: dead after 1 s; its state in a store,
+ * on a port pinned for restarts), nservers servers and workers
+ * 1..nworkers, and wait until every worker is alive.
  */
 void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers);
 
@@ -82,7 +83,8 @@ pid_t cluster_submit_wait(struct cluster *c, const char *path);
 
 /**
  * The main of a cluster test program: the n tests as suite `name`, one
- * test case "cluster" with CLUSTER_TEST_TIMEOUT_S, run by dml_check_run().
+ * test case "cluster" with CLUSTER_TEST_TIMEOUT_S, run by dml_check_run();
+ * DML_TEST_ONLY=test_name in the environment runs that test alone.
  * Returns the program's exit status.
  */
 int cluster_suite_run(const char *name, const TTest *const *tests, size_t n);

@@ -245,3 +245,12 @@ TESTS += test/check_store
 test_check_store_SOURCES = test/check_store.c test/tmpdir.c test/tmpdir.h
 test_check_store_CFLAGS = $(TEST_CFLAGS)
 test_check_store_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS)
+
+# dml-sched's store: round trips in key order, only commits survive, a full
+# map, and neither daemon opens the other's store.
+check_PROGRAMS += test/check_sched_store
+TESTS += test/check_sched_store
+test_check_sched_store_SOURCES = test/check_sched_store.c test/tmpdir.c test/tmpdir.h
+test_check_sched_store_CFLAGS = $(TEST_CFLAGS)
+test_check_sched_store_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) \
+	$(TEST_LIBS)
