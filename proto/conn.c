@@ -69,6 +69,7 @@ struct dml_conn {
 	int closing;
 	int close_err;
 	int read_paused;              /* backpressure */
+	int held;                     /* on_frame held the current frame */
 	int corked;                   /* replies to a batch of frames go out together */
 	uint64_t bytes_in, bytes_out;
 };
@@ -496,6 +497,14 @@ static int dispatch(struct dml_conn *c)
 	c->have_meta = 0;
 	if (c->state == DML_CONN_READY) {
 		rc = c->ops->on_frame(c, meta, c->dest, c->hdr.payload_len, c->arg);
+		if (rc == DML_CONN_HOLD) {
+			/* Kept whole, payload included, for dml_conn_release. */
+			c->meta = meta;
+			c->have_meta = 1;
+			c->held = 1;
+			bufferevent_disable(c->bev, EV_READ);
+			return rc;
+		}
 		dml_meta_free(meta);
 	} else {
 		rc = handle_handshake(c, meta, &kept);
@@ -608,7 +617,7 @@ static void direct_read_cb(evutil_socket_t fd, short what, void *arg)
 	event_del(c->direct_ev);
 	c->direct = 0;
 	set_lowat(c, 1);
-	if (!c->read_paused)
+	if (!c->read_paused && !c->held)
 		bufferevent_enable(c->bev, EV_READ);
 	process_input(c);
 }
@@ -635,7 +644,7 @@ static void process_frames(struct dml_conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	int frames = 0, rc;
 
-	while (!c->closing && !c->direct) {
+	while (!c->closing && !c->direct && !c->held) {
 		if (!c->have_meta) {
 			rc = read_head(c, in);
 			if (rc == 1)
@@ -669,6 +678,8 @@ static void process_frames(struct dml_conn *c)
 		}
 		bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
 		rc = dispatch(c);
+		if (rc == DML_CONN_HOLD)
+			return;
 		if (rc) {
 			fail(c, rc, 0);
 			return;
@@ -678,6 +689,23 @@ static void process_frames(struct dml_conn *c)
 			return;
 		}
 	}
+}
+
+void dml_conn_release(struct dml_conn *c)
+{
+	if (!c->held || c->closing)
+		return;
+	c->held = 0;
+	if (!c->read_paused)
+		bufferevent_enable(c->bev, EV_READ);
+	/* The held frame is dispatched again from the loop, not from here:
+	 * the caller may be in the middle of another frame's handler. */
+	event_active(c->resume_ev, EV_TIMEOUT, 0);
+}
+
+int dml_conn_held(const struct dml_conn *c)
+{
+	return c->held;
 }
 
 static void resume_cb(evutil_socket_t fd, short what, void *arg)
@@ -705,7 +733,7 @@ static void write_cb(struct bufferevent *bev, void *arg)
 	if (c->read_paused && pending <= c->conf.output_high_wm / 2) {
 		c->read_paused = 0;
 		bufferevent_setwatermark(bev, EV_WRITE, 0, 0);
-		if (!c->direct)
+		if (!c->direct && !c->held)
 			bufferevent_enable(bev, EV_READ);
 	}
 }

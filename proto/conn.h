@@ -66,7 +66,9 @@ struct dml_conn_ops {
 	/*
 	 * A complete, validated frame on a READY connection. payload is
 	 * contiguous and valid until the call returns. Return 0, or an error to
-	 * close the connection (it is logged with the peer's name).
+	 * close the connection (it is logged with the peer's name), or
+	 * DML_CONN_HOLD: the frame is kept and nothing more is read from the
+	 * peer until dml_conn_release(), which hands the same frame again.
 	 */
 	int (*on_frame)(struct dml_conn *c, const Dml__Meta *meta, const uint8_t *payload,
 			size_t len, void *arg);
@@ -88,6 +90,9 @@ struct dml_conn_conf {
 	uint32_t handshake_timeout_ms;
 	size_t output_high_wm;      /* stop reading the peer above this much queued */
 };
+
+/* on_frame's answer for a frame it cannot take yet (see on_frame). */
+#define DML_CONN_HOLD 1
 
 /** Sensible defaults: frame limits, 5 s handshake, 64 MiB output watermark. */
 void dml_conn_conf_default(struct dml_conn_conf *conf);
@@ -140,6 +145,15 @@ int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
  * on_close(err). Safe to call from any callback, more than once.
  */
 void dml_conn_close(struct dml_conn *c, int err);
+
+/**
+ * Hand the frame on_frame held to on_frame again (from the loop, soon) and
+ * read on. Nothing for a connection that holds nothing or is closing.
+ */
+void dml_conn_release(struct dml_conn *c);
+
+/** 1 while on_frame holds a frame of c. */
+int dml_conn_held(const struct dml_conn *c);
 
 /** Close immediately without flushing (shutdown paths); on_close still runs. */
 void dml_conn_abort(struct dml_conn *c, int err);

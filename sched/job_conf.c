@@ -74,6 +74,8 @@ struct job_file {
 	uint32_t dim, eval_every, dead_after_ms;
 	double min_rate;
 	uint64_t seed;
+	uint64_t checkpoint_every;
+	uint32_t checkpoint_keep;
 	struct job_file_table *tables;
 	size_t ntables;
 };
@@ -367,6 +369,10 @@ static const struct dml_conf_option job_options[] = {
 	  "reserved: examples/s below which a worker counts as stalled" },
 	{ "job", "seed", DML_CONF_U64, J(seed), "1", 0, 0, NULL, NULL,
 	  "data shuffling and synthetic data" },
+	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
+	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
+	{ "job", "checkpoint_keep", DML_CONF_U32, J(checkpoint_keep), "3", 1, 1000, NULL, NULL,
+	  "job-wide checkpoints kept, the newest" },
 
 	{ "table", "id", DML_CONF_U32, T(id), NULL, 0, MAX_U32, NULL, NULL, "table id" },
 	{ "table", "kind", DML_CONF_ENUM, T(kind), "dense", 0, 0, dml_table_kind_names, NULL,
@@ -469,6 +475,8 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->examples = f->examples;
 	s->users = f->users;
 	s->items = f->items;
+	s->checkpoint_every = f->checkpoint_every;
+	s->checkpoint_keep = f->checkpoint_keep;
 	s->dim = f->dim;
 	s->hidden = f->hidden;
 	s->eval_every = f->eval_every;

@@ -322,6 +322,7 @@ int dml_jobs_new(struct dml_jobs **out)
 static void job_free(struct job_impl *ji)
 {
 	dml_job_spec_free(ji->job.spec);
+	free(ji->job.ckpts);
 	free(ji->job.owner);
 	free(ji->job.workers);
 	free(ji->priv);
@@ -898,6 +899,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 {
 	Dml__JobStatus st = DML__JOB_STATUS__INIT, *out;
 	Dml__WorkerStatus *ws, **wp;
+	Dml__Checkpoint *ck, **ckp;
 	char *events[DML_JOB_EVENTS];
 	size_t nev, len;
 	uint8_t *buf;
@@ -947,6 +949,17 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 		events[k] = (char *)job->events[(job->nevents - nev + k) % DML_JOB_EVENTS];
 	st.n_events = nev;
 	st.events = events;
+	ck = dml_xcalloc(job->nckpts + 1, sizeof(*ck));
+	ckp = dml_xcalloc(job->nckpts + 1, sizeof(*ckp));
+	for (size_t i = 0; i < job->nckpts; i++) {
+		dml__checkpoint__init(&ck[i]);
+		ck[i].clock = job->ckpts[i].clock;
+		ck[i].age_ms = since(now, job->ckpts[i].done_ms);
+		ck[i].bytes = job->ckpts[i].bytes;
+		ckp[i] = &ck[i];
+	}
+	st.n_checkpoints = job->nckpts;
+	st.checkpoints = ckp;
 	/* one tree the caller frees with one call: encode the borrowed view,
 	 * decode it into fresh memory */
 	len = dml__job_status__get_packed_size(&st);
@@ -956,6 +969,8 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	free(buf);
 	free(ws);
 	free(wp);
+	free(ck);
+	free(ckp);
 	if (!out)
 		abort();   /* our own encoding: only memory can fail, fatal as in util.h */
 	return out;
@@ -965,6 +980,60 @@ void dml_job_status_free(Dml__JobStatus *st)
 {
 	if (st)
 		dml__job_status__free_unpacked(st, NULL);
+}
+
+/* ---- checkpoints --------------------------------------------------------- */
+
+uint32_t dml_job_checkpoint_keep(const struct dml_job *job)
+{
+	return job->spec->checkpoint_keep ? job->spec->checkpoint_keep
+					  : DML_JOB_CHECKPOINT_KEEP;
+}
+
+static void checkpoint_add(struct dml_job *job, uint64_t clock, uint64_t bytes,
+			   uint64_t done_ms)
+{
+	job->ckpts = dml_xrealloc(job->ckpts, (job->nckpts + 1) * sizeof(*job->ckpts));
+	job->ckpts[job->nckpts++] = (struct dml_job_checkpoint){ clock, done_ms, bytes };
+}
+
+void dml_jobs_checkpoint_done(struct dml_job *job, uint64_t clock, uint64_t bytes,
+			      uint64_t now)
+{
+	size_t keep = dml_job_checkpoint_keep(job), drop;
+
+	for (size_t i = 0; i < job->nckpts; i++)
+		if (job->ckpts[i].clock == clock)
+			return;
+	checkpoint_add(job, clock, bytes, now);
+	job_event(job, "checkpoint at clock %" PRIu64 " (%.1f MB)", clock, (double)bytes / 1e6);
+	if (job->nckpts <= keep)
+		return;
+	drop = job->nckpts - keep;
+	memmove(job->ckpts, job->ckpts + drop, keep * sizeof(*job->ckpts));
+	job->nckpts = keep;
+}
+
+int dml_jobs_checkpoint_drop(struct dml_job *job, uint64_t clock)
+{
+	for (size_t i = 0; i < job->nckpts; i++) {
+		if (job->ckpts[i].clock != clock)
+			continue;
+		memmove(job->ckpts + i, job->ckpts + i + 1,
+			(job->nckpts - i - 1) * sizeof(*job->ckpts));
+		job->nckpts--;
+		job_event(job, "checkpoint at clock %" PRIu64 " deleted", clock);
+		return 0;
+	}
+	return DML_ENOTFOUND;
+}
+
+void dml_jobs_checkpoints_clear(struct dml_job *job, uint32_t next)
+{
+	if (!job->nckpts)
+		return;
+	job->nckpts = 0;
+	job_event(job, "checkpoints deleted: job %" PRIu32 " started on its servers", next);
 }
 
 /* ---- saving and restoring ------------------------------------------------ */
@@ -1132,6 +1201,9 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 	job->has_metric = st->has_metric;
 	for (size_t k = 0; k < st->n_events; k++)
 		job_event(job, "%s", st->events[k] ? st->events[k] : "");
+	for (size_t k = 0; k < st->n_checkpoints; k++)
+		checkpoint_add(job, st->checkpoints[k]->clock, st->checkpoints[k]->bytes,
+			       since(now, st->checkpoints[k]->age_ms));
 	if (jobs->n == jobs->cap) {
 		jobs->cap = jobs->cap ? 2 * jobs->cap : 16;
 		jobs->v = dml_xrealloc(jobs->v, jobs->cap * sizeof(*jobs->v));

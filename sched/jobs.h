@@ -38,6 +38,7 @@
 #define DML_JOB_REASON_MAX 191
 #define DML_JOB_EVENTS 16          /* newest events kept per job */
 #define DML_JOB_PARTS_PER_WORKER 8 /* partitions per worker when the spec says 0 */
+#define DML_JOB_CHECKPOINT_KEEP 3  /* checkpoints kept when the spec says 0 */
 
 /** A registered, alive worker that could run a job. */
 struct dml_job_candidate {
@@ -60,6 +61,13 @@ struct dml_job_worker {
 	char reason[DML_JOB_REASON_MAX + 1]; /* why it last gained or lost work */
 };
 
+/** A complete job-wide checkpoint (dml.proto's Checkpoint). */
+struct dml_job_checkpoint {
+	uint64_t clock;
+	uint64_t done_ms;
+	uint64_t bytes;
+};
+
 /** One job. Read-only outside jobs.c. */
 struct dml_job {
 	uint32_t id;               /* 1, 2, ... in submission order */
@@ -79,6 +87,8 @@ struct dml_job {
 	int has_metric;
 	char events[DML_JOB_EVENTS][DML_JOB_REASON_MAX + 1]; /* ring */
 	size_t nevents;            /* events ever recorded */
+	struct dml_job_checkpoint *ckpts; /* complete checkpoints, oldest first */
+	size_t nckpts;
 };
 
 struct dml_jobs;
@@ -158,6 +168,24 @@ void dml_jobs_fail(struct dml_job *job, const char *reason, uint64_t now);
 
 /** Set a PENDING job's reason ("installing tables on 2 servers"). */
 void dml_jobs_set_reason(struct dml_job *job, const char *reason, uint64_t now);
+
+/**
+ * A job-wide checkpoint at clock is complete (bytes of rows on all
+ * servers): listed, newest last; the oldest beyond the spec's
+ * checkpoint_keep are forgotten (the servers drop theirs themselves), and
+ * an event says so. A clock already listed is not listed twice.
+ */
+void dml_jobs_checkpoint_done(struct dml_job *job, uint64_t clock, uint64_t bytes,
+			      uint64_t now);
+
+/** Forget the checkpoint at clock: 0, or DML_ENOTFOUND. */
+int dml_jobs_checkpoint_drop(struct dml_job *job, uint64_t clock);
+
+/** Forget every checkpoint: job next started on the servers, which dropped them. */
+void dml_jobs_checkpoints_clear(struct dml_job *job, uint32_t next);
+
+/** How many checkpoints the job keeps (its spec's checkpoint_keep, or the default). */
+uint32_t dml_job_checkpoint_keep(const struct dml_job *job);
 
 /** The worker entry for a node id, or NULL. */
 struct dml_job_worker *dml_job_worker(struct dml_job *job, uint32_t node_id);

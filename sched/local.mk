@@ -13,7 +13,7 @@ EXTRA_DIST += conf/jobs/lsq.conf
 
 bin_PROGRAMS += sched/dml-sched
 sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c \
-	sched/sched_jobs.c sched/sched_metrics.c sched/sched_state.c sched/jobs.c
+	sched/sched_jobs.c sched/sched_metrics.c sched/sched_state.c sched/sched_ckpt.c sched/jobs.c
 sched_dml_sched_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
 	store/libdmlstorelog.la \
 	proto/libdmldaemon.la proto/libdmlproto.la

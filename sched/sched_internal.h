@@ -83,6 +83,24 @@ struct sched_map_server {
 	uint64_t request_id;       /* of the SHARDMAP last sent, 0: none sent */
 	uint64_t sent_version;     /* version that request carried */
 	uint64_t acked_version;    /* newest version it acknowledged, 0: none */
+	uint64_t ckpt_request;     /* CHECKPOINT of the round awaiting its answer */
+	uint64_t ckpt_clock;       /* its answer: the clock (prepare) ... */
+	uint64_t ckpt_bytes;       /* ... and the bytes written (cut) */
+};
+
+/* A job-wide checkpoint being taken (sched_ckpt.c). */
+enum sched_ckpt_phase {
+	CKPT_IDLE,
+	CKPT_PREPARING,            /* asked every server for its lowest cut */
+	CKPT_CUTTING,              /* asked every server to cut at clock */
+};
+
+struct sched_ckpt {
+	enum sched_ckpt_phase phase;
+	uint64_t clock;            /* CUTTING: where */
+	uint64_t started_ms, failed_ms;
+	unsigned failures;         /* rounds failed in a row */
+	char failed[DML_JOB_REASON_MAX + 1]; /* why the last round failed, or "" */
 };
 
 /* The RUNNING or PAUSED job: where its tables stand and what its workers got. */
@@ -98,6 +116,7 @@ struct sched_active {
 	Dml__JobState sent_state;  /* what the last ASSIGN round said */
 	uint64_t sent_version;
 	char reason[DML_JOB_REASON_MAX + 1]; /* "installing tables ..." or "" */
+	struct sched_ckpt ckpt;
 };
 
 /* A server that refused a shard map: left out of maps until it restarts. */
@@ -204,6 +223,34 @@ struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id);
 
 /** A new, zeroed entry for job id (ids come in increasing order). */
 struct sched_job *dml_sched_job_add(struct dml_sched *s, uint32_t id);
+
+/* ---- sched_ckpt.c: job-wide checkpoints -------------------------------- */
+
+/**
+ * Take a checkpoint of the active job now (why: "operator", "every 100
+ * clocks"). 0, or DML_ESTATE with err saying why not (no map installed, a
+ * server not registered, one being taken).
+ */
+int dml_sched_ckpt_start(struct dml_sched *s, struct dml_job *job, const char *why,
+			 uint64_t now, char *err, size_t errlen);
+
+/** Delete the active job's checkpoint at clock on its servers. 0 or an error (err). */
+int dml_sched_ckpt_drop(struct dml_sched *s, struct dml_job *job, uint64_t clock,
+			uint64_t now, char *err, size_t errlen);
+
+/** A server's answer: 1 when it answered the round's CHECKPOINT. */
+int dml_sched_ckpt_reply(struct dml_sched *s, struct sched_map_server *ms,
+			 const Dml__Meta *m, uint64_t now);
+
+/** Every sync of the active job: checkpoints due, rounds that take too long. */
+void dml_sched_ckpt_tick(struct dml_sched *s, struct dml_job *job, uint64_t now);
+
+/** The round cannot go on (the map changed, the job ended): say why. */
+void dml_sched_ckpt_abandon(struct dml_sched *s, struct dml_job *job, const char *why,
+			    uint64_t now);
+
+/** What JobStatus.checkpoint_state says of the active job ("" when idle). */
+const char *dml_sched_ckpt_state(struct dml_sched *s, char *buf, size_t len);
 
 /* ---- sched_state.c ------------------------------------------------------ */
 

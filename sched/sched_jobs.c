@@ -468,6 +468,7 @@ static void map_replan(struct dml_sched *s, struct dml_job *job, const char *why
 			 xj->map->version + 1, dml_strerror(rc));
 		return;
 	}
+	dml_sched_ckpt_abandon(s, job, "the shard map changed", now);
 	map_set(s, xj, map, now);
 	map_send_all(s, job, xj, why, now);
 }
@@ -576,6 +577,9 @@ static int start_next(struct dml_sched *s, uint64_t now)
 	memset(&s->act, 0, sizeof(s->act));
 	s->act.job = job->id;
 	s->act.first_request = s->next_request;
+	/* A new run empties every server's store, checkpoints included. */
+	for (size_t i = 0; i < dml_jobs_count(s->jobs); i++)
+		dml_jobs_checkpoints_clear(dml_jobs_at(s->jobs, i), job->id);
 	map_set(s, xj, map, now);
 	install_reason(s, xj, now);
 	job_note(s, job);
@@ -587,6 +591,7 @@ static int start_next(struct dml_sched *s, uint64_t now)
  * job may start. */
 static void job_end(struct dml_sched *s, struct dml_job *job, uint64_t now)
 {
+	dml_sched_ckpt_abandon(s, job, "the job ended", now);
 	job_note(s, job);
 	assign_all(s, job, 1, now);
 	free(s->act.servers);
@@ -616,6 +621,7 @@ static void active_sync(struct dml_sched *s, struct dml_job *job, uint64_t now)
 		a->sent_version = job->assignment_version;
 		assign_all(s, job, 0, now);
 	}
+	dml_sched_ckpt_tick(s, job, now);
 }
 
 /* End the active job when it finished, start the next one, send what the
@@ -691,6 +697,11 @@ static void server_registered(struct dml_sched *s, const struct dml_node *n, uin
 		return;
 	was = map_server(xj->map, n->node_id);
 	ms = act_server(s, n->node_id);
+	/* Its answer to the round, if any, went down with the old link. */
+	if (ms && ms->ckpt_request) {
+		snprintf(why, sizeof(why), "server %" PRIu32 " registered again", n->node_id);
+		dml_sched_ckpt_abandon(s, job, why, now);
+	}
 	if (was && ms && (!n->address[0] || strcmp(was->address, n->address) == 0)) {
 		/* It must confirm again that it holds the map. */
 		ms->acked_version = 0;
@@ -820,8 +831,11 @@ static Dml__JobStatus *status_build(struct dml_sched *s, struct dml_job *job, ui
 {
 	Dml__JobStatus *st = dml_job_status(job, now);
 	const struct sched_job *xj = dml_sched_job(s, job->id);
+	char ckpt[DML_JOB_REASON_MAX + 64];
 
 	st->shard_map_version = xj && xj->map ? xj->map->version : 0;
+	if (s->act.job == job->id && dml_sched_ckpt_state(s, ckpt, sizeof(ckpt))[0])
+		st->checkpoint_state = dml_xstrdup(ckpt);
 	*reason = st->reason;
 	st->reason = (char *)job_reason(s, job);
 	for (size_t i = 0; i < st->n_workers; i++) {
@@ -880,6 +894,30 @@ void dml_sched_handle_jobs(struct session *ss, const Dml__Meta *m)
 	free(reasons);
 }
 
+/* `dmlctl checkpoint JOB [delete CLOCK]`: started (or deleted), or why not. */
+static void checkpoint_control(struct session *ss, const Dml__Meta *m, uint64_t now)
+{
+	struct dml_sched *s = ss->sched;
+	struct dml_job *job = dml_jobs_find(s->jobs, m->job);
+	char err[DML_JOB_REASON_MAX + 1] = "";
+	int rc;
+
+	if (!job) {
+		dml_sched_reply_error(ss, m->request_id, DML_ENOTFOUND, "no job %" PRIu32, m->job);
+		return;
+	}
+	if (m->action == DML__JOB_ACTION__CHECKPOINT_NOW)
+		rc = dml_sched_ckpt_start(s, job, "operator", now, err, sizeof(err));
+	else
+		rc = dml_sched_ckpt_drop(s, job, m->clock, now, err, sizeof(err));
+	if (rc) {
+		dml_sched_reply_error(ss, m->request_id, rc, "%s", err);
+		return;
+	}
+	dml_sched_reply_plain(ss, DML__MSG_TYPE__ACK, m->request_id);
+	jobs_sync(s, job, now);
+}
+
 void dml_sched_handle_job_control(struct session *ss, const Dml__Meta *m)
 {
 	struct dml_sched *s = ss->sched;
@@ -889,6 +927,11 @@ void dml_sched_handle_job_control(struct session *ss, const Dml__Meta *m)
 
 	if (!control_only(ss, m))
 		return;
+	if (m->action == DML__JOB_ACTION__CHECKPOINT_NOW ||
+	    m->action == DML__JOB_ACTION__CHECKPOINT_DROP) {
+		checkpoint_control(ss, m, now);
+		return;
+	}
 	rc = dml_jobs_control(s->jobs, m->job, m->action, now, err, sizeof(err));
 	if (rc) {
 		dml_sched_reply_error(ss, m->request_id, rc, "%s", err);
@@ -1002,6 +1045,10 @@ void dml_sched_handle_reply(struct session *ss, const Dml__Meta *m)
 
 	if (ss->role == DML__ROLE__SERVER)
 		ms = act_server(s, ss->node_id);
+	if (ms && dml_sched_ckpt_reply(s, ms, m, now)) {
+		jobs_sync(s, NULL, now);
+		return;
+	}
 	if (ms && ms->request_id && ms->request_id == m->request_id) {
 		if (ack) {
 			ms->acked_version = ms->sent_version;

@@ -302,7 +302,7 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->peer.conn), dml_strerror(rc));
 }
 
-/* Answer every parked pull the clocks now allow. */
+/* Answer every parked pull the clocks now allow; a checkpoint may be due. */
 static void release_held(struct dml_server *s)
 {
 	struct held_pull **pp = &s->held;
@@ -322,6 +322,7 @@ static void release_held(struct dml_server *s)
 		free(h->keys);
 		free(h);
 	}
+	dml_server_cut_check(s);
 }
 
 /* Drop the parked pulls of ss (NULL: all), answering them with code unless 0. */
@@ -436,7 +437,8 @@ static int request_served(struct session *ss, const Dml__Meta *m, struct table_e
 	return 0;
 }
 
-static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
+/* 0, or DML_CONN_HOLD for a push that waits for a checkpoint. */
+static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
 {
 	struct dml_ssp_worker *w = session_worker(ss);
 	struct table_entry *te = request_table(ss, m);
@@ -444,22 +446,24 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	int rc;
 
 	if (!te)
-		return;
+		return 0;
 	if (ss->role == DML__ROLE__CONTROL || ss->role == DML__ROLE__SERVER) {
 		/* Control clients have no clock and no push sequence: a resend
 		 * could not be told from a new push, so they may only read. */
 		dml_server_reply_error(ss, m->request_id, DML_EROLE,
 				       "control clients and servers may not push");
-		return;
+		return 0;
 	}
 	if (w && m->seq != 0 && m->seq <= w->last_seq) {
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;
 		dml_server_store_duplicate(ss, m->request_id);
-		return;
+		return 0;
 	}
+	if (dml_server_cut_holds(ss, m))
+		return DML_CONN_HOLD;
 	if (!request_served(ss, m, te, keys))
-		return;
+		return 0;
 	if (m->dense)
 		rc = dml_table_push_range(te->table, m->key_begin, m->key_end,
 					  (const float *)payload);
@@ -469,12 +473,14 @@ static void handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *p
 	if (rc) {
 		dml_server_reply_error(ss, m->request_id, rc, "push to table %u: %s", m->table,
 				       dml_strerror(rc));
-		return;
+		return 0;
 	}
 	if (w && m->seq != 0)
 		w->last_seq = m->seq;
 	ss->srv->st.pushes++;
+	dml_server_cut_applied(ss->srv, m->clock);
 	dml_server_store_pushed(ss, m, payload, w ? w->id : ss->node_id, w ? w->incarnation : 0);
+	return 0;
 }
 
 /*
@@ -665,9 +671,10 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 
 	switch (m->type) {
 	case DML__MSG_TYPE__PUSH:
-		s->st.requests[REQ_PUSH]++;
 		t0 = dml_now_ns();
-		handle_push(ss, m, payload);
+		if (handle_push(ss, m, payload) == DML_CONN_HOLD)
+			return DML_CONN_HOLD;
+		s->st.requests[REQ_PUSH]++;
 		dml_histogram_observe_since(s->push_latency, t0);
 		return 0;
 	case DML__MSG_TYPE__PULL:
@@ -802,6 +809,7 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 	s->st.bytes_out += dml_conn_bytes_out(c);
 	drop_held(s, ss, 0, NULL);
 	dml_server_store_forget(s, ss);
+	dml_server_cut_forget(s, ss);
 	if (w)
 		dml_ssp_disconnect(&s->ssp, w, dml_now_ns());
 	dml_peers_remove(&s->peers, &ss->peer);
@@ -831,6 +839,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	struct dml_server *s = arg;
 
 	dml_server_job_tick(s);
+	dml_server_cut_tick(s);
 	if (dml_ssp_reap(&s->ssp, dml_now_ns(), (uint64_t)s->dead_after_ms * 1000000ull)) {
 		dml_info("a worker left the clock set; slowest clock is now %llu",
 			 (unsigned long long)dml_ssp_min_clock(&s->ssp));
@@ -940,6 +949,7 @@ void dml_server_free(struct dml_server *s)
 	if (s->tick)
 		event_free(s->tick);
 	dml_server_store_free(s);
+	dml_server_cut_free(s);
 	dml_server_tables_free(s);
 	free(s->winfo);
 	free(s->winfos);

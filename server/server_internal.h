@@ -8,6 +8,7 @@
 #ifndef DML_SERVER_INTERNAL_H
 #define DML_SERVER_INTERNAL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,7 @@
 
 struct dml_sched_link;
 struct mig_peer;
+struct server_cut;
 struct server_store;
 
 /* Half-open ranges of keys (dense tables) or key hashes (sparse tables). */
@@ -134,6 +136,7 @@ struct dml_server {
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 	struct server_store *store;   /* the gradient log, or NULL (server_store.c) */
 	int store_failed;             /* a commit failed: the loop was stopped */
+	struct server_cut *cut;       /* a job-wide checkpoint (server_cut.c) */
 };
 
 /* ---- server.c ---- */
@@ -267,5 +270,65 @@ void dml_server_sched_stop(struct dml_server *s);
 
 /** Free the registration; after the loop returned. */
 void dml_server_sched_free(struct dml_server *s);
+
+/**
+ * Answer the scheduler's request_id with ERROR code and the message, and
+ * log it as "WHAT refused: message" (what: "shard map", "checkpoint").
+ */
+void dml_server_sched_error(struct dml_server *s, uint64_t request_id, int code,
+			    const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+void dml_server_sched_verror(struct dml_server *s, uint64_t request_id, int code,
+			     const char *what, const char *fmt, va_list ap)
+	__attribute__((format(printf, 5, 0)));
+
+/* ---- server_store.c: job-wide checkpoints ---- */
+
+/** 1 when the server keeps a store that can take a checkpoint. */
+int dml_server_store_keeps(const struct dml_server *s);
+
+/**
+ * Commit the batch, then write every row held as a checkpoint listed under
+ * clock (the job's checkpoint_keep newest stay). 0 with its bytes, or an
+ * error (err).
+ */
+int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t *bytes,
+			      char *err, size_t errlen);
+
+/** Delete the checkpoint listed under clock. 0, DML_ENOTFOUND or DML_EIO (err). */
+int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, char *err,
+				   size_t errlen);
+
+/* ---- server_cut.c: job-wide checkpoints ---- */
+
+/** The scheduler's CHECKPOINT: prepare, cut or delete (answered). */
+void dml_server_cut_on_sched(struct dml_server *s, const Dml__Meta *m);
+
+/**
+ * 1 when a push must wait for the checkpoint being taken (its clock is at
+ * or past the cut): the caller returns DML_CONN_HOLD, and the connection
+ * is released, handing the push again, when it may go on.
+ */
+int dml_server_cut_holds(struct session *ss, const Dml__Meta *m);
+
+/** A push of clock was applied (or replayed). */
+void dml_server_cut_applied(struct dml_server *s, uint64_t clock);
+
+/** One past the highest clock of a push applied (0: none). */
+uint64_t dml_server_cut_next_clock(const struct dml_server *s);
+
+/** Another job: no checkpoint in progress, no clock applied yet. */
+void dml_server_cut_reset(struct dml_server *s);
+
+/** The clocks moved: write the checkpoint once every live worker reached it. */
+void dml_server_cut_check(struct dml_server *s);
+
+/** Every tick: drop a prepare the scheduler did not follow with a cut. */
+void dml_server_cut_tick(struct dml_server *s);
+
+/** The session is closing: it holds nothing any more. */
+void dml_server_cut_forget(struct dml_server *s, struct session *ss);
+
+void dml_server_cut_free(struct dml_server *s);
 
 #endif

@@ -388,21 +388,11 @@ static void sched_error(struct dml_server *s, uint64_t request_id, int code,
 static void sched_error(struct dml_server *s, uint64_t request_id, int code,
 			const char *fmt, ...)
 {
-	Dml__Meta m = DML__META__INIT;
-	Dml__Error e = DML__ERROR__INIT;
-	char msg[512];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	dml_server_sched_verror(s, request_id, code, "shard map", fmt, ap);
 	va_end(ap);
-	dml_err("shard map refused: %s", msg);
-	m.type = DML__MSG_TYPE__ERROR;
-	m.request_id = request_id;
-	e.code = code;
-	e.message = msg;
-	m.error = &e;
-	(void)dml_sched_link_send(s->sched, &m);
 }
 
 /* ---- parcels: rows on their way to another server ---------------------------- */
@@ -1213,6 +1203,7 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	s->job.remapping = 0;
 	s->job.ack_due = 0;
 	s->dead_after_ms = spec->dead_after_ms ? spec->dead_after_ms : s->conf->dead_after_ms;
+	dml_server_cut_reset(s);
 	/* The log first: the workers that join the clock set below get their
 	 * push sequences from it. */
 	if ((rc = dml_server_store_job(s, map, &recovered)) != 0) {
@@ -1256,6 +1247,10 @@ void dml_server_job_on_sched(struct dml_sched_link *l, const Dml__Meta *m, void 
 	char err[256] = "";
 	int rc;
 
+	if (m->type == DML__MSG_TYPE__CHECKPOINT) {
+		dml_server_cut_on_sched(s, m);
+		return;
+	}
 	if (m->type != DML__MSG_TYPE__SHARDMAP) {
 		dml_debug("scheduler: ignoring a %s frame", dml_msg_type_name((int)m->type));
 		return;

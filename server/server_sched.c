@@ -9,6 +9,7 @@
  * (the server serves standalone meanwhile and the link keeps retrying), or
  * advertise an address nobody else can dial.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +85,33 @@ int dml_server_sched_start(struct dml_server *s)
 		 c->scheduler, address, c->zone, profile.cores,
 		 (unsigned long long)(profile.memory_bytes >> 20));
 	return 0;
+}
+
+void dml_server_sched_verror(struct dml_server *s, uint64_t request_id, int code,
+			     const char *what, const char *fmt, va_list ap)
+{
+	Dml__Meta m = DML__META__INIT;
+	Dml__Error e = DML__ERROR__INIT;
+	char msg[512];
+
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	dml_err("%s refused: %s", what, msg);
+	m.type = DML__MSG_TYPE__ERROR;
+	m.request_id = request_id;
+	e.code = code;
+	e.message = msg;
+	m.error = &e;
+	(void)dml_sched_link_send(s->sched, &m);
+}
+
+void dml_server_sched_error(struct dml_server *s, uint64_t request_id, int code,
+			    const char *what, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	dml_server_sched_verror(s, request_id, code, what, fmt, ap);
+	va_end(ap);
 }
 
 void dml_server_sched_stop(struct dml_server *s)

@@ -158,19 +158,23 @@ static int checkpoint_sparse(struct dml_store *store, struct table_entry *te, ui
 }
 
 /*
- * Every row held, in one transaction that empties the log. The loop waits
- * while it is written; a failure leaves the previous checkpoint and the
- * whole log, so the server goes on (a full map stops it at its next commit).
+ * Every row held, in one transaction that empties the log; listed under
+ * clock (keeping keep) unless clock is 0. The loop waits while it is
+ * written; a failure leaves the previous checkpoint and the whole log, so
+ * the server goes on (a full map stops it at its next commit).
  */
-static void checkpoint_now(struct dml_server *s)
+static int checkpoint_write(struct dml_server *s, uint64_t clock, uint32_t keep,
+			    uint64_t *bytes, char *err, size_t errlen)
 {
 	struct server_store *st = s->store;
 	uint64_t t0 = dml_now_ns(), rows = 0;
 	size_t cap = 0;
 	float *buf = NULL;
-	char err[512] = "";
-	int rc = dml_store_checkpoint_begin(st->store, s->job.version, err, sizeof(err));
+	int rc = dml_store_checkpoint_begin(st->store, s->job.version,
+					    dml_server_cut_next_clock(s), err, errlen);
 
+	if (!rc && clock)
+		rc = dml_store_checkpoint_list_as(st->store, clock, keep);
 	for (size_t i = 0; i < s->ntables && !rc; i++) {
 		struct table_entry *te = &s->tables[i];
 		size_t need = CKPT_CHUNK_ROWS * dml_table_row_floats(te->table);
@@ -183,24 +187,62 @@ static void checkpoint_now(struct dml_server *s)
 		for (size_t j = 0; j < te->served.n && !rc; j++)
 			rc = te->info.dense ?
 			     checkpoint_dense(st->store, te, te->served.r[j].begin,
-					      te->served.r[j].end, buf, &rows, err, sizeof(err)) :
+					      te->served.r[j].end, buf, &rows, err, errlen) :
 			     checkpoint_sparse(st->store, te, te->served.r[j].begin,
-					       te->served.r[j].end, &rows, err, sizeof(err));
+					       te->served.r[j].end, &rows, err, errlen);
 	}
 	free(buf);
+	*bytes = dml_store_checkpoint_bytes(st->store);
 	if (!rc)
-		rc = dml_store_checkpoint_end(st->store, 1, err, sizeof(err));
+		rc = dml_store_checkpoint_end(st->store, 1, err, errlen);
 	else
 		dml_store_checkpoint_end(st->store, 0, NULL, 0);
-	if (rc) {
-		dml_warn("store %s: checkpoint failed (the previous one and the log stay): %s",
-			 s->conf->store_path, err);
-		return;
-	}
+	if (rc)
+		return rc;
 	dml_info("store %s: checkpoint of %" PRIu64 " rows (%.1f MB of log emptied) in %.1f "
 		 "ms", s->conf->store_path, rows, (double)st->logged / 1e6,
 		 (double)(dml_now_ns() - t0) / 1e6);
 	st->logged = 0;
+	return 0;
+}
+
+static void checkpoint_now(struct dml_server *s)
+{
+	char err[512] = "";
+	uint64_t bytes;
+
+	if (checkpoint_write(s, 0, 0, &bytes, err, sizeof(err)) != 0)
+		dml_warn("store %s: checkpoint failed (the previous one and the log stay): %s",
+			 s->conf->store_path, err);
+}
+
+int dml_server_store_keeps(const struct dml_server *s)
+{
+	return s->store && s->store->store && !s->store_failed;
+}
+
+int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t *bytes,
+			      char *err, size_t errlen)
+{
+	const Dml__JobSpec *spec = s->job.spec;
+	uint32_t keep = spec && spec->checkpoint_keep ? spec->checkpoint_keep : 3;
+
+	*bytes = 0;
+	if (!dml_server_store_keeps(s))
+		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
+	/* The rows hold pushes the batch has not logged yet. */
+	commit_now(s);
+	if (s->store_failed)
+		return dml_fail(DML_EIO, err, errlen, "the gradient log's commit failed");
+	return checkpoint_write(s, clock, keep, bytes, err, errlen);
+}
+
+int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, char *err,
+				   size_t errlen)
+{
+	if (!dml_server_store_keeps(s))
+		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
+	return dml_store_snapshot_drop(s->store->store, clock, err, errlen);
 }
 
 static void commit_cb(evutil_socket_t fd, short what, void *arg)
@@ -331,6 +373,8 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 	if (rc)
 		snprintf(rp->err, rp->errlen, "log record %" PRIu64 ": %s", rp->n,
 			 dml_strerror(rc));
+	else
+		dml_server_cut_applied(rp->s, r->clock);
 	return rc;
 }
 
@@ -389,6 +433,9 @@ static int recover(struct dml_server *s, const char *path)
 
 	rp.err = err;
 	rp.errlen = sizeof(err);
+	/* A checkpoint at the next job-wide cut must be above what the rows hold. */
+	if (dml_store_checkpoint_next_clock(st->store))
+		dml_server_cut_applied(s, dml_store_checkpoint_next_clock(st->store) - 1);
 	rc = dml_store_checkpoint_each(st->store, load_chunk, &rp, err, sizeof(err));
 	if (!rc)
 		rc = dml_store_replay(st->store, replay_one, &rp, err, sizeof(err));
@@ -398,9 +445,10 @@ static int recover(struct dml_server *s, const char *path)
 		dml_err("store %s: %s", path, err[0] ? err : dml_strerror(rc));
 		return rc;
 	}
-	dml_info("store %s: recovered: replayed %" PRIu64 " pushes after a checkpoint of %"
-		 PRIu64 " rows in %.1f ms (%" PRIu64 " of other jobs skipped), push sequences "
-		 "of %zu workers", path, rp.n - rp.skipped, rp.rows,
+	dml_info("store %s: recovered to clock %" PRIu64 ": replayed %" PRIu64 " pushes after "
+		 "a checkpoint of %" PRIu64 " rows in %.1f ms (%" PRIu64 " of other jobs "
+		 "skipped), push sequences of %zu workers", path, dml_server_cut_next_clock(s),
+		 rp.n - rp.skipped, rp.rows,
 		 (double)(dml_now_ns() - t0) / 1e6, rp.skipped, st->nseqs);
 	return 0;
 }

@@ -1,33 +1,182 @@
 /*
- * checkpoint.c - a store's checkpoint (see store.h): chunks of rows in the
- * "ckpt" database under 8-byte big-endian chunk numbers, written in one
- * write transaction that also empties the log.
+ * checkpoint.c - a store's checkpoints (see store.h): chunks of rows in the
+ * "ckpt" database under 16-byte big-endian keys (checkpoint id, chunk
+ * number), so one checkpoint's chunks lie together and a new one, with
+ * the highest id yet, is appended at the end. "meta" names the newest
+ * complete checkpoint ("ckpt_id", the one a restart loads), its map
+ * version and the clock past its pushes ("ckpt_next_clock"); "snaps"
+ * lists the ones kept under a clock (job-wide checkpoints) by 8-byte
+ * big-endian clock:
+ *
+ *	u64 id, u64 bytes, u64 map version, u64 unix ms written
  *
  * A chunk, little-endian:
  *
  *	u32 table, u8 dense, u64 begin, u64 n, u32 row_floats,
  *	u64 keys[n] (sparse only), f32 rows[n * row_floats]
  *
+ * A checkpoint is written in one write transaction that, at its end,
+ * empties the log, names it newest, lists it under its clock, and deletes
+ * what nothing needs any more: the previous newest when no clock lists it,
+ * and the listed ones past the newest keep.
+ *
  * Must never: leave a half-written checkpoint visible (it is one
- * transaction), trust a count read back before checking it against the
- * chunk's size, or hand out pointers into LMDB's map (chunks are copied
- * into the store's aligned scratch first).
+ * transaction), delete the chunks of the newest checkpoint (a restart
+ * needs them even when no clock lists it any more), trust a count read
+ * back before checking it against the chunk's size, or hand out pointers
+ * into LMDB's map (chunks are copied into the store's aligned scratch
+ * first).
  */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dml_error.h"
 #include "store_internal.h"
 #include "util.h"
 
 enum { CK_TABLE = 0, CK_DENSE = 4, CK_BEGIN = 5, CK_N = 13, CK_ROWF = 21, CK_HDR = 25 };
+enum { SN_ID = 0, SN_BYTES = 8, SN_VERSION = 16, SN_MS = 24, SN_SIZE = 32 };
 
 const char store_ckpt_version_key[] = "ckpt_version";
+const char store_ckpt_id_key[] = "ckpt_id";
+const char store_ckpt_next_clock_key[] = "ckpt_next_clock";
 
-int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, char *err,
-			       size_t errlen)
+/* ---- within a write transaction ------------------------------------------- */
+
+static int meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out)
 {
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
+	int rc = mdb_get(txn, s->meta, &k, &v);
+
+	*out = 0;
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (!rc && v.mv_size == 8)
+		*out = dml_load_le64(v.mv_data);
+	return rc;
+}
+
+static int meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t value)
+{
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
+	uint8_t b[8];
+	MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
+
+	store_put_le64(b, value);
+	return mdb_put(txn, s->meta, &k, &v, 0);
+}
+
+/* Delete every chunk of checkpoint id. */
+static int chunks_delete(struct dml_store *s, MDB_txn *txn, uint64_t id)
+{
+	uint8_t kb[16] = { 0 };
+	MDB_val k, v;
+	MDB_cursor *c = NULL;
+	int rc = mdb_cursor_open(txn, s->ckpt, &c);
+
+	store_put_be64(kb, id);
+	while (!rc) {
+		k = (MDB_val){ .mv_size = sizeof(kb), .mv_data = kb };
+		rc = mdb_cursor_get(c, &k, &v, MDB_SET_RANGE);
+		if (rc || k.mv_size != 16 || store_get_be64(k.mv_data) != id)
+			break;
+		rc = mdb_cursor_del(c, 0);
+	}
+	if (!rc || rc == MDB_NOTFOUND)
+		rc = 0;
+	if (c)
+		mdb_cursor_close(c);
+	return rc;
+}
+
+/* *listed: whether a clock lists checkpoint id. 0 or LMDB's error. */
+static int snap_lists(struct dml_store *s, MDB_txn *txn, uint64_t id, int *listed)
+{
+	MDB_cursor *c;
+	MDB_val k, v;
+	int rc = mdb_cursor_open(txn, s->snaps, &c);
+
+	*listed = 0;
+	if (rc)
+		return rc;
+	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && !*listed;
+	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
+		*listed = v.mv_size == SN_SIZE && dml_load_le64(v.mv_data) == id;
+	mdb_cursor_close(c);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* Delete checkpoint id unless it is the newest or a clock still lists it. */
+static int release(struct dml_store *s, MDB_txn *txn, uint64_t id, uint64_t newest)
+{
+	int listed, rc;
+
+	if (!id || id == newest)
+		return 0;
+	rc = snap_lists(s, txn, id, &listed);
+	return rc || listed ? rc : chunks_delete(s, txn, id);
+}
+
+/* Unlist the checkpoint of clock k (an entry of "snaps") and release it. */
+static int unlist(struct dml_store *s, MDB_txn *txn, MDB_val *k, uint64_t newest)
+{
+	MDB_val v;
+	uint64_t id;
+	int rc = mdb_get(txn, s->snaps, k, &v);
+
+	if (rc)
+		return rc;
+	id = v.mv_size == SN_SIZE ? dml_load_le64(v.mv_data) : 0;
+	rc = mdb_del(txn, s->snaps, k, NULL);
+	return rc ? rc : release(s, txn, id, newest);
+}
+
+/* List the checkpoint begun under its clock; unlist the oldest past keep. */
+static int list(struct dml_store *s, MDB_txn *txn, uint64_t id)
+{
+	uint8_t kb[8], vb[SN_SIZE];
+	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v;
+	MDB_stat st;
+	int rc;
+
+	store_put_be64(kb, s->ckpt_clock);
+	if (mdb_get(txn, s->snaps, &k, &v) == 0 && (rc = unlist(s, txn, &k, id)) != 0)
+		return rc;
+	store_put_le64(vb + SN_ID, id);
+	store_put_le64(vb + SN_BYTES, s->ckpt_bytes);
+	store_put_le64(vb + SN_VERSION, s->ckpt_version);
+	store_put_le64(vb + SN_MS, (uint64_t)time(NULL) * 1000);
+	v = (MDB_val){ .mv_size = sizeof(vb), .mv_data = vb };
+	rc = mdb_put(txn, s->snaps, &k, &v, 0);
+	while (!rc && !(rc = mdb_stat(txn, s->snaps, &st)) && st.ms_entries > s->ckpt_keep) {
+		MDB_cursor *c;
+		MDB_val first, fv;
+		uint8_t fb[8];
+
+		rc = mdb_cursor_open(txn, s->snaps, &c);
+		if (rc)
+			break;
+		rc = mdb_cursor_get(c, &first, &fv, MDB_FIRST);
+		if (!rc && first.mv_size == 8)
+			memcpy(fb, first.mv_data, 8);
+		mdb_cursor_close(c);
+		if (rc)
+			break;
+		first = (MDB_val){ .mv_size = sizeof(fb), .mv_data = fb };
+		rc = unlist(s, txn, &first, id);
+	}
+	return rc;
+}
+
+/* ---- writing --------------------------------------------------------------- */
+
+int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, uint64_t next_clock,
+			       char *err, size_t errlen)
+{
+	MDB_cursor *c = NULL;
+	MDB_val k, v;
 	int rc;
 
 	store_err_clear(err, errlen);
@@ -38,7 +187,14 @@ int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, char *err,
 				"not committed", s->path, s->n);
 	rc = mdb_txn_begin(s->env, NULL, 0, &s->ckpt_txn);
 	if (!rc)
-		rc = mdb_drop(s->ckpt_txn, s->ckpt, 0);
+		rc = mdb_cursor_open(s->ckpt_txn, s->ckpt, &c);
+	if (!rc) {
+		/* One past the highest id there: appends go at the end. */
+		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+		s->ckpt_id = !rc && k.mv_size == 16 ? store_get_be64(k.mv_data) + 1 : 1;
+		rc = rc == MDB_NOTFOUND ? 0 : rc;
+		mdb_cursor_close(c);
+	}
 	if (rc) {
 		if (s->ckpt_txn)
 			mdb_txn_abort(s->ckpt_txn);
@@ -46,13 +202,34 @@ int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, char *err,
 		return store_commit_fail(s, rc, err, errlen);
 	}
 	s->ckpt_chunks = 0;
+	s->ckpt_bytes = 0;
 	s->ckpt_version = version;
+	s->ckpt_next_clock = next_clock;
+	s->ckpt_clock = 0;
+	s->ckpt_keep = 0;
+	return 0;
+}
+
+int dml_store_checkpoint_list_as(struct dml_store *s, uint64_t clock, uint32_t keep)
+{
+	if (!s || !s->ckpt_txn || !clock || !keep)
+		return DML_EINVAL;
+	s->ckpt_clock = clock;
+	s->ckpt_keep = keep;
+	/* Listed at clock: it holds the pushes of every clock before. */
+	if (s->ckpt_next_clock < clock)
+		s->ckpt_next_clock = clock;
 	return 0;
 }
 
 uint64_t dml_store_checkpoint_version(struct dml_store *s)
 {
 	return store_meta_u64(s, store_ckpt_version_key);
+}
+
+uint64_t dml_store_checkpoint_next_clock(struct dml_store *s)
+{
+	return store_meta_u64(s, store_ckpt_next_clock_key);
 }
 
 /* Bytes of a chunk of n rows; 0 when it would not fit in a size_t. */
@@ -69,19 +246,21 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 			     size_t errlen)
 {
 	size_t bytes = r ? chunk_bytes(r->dense, r->n, r->row_floats) : 0;
-	uint8_t kb[8], *p;
+	uint8_t kb[16], *p;
 	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v = { .mv_size = bytes };
 	int rc;
 
 	store_err_clear(err, errlen);
 	if (!s || !s->ckpt_txn || !bytes || (!r->dense && r->n && !r->keys))
 		return DML_EINVAL;
-	store_put_be64(kb, ++s->ckpt_chunks);
+	store_put_be64(kb, s->ckpt_id);
+	store_put_be64(kb + 8, ++s->ckpt_chunks);
 	rc = mdb_put(s->ckpt_txn, s->ckpt, &k, &v, MDB_APPEND | MDB_RESERVE);
 	if (rc) {
 		dml_store_checkpoint_end(s, 0, NULL, 0);
 		return store_commit_fail(s, rc, err, errlen);
 	}
+	s->ckpt_bytes += bytes;
 	p = v.mv_data;
 	dml_store_le32(p + CK_TABLE, r->table);
 	p[CK_DENSE] = r->dense ? 1 : 0;
@@ -97,9 +276,15 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 	return 0;
 }
 
+uint64_t dml_store_checkpoint_bytes(const struct dml_store *s)
+{
+	return s && s->ckpt_txn ? s->ckpt_bytes : 0;
+}
+
 int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t errlen)
 {
 	MDB_txn *txn;
+	uint64_t prev;
 	int rc;
 
 	store_err_clear(err, errlen);
@@ -113,15 +298,18 @@ int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t 
 	}
 	/* The rows hold every committed push now. */
 	rc = mdb_drop(txn, s->log, 0);
-	if (!rc) {
-		MDB_val k = { .mv_size = strlen(store_ckpt_version_key),
-			      .mv_data = (void *)store_ckpt_version_key };
-		uint8_t b[8];
-		MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
-
-		store_put_le64(b, s->ckpt_version);
-		rc = mdb_put(txn, s->meta, &k, &v, 0);
-	}
+	if (!rc)
+		rc = meta_get_u64(s, txn, store_ckpt_id_key, &prev);
+	if (!rc)
+		rc = meta_put_u64(s, txn, store_ckpt_id_key, s->ckpt_id);
+	if (!rc)
+		rc = meta_put_u64(s, txn, store_ckpt_version_key, s->ckpt_version);
+	if (!rc)
+		rc = meta_put_u64(s, txn, store_ckpt_next_clock_key, s->ckpt_next_clock);
+	if (!rc && s->ckpt_clock)
+		rc = list(s, txn, s->ckpt_id);
+	if (!rc)
+		rc = release(s, txn, prev, s->ckpt_id);
 	if (rc) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);
@@ -130,7 +318,91 @@ int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t 
 	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
 }
 
+/* ---- the checkpoints listed ------------------------------------------------- */
+
+int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size_t errlen)
+{
+	uint8_t kb[8];
+	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb };
+	uint64_t newest;
+	MDB_txn *txn;
+	int rc;
+
+	store_err_clear(err, errlen);
+	if (!s || s->ckpt_txn)
+		return DML_EINVAL;
+	store_put_be64(kb, clock);
+	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	if (rc)
+		return store_commit_fail(s, rc, err, errlen);
+	rc = meta_get_u64(s, txn, store_ckpt_id_key, &newest);
+	if (!rc)
+		rc = unlist(s, txn, &k, newest);
+	if (rc == MDB_NOTFOUND) {
+		mdb_txn_abort(txn);
+		return dml_fail(DML_ENOTFOUND, err, errlen, "%s: no checkpoint at clock %" PRIu64,
+				s->path, clock);
+	}
+	if (!rc)
+		rc = mdb_txn_commit(txn);
+	else
+		mdb_txn_abort(txn);
+	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
+}
+
+struct list_ctx {
+	struct dml_store_snap *snaps;
+	size_t n, cap;
+};
+
+static int list_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
+		    char *err, size_t errlen)
+{
+	struct list_ctx *lc = ctx;
+	struct dml_store_snap *sn;
+	const uint8_t *p = v->mv_data;
+
+	if (k->mv_size != 8 || v->mv_size != SN_SIZE)
+		return dml_fail(DML_ECONF, err, errlen, "%s: checkpoint list: an entry of %zu "
+				"bytes, not %d", s->path, v->mv_size, SN_SIZE);
+	if (lc->n == lc->cap) {
+		lc->cap = lc->cap ? 2 * lc->cap : 8;
+		lc->snaps = dml_xrealloc(lc->snaps, lc->cap * sizeof(*lc->snaps));
+	}
+	sn = &lc->snaps[lc->n++];
+	sn->clock = store_get_be64(k->mv_data);
+	sn->id = dml_load_le64(p + SN_ID);
+	sn->bytes = dml_load_le64(p + SN_BYTES);
+	sn->version = dml_load_le64(p + SN_VERSION);
+	sn->unix_ms = dml_load_le64(p + SN_MS);
+	return 0;
+}
+
+int dml_store_snapshots(struct dml_store *s, struct dml_store_snap **out, size_t *n,
+			char *err, size_t errlen)
+{
+	struct list_ctx lc = { 0 };
+	int rc;
+
+	store_err_clear(err, errlen);
+	*out = NULL;
+	*n = 0;
+	if (!s)
+		return DML_EINVAL;
+	rc = store_walk(s, s->snaps, "checkpoint list", list_one, &lc, err, errlen);
+	if (rc) {
+		free(lc.snaps);
+		return rc;
+	}
+	*out = lc.snaps;
+	*n = lc.n;
+	return 0;
+}
+
+/* ---- reading ------------------------------------------------------------- */
+
 struct each_ctx {
+	uint64_t id;
 	int (*fn)(const struct dml_ckpt_rows *r, void *arg);
 	void *arg;
 };
@@ -148,11 +420,14 @@ static int each_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, voi
 	struct each_ctx *ec = ctx;
 	const uint8_t *p = v->mv_data;
 	struct dml_ckpt_rows r = { 0 };
-	uint64_t no = k->mv_size == 8 ? store_get_be64(k->mv_data) : 0;
+	uint64_t no;
 	size_t body;
 
-	if (k->mv_size != 8)
-		return bad_chunk(s, 0, "key is not 8 bytes", err, errlen);
+	if (k->mv_size != 16)
+		return bad_chunk(s, 0, "key is not 16 bytes", err, errlen);
+	if (store_get_be64(k->mv_data) != ec->id)
+		return STORE_WALK_END;
+	no = store_get_be64((const uint8_t *)k->mv_data + 8);
 	if (v->mv_size < CK_HDR)
 		return bad_chunk(s, no, "shorter than its header", err, errlen);
 	r.table = dml_load_le32(p + CK_TABLE);
@@ -173,14 +448,52 @@ static int each_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, voi
 	return ec->fn(&r, ec->arg);
 }
 
+/* The chunks of checkpoint id, in order. */
+static int each_of(struct dml_store *s, uint64_t id,
+		   int (*fn)(const struct dml_ckpt_rows *r, void *arg), void *arg, char *err,
+		   size_t errlen)
+{
+	struct each_ctx ctx = { id, fn, arg };
+	uint8_t kb[16] = { 0 };
+	MDB_val from = { .mv_size = sizeof(kb), .mv_data = kb };
+
+	if (!id)
+		return 0;
+	store_put_be64(kb, id);
+	return store_walk_from(s, s->ckpt, &from, "checkpoint", each_one, &ctx, err, errlen);
+}
+
 int dml_store_checkpoint_each(struct dml_store *s,
 			      int (*fn)(const struct dml_ckpt_rows *r, void *arg), void *arg,
 			      char *err, size_t errlen)
 {
-	struct each_ctx ctx = { fn, arg };
+	store_err_clear(err, errlen);
+	if (!s || !fn)
+		return DML_EINVAL;
+	return each_of(s, store_meta_u64(s, store_ckpt_id_key), fn, arg, err, errlen);
+}
+
+int dml_store_snapshot_each(struct dml_store *s, uint64_t clock,
+			    int (*fn)(const struct dml_ckpt_rows *r, void *arg), void *arg,
+			    char *err, size_t errlen)
+{
+	struct dml_store_snap *snaps;
+	size_t n;
+	uint64_t id = 0;
+	int rc;
 
 	store_err_clear(err, errlen);
 	if (!s || !fn)
 		return DML_EINVAL;
-	return store_walk(s, s->ckpt, "checkpoint", each_one, &ctx, err, errlen);
+	rc = dml_store_snapshots(s, &snaps, &n, err, errlen);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		if (snaps[i].clock == clock)
+			id = snaps[i].id;
+	free(snaps);
+	if (!id)
+		return dml_fail(DML_ENOTFOUND, err, errlen, "%s: no checkpoint at clock %" PRIu64,
+				s->path, clock);
+	return each_of(s, id, fn, arg, err, errlen);
 }

@@ -2,11 +2,12 @@
  * store.c - the gradient log and the push-dedupe state of one server in an
  * LMDB environment (see store.h).
  *
- * Four named databases: "meta" ("format" and "node", u32 little-endian;
+ * Five named databases: "meta" ("format" and "node", u32 little-endian;
  * "run", u64), "log" (8-byte big-endian log sequence numbers from 1, so
  * that LMDB's byte order is numeric order and appends go at the end, to one
  * encoded record each), "dedupe" (4-byte big-endian worker id to
- * incarnation u64 and seq u64, little-endian) and "ckpt" (checkpoint.c).
+ * incarnation u64 and seq u64, little-endian), "ckpt" and "snaps"
+ * (checkpoint.c).
  *
  * A log record, little-endian, without a version of its own (the "meta"
  * format covers it):
@@ -327,7 +328,7 @@ static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *er
 		s->env = NULL;
 		return store_lmdb_fail(s, rc, "", err, errlen);
 	}
-	rc = mdb_env_set_maxdbs(s->env, 4);
+	rc = mdb_env_set_maxdbs(s->env, 5);
 	/* 0 keeps LMDB's default for a new file, the file's own size for an old one. */
 	if (!rc && map_size)
 		rc = mdb_env_set_mapsize(s->env, (size_t)map_size);
@@ -448,6 +449,8 @@ static int dbs_check(struct dml_store *s, MDB_txn *txn, uint32_t node_id, char *
 		rc = dbi_open(s, txn, "dedupe", &s->dedupe, err, errlen);
 	if (!rc)
 		rc = dbi_open(s, txn, "ckpt", &s->ckpt, err, errlen);
+	if (!rc)
+		rc = dbi_open(s, txn, "snaps", &s->snaps, err, errlen);
 	if (!rc)
 		rc = meta_check(s, txn, "node", node_id, err, errlen);
 	if (!rc)
@@ -707,11 +710,10 @@ uint64_t dml_store_run(struct dml_store *s)
 	return store_meta_u64(s, run_key);
 }
 
-/* A new run has no checkpoint, so no checkpoint version either. */
-static int drop_checkpoint_version(struct dml_store *s, MDB_txn *txn)
+/* A new run has no checkpoint: no newest one, nor its map version. */
+static int drop_meta(struct dml_store *s, MDB_txn *txn, const char *key)
 {
-	MDB_val k = { .mv_size = strlen(store_ckpt_version_key),
-		      .mv_data = (void *)store_ckpt_version_key };
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
 	int rc = mdb_del(txn, s->meta, &k, NULL);
 
 	return rc == MDB_NOTFOUND ? 0 : rc;
@@ -733,8 +735,11 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
 	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
-	    (rc = mdb_drop(txn, s->ckpt, 0)) != 0 || (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0 ||
-	    (rc = drop_checkpoint_version(s, txn)) != 0) {
+	    (rc = mdb_drop(txn, s->ckpt, 0)) != 0 || (rc = mdb_drop(txn, s->snaps, 0)) != 0 ||
+	    (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0 ||
+	    (rc = drop_meta(s, txn, store_ckpt_version_key)) != 0 ||
+	    (rc = drop_meta(s, txn, store_ckpt_id_key)) != 0 ||
+	    (rc = drop_meta(s, txn, store_ckpt_next_clock_key)) != 0) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);
 	}
@@ -749,12 +754,12 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 
 /* ---- reading --------------------------------------------------------------- */
 
-int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn one,
-	       void *ctx, char *err, size_t errlen)
+int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const char *what,
+		    store_walk_fn one, void *ctx, char *err, size_t errlen)
 {
 	MDB_txn *txn;
 	MDB_cursor *c;
-	MDB_val k, v;
+	MDB_val k = { 0 }, v;
 	MDB_cursor_op op = MDB_FIRST;
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
 
@@ -764,6 +769,10 @@ int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn
 	if (rc) {
 		mdb_txn_abort(txn);
 		return store_lmdb_fail(s, rc, what, err, errlen);
+	}
+	if (from) {
+		k = *from;
+		op = MDB_SET_RANGE;
 	}
 	for (;;) {
 		int mrc = mdb_cursor_get(c, &k, &v, op);
@@ -779,7 +788,13 @@ int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn
 	}
 	mdb_cursor_close(c);
 	mdb_txn_abort(txn);
-	return rc;
+	return rc == STORE_WALK_END ? 0 : rc;
+}
+
+int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn one,
+	       void *ctx, char *err, size_t errlen)
+{
+	return store_walk_from(s, dbi, NULL, what, one, ctx, err, errlen);
 }
 
 struct replay_ctx {

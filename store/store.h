@@ -29,8 +29,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The format this build writes and reads (the "meta" database says). */
-#define DML_STORE_FORMAT 1
+/*
+ * The format this build writes and reads (the "meta" database says). 2:
+ * checkpoints under ids, some listed under a clock.
+ */
+#define DML_STORE_FORMAT 2
 
 enum dml_durability {
 	DML_DURABILITY_SYNC,      /* acknowledge after the batch is on disk */
@@ -114,24 +117,38 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 
 /*
  * Checkpoints: every row the server holds, with its optimizer state,
- * written in chunks; its end replaces the previous checkpoint and empties
- * the log (its records are in the rows now) in the same transaction, so a
- * crash in the middle leaves the previous checkpoint and the whole log. A
- * server recovers by loading the checkpoint, then replaying the log. The
- * batch must be committed before a checkpoint begins, and nothing else may
- * write to the store until it ends.
+ * written in chunks; its end makes it the newest (the one a restart
+ * loads) and empties the log (its records are in the rows now) in the
+ * same transaction, so a crash in the middle leaves the previous
+ * checkpoint and the whole log. A server recovers by loading the newest
+ * checkpoint, then replaying the log. A checkpoint may also be listed
+ * under a clock (a job-wide checkpoint): the newest `keep` listed ones
+ * stay until deleted, the others go once something newer replaces them.
+ * The batch must be committed before a checkpoint begins, and nothing
+ * else may write to the store until it ends.
  */
 
 /**
  * Begin a checkpoint of the rows the server holds under shard map version
- * (0 for a server with [table] sections). 0, DML_EINVAL (a batch is
- * waiting) or DML_EIO (err).
+ * (0 for a server with [table] sections), which hold pushes of clocks
+ * before next_clock only. 0, DML_EINVAL (a batch is waiting) or DML_EIO
+ * (err).
  */
-int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, char *err,
-			       size_t errlen);
+int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, uint64_t next_clock,
+			       char *err, size_t errlen);
 
-/** The map version of the checkpoint; 0 when there is none (or it was 0). */
+/**
+ * List the checkpoint begun under clock (> 0), replacing one listed there
+ * already; at its end the oldest listed ones past keep (>= 1) are
+ * deleted. 0 or DML_EINVAL.
+ */
+int dml_store_checkpoint_list_as(struct dml_store *s, uint64_t clock, uint32_t keep);
+
+/** The map version of the newest checkpoint; 0 when there is none (or it was 0). */
 uint64_t dml_store_checkpoint_version(struct dml_store *s);
+
+/** The newest checkpoint's next_clock (its clock when listed, if higher); 0: none. */
+uint64_t dml_store_checkpoint_next_clock(struct dml_store *s);
 
 /** A chunk of a checkpoint's rows. Pointers are borrowed for the call. */
 struct dml_ckpt_rows {
@@ -148,22 +165,52 @@ struct dml_ckpt_rows {
 int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r, char *err,
 			     size_t errlen);
 
+/** Bytes the checkpoint begun holds so far. */
+uint64_t dml_store_checkpoint_bytes(const struct dml_store *s);
+
 /**
- * Commit the checkpoint (commit != 0): it replaces the previous one and
- * the log is emptied; or abandon it. 0 or DML_EIO (err; the previous
- * checkpoint and the log stay).
+ * Commit the checkpoint (commit != 0): it becomes the newest and the log
+ * is emptied; or abandon it. 0 or DML_EIO (err; the previous checkpoint
+ * and the log stay).
  */
 int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t errlen);
 
 /**
- * Call fn for every chunk of the checkpoint, in the order they were added
- * (fn's non-zero return stops and is returned). 0 when there is none;
- * DML_ECONF for a chunk that does not decode (err: "PATH: checkpoint
- * chunk N: reason"); DML_EIO.
+ * Call fn for every chunk of the newest checkpoint, in the order they
+ * were added (fn's non-zero return stops and is returned). 0 when there
+ * is none; DML_ECONF for a chunk that does not decode (err: "PATH:
+ * checkpoint chunk N: reason"); DML_EIO.
  */
 int dml_store_checkpoint_each(struct dml_store *s,
 			      int (*fn)(const struct dml_ckpt_rows *r, void *arg), void *arg,
 			      char *err, size_t errlen);
+
+/** A checkpoint listed under a clock. */
+struct dml_store_snap {
+	uint64_t clock;
+	uint64_t id;              /* the store's own name for it */
+	uint64_t bytes;           /* its chunks' */
+	uint64_t version;         /* the map version of its rows */
+	uint64_t unix_ms;         /* when it was written */
+};
+
+/**
+ * The listed checkpoints, oldest clock first, into a malloc'd array
+ * (free() it). 0, DML_ECONF (an entry that does not decode) or DML_EIO.
+ */
+int dml_store_snapshots(struct dml_store *s, struct dml_store_snap **out, size_t *n,
+			char *err, size_t errlen);
+
+/** dml_store_checkpoint_each for the checkpoint listed under clock; DML_ENOTFOUND. */
+int dml_store_snapshot_each(struct dml_store *s, uint64_t clock,
+			    int (*fn)(const struct dml_ckpt_rows *r, void *arg), void *arg,
+			    char *err, size_t errlen);
+
+/**
+ * Unlist the checkpoint of clock and delete it, unless it is the newest
+ * (a restart still loads that one). 0, DML_ENOTFOUND (err) or DML_EIO.
+ */
+int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size_t errlen);
 
 /** Records in the log (committed ones); 0 also when LMDB cannot say. */
 uint64_t dml_store_log_count(struct dml_store *s);

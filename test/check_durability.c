@@ -215,7 +215,7 @@ static void crash_and_check(struct rig *g, const struct sums *sums)
 
 START_TEST(test_kill_points_exact)
 {
-	static const char *const recovered[] = { "recovered: replayed", NULL };
+	static const char *const recovered[] = { ": replayed ", NULL };
 	static struct sums sums;
 	struct rig g;
 
@@ -253,11 +253,11 @@ START_TEST(test_kill_points_with_checkpoints)
 	crash_and_check(&g, &sums);
 	/* The last start loaded a checkpoint and replayed less than it pushed. */
 	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(g.s), &log), 0);
-	for (at = log; (at = strstr(at, "recovered: replayed ")) != NULL; at++)
+	for (at = log; (at = strstr(at, "recovered to clock ")) != NULL; at++)
 		last = at;
 	ck_assert_ptr_nonnull(last);
-	ck_assert_int_eq(sscanf(last, "recovered: replayed %llu pushes after a checkpoint of "
-				"%llu rows", &pushes, &rows), 2);
+	ck_assert_int_eq(sscanf(last, "recovered to clock %*u: replayed %llu pushes after a "
+				"checkpoint of %llu rows", &pushes, &rows), 2);
 	ck_assert_msg(rows > 0 && pushes < (unsigned long long)ROUNDS * WINDOW,
 		      "replayed %llu pushes after %llu rows", pushes, rows);
 	printf("check_durability: last restart: a checkpoint of %llu rows, then %llu of %d "

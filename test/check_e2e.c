@@ -39,46 +39,6 @@
 #define WAIT_MS CLUSTER_WAIT_MS
 #define POLL_MS CLUSTER_POLL_MS
 
-/* `dmlctl --json status JOB` into doc; the job object is doc itself. */
-static void job_status(struct cluster *c, const char *job, struct jval *doc)
-{
-	const char *args[] = { "status", job, NULL };
-
-	ck_assert_int_eq(cluster_dmlctl_json(c, args, doc), 0);
-}
-
-/* Poll the job until its clock reaches at least clock (or it ended). */
-static void wait_job_clock(struct cluster *c, const char *job, double clock)
-{
-	for (int waited = 0; waited < WAIT_MS; waited += POLL_MS) {
-		const char *args[] = { "status", job, NULL };
-		struct jval doc;
-		double now;
-		const char *state;
-
-		/* A `submit --wait` started in the background may not have
-		 * submitted yet: "no job" is retried like a low clock. */
-		if (cluster_dmlctl_json(c, args, &doc) != 0) {
-			cluster_sleep_ms(POLL_MS);
-			continue;
-		}
-		now = jnum(&doc, "clock");
-		state = jstr(&doc, "state");
-		if (strcmp(state, "running") != 0 && strcmp(state, "pending") != 0 &&
-		    strcmp(state, "paused") != 0) {
-			fprintf(stderr, "job %s ended early: %s (%s)\n", job, state,
-				jstr(&doc, "reason"));
-			json_free(&doc);
-			ck_abort_msg("job ended before reaching its clock");
-		}
-		json_free(&doc);
-		if (now >= clock)
-			return;
-		cluster_sleep_ms(POLL_MS);
-	}
-	ck_abort_msg("job did not reach its clock in time");
-}
-
 static const struct jval *job_worker(const struct jval *job, uint32_t id)
 {
 	const struct jval *ws = json_get(job, "workers");
@@ -136,22 +96,6 @@ static void check_lost_worker_3(const struct jval *doc)
 		      jnum(doc, "loss"));
 }
 
-static char *write_job(struct cluster *c, const char *name, const char *job_section)
-{
-	char *path, *text;
-	size_t need;
-	static const char *const table =
-		"[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 64\noptimizer = sgd\n"
-		"lr = 0.05\n";
-
-	need = strlen(job_section) + strlen(table) + 2;
-	text = dml_xmalloc(need);
-	snprintf(text, need, "%s\n%s", job_section, table);
-	ck_assert_int_eq(dml_test_env_write(c->env, name, text, 0644, &path), 0);
-	free(text);
-	return path;
-}
-
 #define FASHION "/usr/share/datasets/fashion-mnist/"
 
 /*
@@ -206,7 +150,7 @@ static double run_to_end(struct cluster *c, const char *file, const char *text,
 	ck_assert_int_eq(dml_test_proc_wait(c->env, submit, 3 * WAIT_MS, &status), 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "dmlctl submit --wait exited with %d", status);
-	job_status(c, id, &doc);
+	cluster_job_status(c, id, &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "done");
 	ck_assert_msg(jnum(&doc, "data_examples") == examples, "data_examples %g, not %g",
 		      jnum(&doc, "data_examples"), examples);
@@ -258,18 +202,18 @@ START_TEST(test_job_survives_killed_worker)
 	int status;
 
 	cluster_up(&c, 2, 3);
-	job = write_job(&c, "lsq.conf",
+	job = cluster_write_lsq_job(&c, "lsq.conf",
 			"[job]\nname = e2e-lsq\napp = lsq\ndata = synthetic\nstaleness = 1\n"
 			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\n"
 			"dead_after_ms = 1000\nseed = 7\n");
 	submit = cluster_submit_wait(&c, job);
-	wait_job_clock(&c, "1", 100);
+	cluster_wait_job_clock(&c, "1", 100);
 	kill_worker(&c, 3);
 	ck_assert_int_eq(dml_test_proc_wait(c.env, submit, WAIT_MS, &status), 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "dmlctl submit --wait exited with %d", status);
 
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "done");
 	ck_assert_str_eq(jstr(&doc, "name"), "e2e-lsq");
 	ck_assert(jnum(&doc, "clock") >= 2000);
@@ -296,22 +240,16 @@ START_TEST(test_server_joins_running_job)
 	const struct jval *servers;
 
 	cluster_up(&c, 2, 2);
-	job = write_job(&c, "long.conf",
+	job = cluster_write_lsq_job(&c, "long.conf",
 			"[job]\nname = e2e-join\napp = lsq\ndata = synthetic\nstaleness = 0\n"
 			"batch_size = 32\nmax_clocks = 1000000\nexamples = 4000\ndim = 64\n"
 			"seed = 3\n");
-	{
-		const char *args[] = { "submit", job, NULL };
-
-		ck_assert_int_eq(cluster_dmlctl_json(&c, args, &doc), 0);
-		ck_assert(jnum(&doc, "job") == 1);
-		json_free(&doc);
-	}
-	wait_job_clock(&c, "1", 150);
+	ck_assert_uint_eq(cluster_submit(&c, job), 1);
+	cluster_wait_job_clock(&c, "1", 150);
 	ck_assert_int_eq(cluster_dmlctl_json(&c, map_args, &map), 0);
 	ck_assert(jnum(&map, "version") == 1);
 	json_free(&map);
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	loss_before = jnum(&doc, "loss");
 	json_free(&doc);
 
@@ -332,14 +270,14 @@ START_TEST(test_server_joins_running_job)
 	/* Training goes on over the new map: clocks advance, the job does not
 	 * fail (a request that failed would fail it), the model was moved, not
 	 * lost (the loss does not jump back to its starting value). */
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	{
 		double clock = jnum(&doc, "clock");
 
 		json_free(&doc);
-		wait_job_clock(&c, "1", clock + 100);
+		cluster_wait_job_clock(&c, "1", clock + 100);
 	}
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "running");
 	ck_assert(jnum(&doc, "shard_map_version") == 2);
 	ck_assert_msg(jnum(&doc, "loss") <= loss_before + 0.05, "loss %g after the move, %g before",
@@ -348,7 +286,7 @@ START_TEST(test_server_joins_running_job)
 
 	ck_assert_int_eq(cluster_dmlctl_json(&c, stop_args, &doc), 0);
 	json_free(&doc);
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "stopped");
 	json_free(&doc);
 	free(job);
@@ -368,31 +306,26 @@ START_TEST(test_pause_resume_and_errors)
 	char *job;
 
 	cluster_up(&c, 1, 1);
-	job = write_job(&c, "pause.conf",
+	job = cluster_write_lsq_job(&c, "pause.conf",
 			"[job]\nname = e2e-pause\napp = lsq\ndata = synthetic\nstaleness = 0\n"
 			"batch_size = 16\nmax_clocks = 1000000\nexamples = 1000\ndim = 64\n");
-	{
-		const char *args[] = { "submit", job, NULL };
-
-		ck_assert_int_eq(cluster_dmlctl_json(&c, args, &doc), 0);
-		json_free(&doc);
-	}
-	wait_job_clock(&c, "1", 20);
+	ck_assert_uint_eq(cluster_submit(&c, job), 1);
+	cluster_wait_job_clock(&c, "1", 20);
 	ck_assert_int_eq(cluster_dmlctl_json(&c, pause_args, &doc), 0);
 	json_free(&doc);
 	cluster_sleep_ms(500);  /* the worker stops at its next clock boundary */
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	ck_assert_str_eq(jstr(&doc, "state"), "paused");
 	clock = jnum(&doc, "clock");
 	json_free(&doc);
 	cluster_sleep_ms(600);
-	job_status(&c, "1", &doc);
+	cluster_job_status(&c, "1", &doc);
 	ck_assert_msg(jnum(&doc, "clock") <= clock + 1, "clock moved from %g to %g while paused",
 		      clock, jnum(&doc, "clock"));
 	json_free(&doc);
 	ck_assert_int_eq(cluster_dmlctl_json(&c, resume_args, &doc), 0);
 	json_free(&doc);
-	wait_job_clock(&c, "1", clock + 20);
+	cluster_wait_job_clock(&c, "1", clock + 20);
 
 	ck_assert_int_eq(dml_test_dmlctl(c.env, c.port, NULL, missing, &out), 0);
 	ck_assert_int_eq(out.status, 1);
@@ -417,7 +350,7 @@ END_TEST
 static unsigned long long crash_and_recover(struct cluster *c, size_t idx,
 					    unsigned long long *rows)
 {
-	static const char *const recovered[] = { "recovered: replayed", NULL };
+	static const char *const recovered[] = { ": replayed ", NULL };
 	struct dml_test_server *srv = c->servers[idx];
 	unsigned long long replayed = 0;
 	char *log = NULL, *line;
@@ -427,10 +360,10 @@ static unsigned long long crash_and_recover(struct cluster *c, size_t idx,
 	ck_assert_int_eq(dml_test_server_restart(srv), 0);
 	ck_assert_int_ge(dml_test_server_log_wait(srv, from, recovered, WAIT_MS), 0);
 	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(srv), &log), 0);
-	line = strstr(log + from, "recovered: replayed ");
+	line = strstr(log + from, "recovered to clock ");
 	ck_assert_ptr_nonnull(line);
-	ck_assert_int_eq(sscanf(line, "recovered: replayed %llu pushes after a checkpoint of "
-				"%llu rows", &replayed, rows), 2);
+	ck_assert_int_eq(sscanf(line, "recovered to clock %*u: replayed %llu pushes after a "
+				"checkpoint of %llu rows", &replayed, rows), 2);
 	free(log);
 	return replayed;
 }
@@ -454,7 +387,7 @@ static void job_done(struct cluster *c, pid_t submit, struct jval *doc)
 	ck_assert_int_eq(dml_test_proc_wait(c->env, submit, 3 * WAIT_MS, &status), 0);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "dmlctl submit --wait exited with %d", status);
-	job_status(c, "1", doc);
+	cluster_job_status(c, "1", doc);
 	ck_assert_str_eq(jstr(doc, "state"), "done");
 }
 
@@ -467,7 +400,7 @@ static unsigned long long crash_mid_job(struct cluster *c, size_t idx, const cha
 
 	ck_assert_int_eq(dml_test_server_pin_port(c->servers[idx]), 0);
 	submit = cluster_submit_wait(c, path);
-	wait_job_clock(c, "1", at);
+	cluster_wait_job_clock(c, "1", at);
 	replayed = crash_and_recover(c, idx, rows);
 	job_done(c, submit, doc);
 	return replayed;
@@ -486,7 +419,7 @@ START_TEST(test_server_restarts_from_its_log)
 	char *job;
 
 	cluster_up_conf(&c, 2, 2, "[store]\npath = @DIR@/store-@NODE@\n");
-	job = write_job(&c, "durable.conf",
+	job = cluster_write_lsq_job(&c, "durable.conf",
 			"[job]\nname = e2e-durable\napp = lsq\ndata = synthetic\nstaleness = 1\n"
 			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\nseed = 7\n");
 	replayed = crash_mid_job(&c, 0, job, 300, &doc, &rows);
@@ -518,11 +451,11 @@ START_TEST(test_server_restarts_after_rows_moved)
 	char *job;
 
 	cluster_up_conf(&c, 2, 2, "[store]\npath = @DIR@/store-@NODE@\n");
-	job = write_job(&c, "moved.conf",
+	job = cluster_write_lsq_job(&c, "moved.conf",
 			"[job]\nname = e2e-moved\napp = lsq\ndata = synthetic\nstaleness = 0\n"
 			"batch_size = 32\nmax_clocks = 3000\nexamples = 4000\ndim = 64\nseed = 3\n");
 	submit = cluster_submit_wait(&c, job);
-	wait_job_clock(&c, "1", 150);
+	cluster_wait_job_clock(&c, "1", 150);
 	cluster_add_server(&c);
 	ck_assert_int_eq(dml_test_server_pin_port(c.servers[2]), 0);
 	ck_assert_int_ge(dml_test_server_log_wait(c.servers[2], 0, settled, WAIT_MS), 0);
@@ -557,12 +490,12 @@ START_TEST(test_scheduler_restarts_mid_job)
 	pid_t submit;
 
 	cluster_up_conf(&c, 2, 3, "[store]\npath = @DIR@/store-@NODE@\n");
-	job = write_job(&c, "resume.conf",
+	job = cluster_write_lsq_job(&c, "resume.conf",
 			"[job]\nname = e2e-resume\napp = lsq\ndata = synthetic\nstaleness = 1\n"
 			"batch_size = 32\nmax_clocks = 2000\nexamples = 6000\ndim = 64\n"
 			"dead_after_ms = 1000\nseed = 5\n");
 	submit = cluster_submit_wait(&c, job);
-	wait_job_clock(&c, "1", 200);
+	cluster_wait_job_clock(&c, "1", 200);
 	kill_worker(&c, 3);
 	scheduler_crash(&c);
 	job_done(&c, submit, &doc);
@@ -570,7 +503,7 @@ START_TEST(test_scheduler_restarts_mid_job)
 	json_free(&doc);
 	for (size_t i = 0; i < c.nservers; i++) {
 		ck_assert_int_eq(dml_test_file_read(dml_test_server_log(c.servers[i]), &log), 0);
-		ck_assert_msg(!strstr(log, "recovered: replayed"), "server %zu installed the job "
+		ck_assert_msg(!strstr(log, "recovered to clock"), "server %zu installed the job "
 			      "afresh:\n%s", i + 1, log);
 		free(log);
 	}
@@ -606,9 +539,9 @@ START_TEST(test_fashion_mnist_survives_server_and_scheduler_crashes)
 	ck_assert_int_eq(dml_test_env_write(c.env, "crash.conf", job, 0644, &path), 0);
 	ck_assert_int_eq(dml_test_server_pin_port(c.servers[1]), 0);
 	submit = cluster_submit_wait(&c, path);
-	wait_job_clock(&c, "1", 150);
+	cluster_wait_job_clock(&c, "1", 150);
 	replayed = crash_and_recover(&c, 1, &rows);
-	wait_job_clock(&c, "1", 350);
+	cluster_wait_job_clock(&c, "1", 350);
 	scheduler_crash(&c);
 	job_done(&c, submit, &doc);
 	acc = jnum(&doc, "metric");

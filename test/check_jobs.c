@@ -1700,6 +1700,56 @@ static void restore_ok(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t 
  * figures and events, and both tables go on alike: a report adds only
  * what is new, a loss moves the same partitions, a new job gets id 3.
  */
+/* Job-wide checkpoints: listed once each, the newest keep, deleted,
+ * saved with the job, and forgotten when another job starts. */
+START_TEST(checkpoints_are_listed_kept_and_restored)
+{
+	struct dml_jobs *jobs, *back;
+	struct dml_job *job, *b;
+	struct spec_buf sb;
+	Dml__JobRecord *r;
+	Dml__JobStatus *st;
+
+	spec_init(&sb);
+	sb.s.checkpoint_keep = 2;
+	jobs = jobs_with(&sb, 1000, &job);
+	ck_assert_uint_eq(dml_job_checkpoint_keep(job), 2);
+	dml_jobs_checkpoint_done(job, 100, 10, 3000);
+	dml_jobs_checkpoint_done(job, 200, 20, 4000);
+	dml_jobs_checkpoint_done(job, 200, 99, 4500);
+	ck_assert_str_eq(last_event(job), "checkpoint at clock 200 (0.0 MB)");
+	dml_jobs_checkpoint_done(job, 300, 30, 5000);
+	ck_assert_uint_eq(job->nckpts, 2);
+	ck_assert_uint_eq(job->ckpts[0].clock, 200);
+	ck_assert_uint_eq(job->ckpts[0].bytes, 20);
+	ck_assert_uint_eq(job->ckpts[1].clock, 300);
+	st = dml_job_status(job, 6000);
+	ck_assert_uint_eq(st->n_checkpoints, 2);
+	ck_assert_uint_eq(st->checkpoints[1]->age_ms, 1000);
+	dml_job_status_free(st);
+
+	ck_assert_int_eq(dml_jobs_checkpoint_drop(job, 200), 0);
+	ck_assert_str_eq(last_event(job), "checkpoint at clock 200 deleted");
+	ck_assert_int_eq(dml_jobs_checkpoint_drop(job, 200), DML_ENOTFOUND);
+	ck_assert_uint_eq(job->nckpts, 1);
+
+	r = record_round_trip(job, 7000);
+	ck_assert_int_eq(dml_jobs_new(&back), 0);
+	restore_ok(back, r, 100000);
+	b = dml_jobs_find(back, 1);
+	ck_assert_uint_eq(b->nckpts, 1);
+	ck_assert_uint_eq(b->ckpts[0].clock, 300);
+	ck_assert_uint_eq(b->ckpts[0].bytes, 30);
+	ck_assert_uint_eq(b->ckpts[0].done_ms, 100000 - 2000);
+	dml_jobs_checkpoints_clear(b, 2);
+	ck_assert_uint_eq(b->nckpts, 0);
+	ck_assert_str_eq(last_event(b), "checkpoints deleted: job 2 started on its servers");
+	dml__job_record__free_unpacked(r, NULL);
+	dml_jobs_free(back);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 START_TEST(a_saved_job_comes_back_as_it_was)
 {
 	struct dml_jobs *jobs, *back;
@@ -1902,6 +1952,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, a_thousand_workers_start_quickly);
 	tcase_add_test(table, bad_arguments_are_refused);
 	tcase_add_test(table, a_saved_job_comes_back_as_it_was);
+	tcase_add_test(table, checkpoints_are_listed_kept_and_restored);
 	tcase_add_test(table, bad_records_are_refused);
 	suite_add_tcase(s, table);
 	return s;

@@ -10,6 +10,7 @@
  * position.
  */
 #include <check.h>
+#include <inttypes.h>
 #include <lmdb.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -150,7 +151,7 @@ static MDB_env *raw_open(MDB_txn **txn, MDB_dbi *dbi, const char *db)
 	MDB_env *env;
 
 	ck_assert_int_eq(mdb_env_create(&env), 0);
-	ck_assert_int_eq(mdb_env_set_maxdbs(env, 4), 0);
+	ck_assert_int_eq(mdb_env_set_maxdbs(env, 5), 0);
 	ck_assert_int_eq(mdb_env_open(env, dir(), 0, 0600), 0);
 	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, txn), 0);
 	ck_assert_int_eq(mdb_dbi_open(*txn, db, 0, dbi), 0);
@@ -189,6 +190,20 @@ static void lsn_key(uint8_t k[8], uint64_t lsn)
 {
 	for (int i = 7; i >= 0; i--, lsn >>= 8)
 		k[i] = (uint8_t)lsn;
+}
+
+/* Entries in database db. */
+static size_t raw_count(const char *db)
+{
+	MDB_txn *txn;
+	MDB_dbi dbi;
+	MDB_env *env = raw_open(&txn, &dbi, db);
+	MDB_stat st;
+
+	ck_assert_int_eq(mdb_stat(txn, dbi, &st), 0);
+	mdb_txn_abort(txn);
+	mdb_env_close(env);
+	return st.ms_entries;
 }
 
 static void open_refused(uint32_t node, int code, const char *want1, const char *want2)
@@ -391,12 +406,12 @@ END_TEST
 
 START_TEST(test_other_format_refused)
 {
-	uint8_t two[4] = { 2, 0, 0, 0 };
+	uint8_t one[4] = { 1, 0, 0, 0 };
 
 	dml_store_close(open_ok(1, MAP));
-	raw_put("meta", "format", 6, two, sizeof(two));
-	open_refused(1, DML_ECONF, "store format 2, this build reads 1", NULL);
-	raw_put("meta", "format", 6, two, 3);
+	raw_put("meta", "format", 6, one, sizeof(one));
+	open_refused(1, DML_ECONF, "store format 1, this build reads 2", NULL);
+	raw_put("meta", "format", 6, one, 3);
 	open_refused(1, DML_ECONF, "meta \"format\" of 3 bytes", NULL);
 }
 END_TEST
@@ -696,7 +711,7 @@ static void checkpoint_two_chunks(struct dml_store *s, int commit)
 	struct dml_ckpt_rows sp = { 2, 0, 0, sparse_keys, 4, 3, values };
 	char err[512];
 
-	ck_assert_msg(dml_store_checkpoint_begin(s, 7, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_begin(s, 7, 12, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_end(s, commit, err, sizeof(err)) == 0, "%s", err);
@@ -713,7 +728,7 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	for (uint32_t n = 0; n < 3; n++)
 		append_n(s, n);
 	/* Not with a batch waiting: its pushes would be in neither. */
-	ck_assert_int_eq(dml_store_checkpoint_begin(s, 7, err, sizeof(err)), DML_EINVAL);
+	ck_assert_int_eq(dml_store_checkpoint_begin(s, 7, 12, err, sizeof(err)), DML_EINVAL);
 	ck_assert_msg(strstr(err, "not committed") != NULL, "%s", err);
 	commit_ok(s);
 	ck_assert_uint_eq(dml_store_log_count(s), 3);
@@ -727,6 +742,7 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	checkpoint_two_chunks(s, 1);
 	ck_assert_uint_eq(dml_store_log_count(s), 0);
 	ck_assert_uint_eq(dml_store_checkpoint_version(s), 7);
+	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 12);
 	dml_store_close(s);
 	s = open_ok(1, 0);
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
@@ -740,6 +756,7 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	ck_assert_int_eq(dml_store_start_run(s, 42, err, sizeof(err)), 0);
 	ck_assert_uint_eq(dml_store_run(s), 42);
 	ck_assert_uint_eq(dml_store_checkpoint_version(s), 0);
+	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 0);
 	memset(&c, 0, sizeof(c));
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.chunks, 0);
@@ -751,15 +768,16 @@ START_TEST(test_damaged_checkpoint_refused)
 {
 	struct dml_store *s;
 	struct ck_seen c = { 0 };
-	uint8_t key[8], bad[30];
+	uint8_t key[16], bad[30];
 	char err[512];
 
 	values_init();
 	s = open_ok(1, 0);
 	checkpoint_two_chunks(s, 1);
 	dml_store_close(s);
-	/* Chunk 2 claims more rows than it carries. */
-	lsn_key(key, 2);
+	/* Chunk 2 of checkpoint 1 claims more rows than it carries. */
+	lsn_key(key, 1);
+	lsn_key(key + 8, 2);
 	memset(bad, 0, sizeof(bad));
 	bad[13] = 9;
 	bad[21] = 1;
@@ -767,6 +785,105 @@ START_TEST(test_damaged_checkpoint_refused)
 	s = open_ok(1, 0);
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), DML_ECONF);
 	ck_assert_msg(strstr(err, "checkpoint chunk 2") != NULL, "%s", err);
+	dml_store_close(s);
+}
+END_TEST
+
+/* A checkpoint of two chunks listed under clock, keeping keep. */
+static void checkpoint_listed(struct dml_store *s, uint64_t clock, uint32_t keep)
+{
+	struct dml_ckpt_rows d = { 1, 1, 10, NULL, 5, 2, values };
+	struct dml_ckpt_rows sp = { 2, 0, 0, sparse_keys, 4, 3, values };
+	char err[512];
+
+	ck_assert_msg(dml_store_checkpoint_begin(s, 3, 0, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(dml_store_checkpoint_list_as(s, clock, keep), 0);
+	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_gt(dml_store_checkpoint_bytes(s), 12 * sizeof(float));
+	ck_assert_msg(dml_store_checkpoint_end(s, 1, err, sizeof(err)) == 0, "%s", err);
+}
+
+/* The clocks listed, oldest first, as "10 20 30". */
+static void listed_expect(struct dml_store *s, const char *want)
+{
+	struct dml_store_snap *sn;
+	char got[128] = "", err[512];
+	size_t n, len = 0;
+
+	ck_assert_msg(dml_store_snapshots(s, &sn, &n, err, sizeof(err)) == 0, "%s", err);
+	for (size_t i = 0; i < n; i++) {
+		len += (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64, i ? " " : "",
+					sn[i].clock);
+		ck_assert_uint_eq(sn[i].version, 3);
+		ck_assert_uint_eq(sn[i].bytes, 2 * 25 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
+		ck_assert_uint_gt(sn[i].unix_ms, 0);
+	}
+	free(sn);
+	ck_assert_str_eq(got, want);
+}
+
+static void listed_reads_back(struct dml_store *s, uint64_t clock)
+{
+	struct ck_seen c = { 0 };
+	char err[512];
+
+	ck_assert_msg(dml_store_snapshot_each(s, clock, ck_fn, &c, err, sizeof(err)) == 0,
+		      "%s", err);
+	ck_assert(c.chunks == 2 && c.dense_ok && c.sparse_ok);
+}
+
+/*
+ * Checkpoints listed under clocks: the newest keep stay, older ones and
+ * unlisted ones that are not the newest are deleted with their chunks,
+ * and the newest stays loadable when its listing is deleted.
+ */
+START_TEST(test_listed_checkpoints_keep_the_newest)
+{
+	struct dml_store *s;
+	struct ck_seen c = { 0 };
+	char err[512];
+
+	values_init();
+	s = open_ok(1, 0);
+	for (uint64_t clock = 10; clock <= 40; clock += 10)
+		checkpoint_listed(s, clock, 3);
+	listed_expect(s, "20 30 40");
+	ck_assert_uint_eq(raw_count("ckpt"), 3 * 2);
+	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 40);
+	listed_reads_back(s, 20);
+	ck_assert_int_eq(dml_store_snapshot_each(s, 10, ck_fn, &c, err, sizeof(err)),
+			 DML_ENOTFOUND);
+	ck_assert_msg(strstr(err, "no checkpoint at clock 10") != NULL, "%s", err);
+	/* An unlisted one (the log grew) is the newest; the next replaces it. */
+	checkpoint_two_chunks(s, 1);
+	ck_assert_uint_eq(raw_count("ckpt"), 4 * 2);
+	checkpoint_two_chunks(s, 1);
+	ck_assert_uint_eq(raw_count("ckpt"), 4 * 2);
+	listed_expect(s, "20 30 40");
+	/* The same clock again replaces its listing. */
+	checkpoint_listed(s, 40, 3);
+	listed_expect(s, "20 30 40");
+	ck_assert_uint_eq(raw_count("ckpt"), 3 * 2);
+	/* Deleted: gone, but the newest stays for a restart. */
+	ck_assert_int_eq(dml_store_snapshot_drop(s, 30, err, sizeof(err)), 0);
+	ck_assert_int_eq(dml_store_snapshot_drop(s, 40, err, sizeof(err)), 0);
+	ck_assert_int_eq(dml_store_snapshot_drop(s, 40, err, sizeof(err)), DML_ENOTFOUND);
+	ck_assert_msg(strstr(err, "no checkpoint at clock 40") != NULL, "%s", err);
+	listed_expect(s, "20");
+	ck_assert_uint_eq(raw_count("ckpt"), 2 * 2);
+	dml_store_close(s);
+	s = open_ok(1, 0);
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
+	ck_assert(c.chunks == 2 && c.dense_ok && c.sparse_ok);
+	listed_reads_back(s, 20);
+	/* A smaller keep prunes at the next one; a new run drops them all. */
+	checkpoint_listed(s, 50, 1);
+	listed_expect(s, "50");
+	ck_assert_uint_eq(raw_count("ckpt"), 2);
+	ck_assert_int_eq(dml_store_start_run(s, 43, err, sizeof(err)), 0);
+	listed_expect(s, "");
+	ck_assert_uint_eq(raw_count("ckpt"), 0);
 	dml_store_close(s);
 }
 END_TEST
@@ -797,6 +914,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_checkpoint_empties_log_and_reads_back);
 	tcase_add_test(tc, test_second_open_refused);
 	tcase_add_test(tc, test_damaged_checkpoint_refused);
+	tcase_add_test(tc, test_listed_checkpoints_keep_the_newest);
 	tcase_add_test(tc, test_reopen_keeps_order_and_continues);
 	tcase_add_test(tc, test_uncommitted_batch_dropped);
 	tcase_add_test(tc, test_dedupe_latest_incarnation_highest_seq);

@@ -18,6 +18,7 @@
 
 #include "check_run.h"
 #include "cluster.h"
+#include "util.h"
 
 void cluster_sleep_ms(int ms)
 {
@@ -181,7 +182,7 @@ void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 	cluster_wait_workers(c, nworkers);
 }
 
-void cluster_down(struct cluster *c)
+void cluster_stop(struct cluster *c)
 {
 	for (uint32_t id = 1; id <= CLUSTER_MAX_WORKERS; id++) {
 		pid_t pid = c->workers[id];
@@ -198,7 +199,17 @@ void cluster_down(struct cluster *c)
 		ck_assert_int_eq(dml_test_server_stop(c->servers[i],
 						      DML_TEST_STOP_TIMEOUT_MS), 0);
 	ck_assert_int_eq(dml_test_server_stop(c->sched, DML_TEST_STOP_TIMEOUT_MS), 0);
+}
+
+void cluster_free(struct cluster *c)
+{
 	dml_test_env_free(c->env);
+}
+
+void cluster_down(struct cluster *c)
+{
+	cluster_stop(c);
+	cluster_free(c);
 }
 
 pid_t cluster_submit_wait(struct cluster *c, const char *path)
@@ -233,4 +244,73 @@ int cluster_suite_run(const char *name, const TTest *const *tests, size_t n)
 			tcase_add_test(tc, tests[i]);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
+}
+
+/* `dmlctl --json status JOB` into doc; the job object is doc itself. */
+void cluster_job_status(struct cluster *c, const char *job, struct jval *doc)
+{
+	const char *args[] = { "status", job, NULL };
+
+	ck_assert_int_eq(cluster_dmlctl_json(c, args, doc), 0);
+}
+
+/* Poll the job until its clock reaches at least clock (or it ended). */
+void cluster_wait_job_clock(struct cluster *c, const char *job, double clock)
+{
+	for (int waited = 0; waited < CLUSTER_WAIT_MS; waited += CLUSTER_POLL_MS) {
+		const char *args[] = { "status", job, NULL };
+		struct jval doc;
+		double now;
+		const char *state;
+
+		/* A `submit --wait` started in the background may not have
+		 * submitted yet: "no job" is retried like a low clock. */
+		if (cluster_dmlctl_json(c, args, &doc) != 0) {
+			cluster_sleep_ms(CLUSTER_POLL_MS);
+			continue;
+		}
+		now = jnum(&doc, "clock");
+		state = jstr(&doc, "state");
+		if (strcmp(state, "running") != 0 && strcmp(state, "pending") != 0 &&
+		    strcmp(state, "paused") != 0) {
+			fprintf(stderr, "job %s ended early: %s (%s)\n", job, state,
+				jstr(&doc, "reason"));
+			json_free(&doc);
+			ck_abort_msg("job ended before reaching its clock");
+		}
+		json_free(&doc);
+		if (now >= clock)
+			return;
+		cluster_sleep_ms(CLUSTER_POLL_MS);
+	}
+	ck_abort_msg("job did not reach its clock in time");
+}
+
+char *cluster_write_lsq_job(struct cluster *c, const char *name, const char *job_section)
+{
+	char *path, *text;
+	size_t need;
+	static const char *const table =
+		"[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 64\noptimizer = sgd\n"
+		"lr = 0.05\n";
+
+	need = strlen(job_section) + strlen(table) + 2;
+	text = dml_xmalloc(need);
+	snprintf(text, need, "%s\n%s", job_section, table);
+	ck_assert_int_eq(dml_test_env_write(c->env, name, text, 0644, &path), 0);
+	free(text);
+	return path;
+}
+
+uint32_t cluster_submit(struct cluster *c, const char *path)
+{
+	const char *args[] = { "submit", path, NULL };
+	struct jval doc;
+	double id;
+
+	ck_assert_int_eq(cluster_dmlctl_json(c, args, &doc), 0);
+	id = jnum(&doc, "job");
+	json_free(&doc);
+	ck_assert(id >= 1);
+	return (uint32_t)id;
 }

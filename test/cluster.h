@@ -59,6 +59,10 @@ void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 /** SIGTERM every worker and check its clean exit, then stop the daemons. */
 void cluster_down(struct cluster *c);
 
+/** cluster_down's stops alone: the folder (stores, logs) stays until cluster_free. */
+void cluster_stop(struct cluster *c);
+void cluster_free(struct cluster *c);
+
 /** Start one more dml-server (node id: its index + 1) under the scheduler. */
 void cluster_add_server(struct cluster *c);
 
@@ -78,6 +82,9 @@ const struct jval *cluster_node(const struct jval *doc, const char *role, uint32
 /** Wait until every worker 1..n is alive at the scheduler. */
 void cluster_wait_workers(struct cluster *c, uint32_t n);
 
+/** `dmlctl submit FILE`: the job's id. */
+uint32_t cluster_submit(struct cluster *c, const char *path);
+
 /** Run `dmlctl submit FILE --wait` in the background (output: submit.log). */
 pid_t cluster_submit_wait(struct cluster *c, const char *path);
 
@@ -88,5 +95,18 @@ pid_t cluster_submit_wait(struct cluster *c, const char *path);
  * Returns the program's exit status.
  */
 int cluster_suite_run(const char *name, const TTest *const *tests, size_t n);
+
+/** `dmlctl --json status JOB` into doc (json_free() it); the job object is doc itself. */
+void cluster_job_status(struct cluster *c, const char *job, struct jval *doc);
+
+/** Poll the job until its clock reaches at least clock; fails if it ends first. */
+void cluster_wait_job_clock(struct cluster *c, const char *job, double clock);
+
+/**
+ * Write job file name into the environment's folder: job_section (the
+ * [job] section) and table 0, dense, 64 keys of width 1, sgd with lr
+ * 0.05 (what lsq with dim = 64 needs). Returns its path (free() it).
+ */
+char *cluster_write_lsq_job(struct cluster *c, const char *name, const char *job_section);
 
 #endif

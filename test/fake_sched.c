@@ -36,6 +36,7 @@ struct fnode {
 	int install_done;          /* 1 once answered */
 	int install_rc;
 	char install_err[256];
+	uint64_t answer_clock, answer_bytes; /* the ACK's clock and bytes */
 };
 
 struct dml_fake_sched {
@@ -121,6 +122,8 @@ static void on_install_answer(struct dml_fake_sched *f, const Dml__Meta *m)
 			continue;
 		n->install_done = 1;
 		n->install_rc = m->type == DML__MSG_TYPE__ACK ? 0 : m->error->code;
+		n->answer_clock = m->clock;
+		n->answer_bytes = m->bytes;
 		snprintf(n->install_err, sizeof(n->install_err), "%s",
 			 m->type == DML__MSG_TYPE__ERROR && m->error->message ? m->error->message
 									      : "");
@@ -350,10 +353,10 @@ int dml_fake_sched_wait_registered(struct dml_fake_sched *f, uint32_t role,
 	return rc;
 }
 
-int dml_fake_sched_install_begin(struct dml_fake_sched *f, uint32_t server,
-				 const Dml__JobSpec *spec, const Dml__ShardMap *map)
+/* Queue request m (its request_id set here) for server; its answer is awaited
+ * like an install's. */
+static int request_begin(struct dml_fake_sched *f, uint32_t server, Dml__Meta *m)
 {
-	Dml__Meta m = DML__META__INIT;
 	struct fnode *n;
 
 	pthread_mutex_lock(&f->mu);
@@ -362,19 +365,53 @@ int dml_fake_sched_install_begin(struct dml_fake_sched *f, uint32_t server,
 		pthread_mutex_unlock(&f->mu);
 		return DML_ENOTFOUND;
 	}
-	m.type = DML__MSG_TYPE__SHARDMAP;
-	m.request_id = ++f->next_id;
-	m.job = map->job;
-	m.job_spec = (Dml__JobSpec *)spec;
-	m.shard_map = (Dml__ShardMap *)map;
+	m->request_id = ++f->next_id;
 	free(n->install);
-	n->install_len = dml__meta__get_packed_size(&m);
+	n->install_len = dml__meta__get_packed_size(m);
 	n->install = dml_xmalloc(n->install_len + 1);
-	dml__meta__pack(&m, n->install);
-	n->install_id = m.request_id;
+	dml__meta__pack(m, n->install);
+	n->install_id = m->request_id;
 	n->install_done = 0;
 	pthread_mutex_unlock(&f->mu);
 	return 0;
+}
+
+int dml_fake_sched_install_begin(struct dml_fake_sched *f, uint32_t server,
+				 const Dml__JobSpec *spec, const Dml__ShardMap *map)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__SHARDMAP;
+	m.job = map->job;
+	m.job_spec = (Dml__JobSpec *)spec;
+	m.shard_map = (Dml__ShardMap *)map;
+	return request_begin(f, server, &m);
+}
+
+int dml_fake_sched_checkpoint_begin(struct dml_fake_sched *f, uint32_t server, uint32_t job,
+				    uint64_t clock, int drop)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__CHECKPOINT;
+	m.job = job;
+	m.clock = clock;
+	m.drop = drop;
+	return request_begin(f, server, &m);
+}
+
+int dml_fake_sched_checkpoint_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,
+				   uint64_t *clock, uint64_t *bytes, char *err, size_t errlen)
+{
+	int rc = dml_fake_sched_install_wait(f, server, timeout_ms, err, errlen);
+	struct fnode *n;
+
+	pthread_mutex_lock(&f->mu);
+	n = node_find(f, DML__ROLE__SERVER, server);
+	*clock = n ? n->answer_clock : 0;
+	*bytes = n ? n->answer_bytes : 0;
+	pthread_mutex_unlock(&f->mu);
+	return rc;
 }
 
 int dml_fake_sched_install_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,

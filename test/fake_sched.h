@@ -6,9 +6,10 @@
  * 127.0.0.1 (a kernel-chosen port), authenticates peers with the test's
  * secret, and answers only what a server or libdml needs: REGISTER (with a
  * 200 ms heartbeat interval), HEARTBEAT, BYE, and SHARDMAP requests (with
- * the map the test set). The test pushes SHARDMAP to a registered server and
- * waits for its answer. The end-to-end tests use the real dml-sched; this is
- * for the server's and the client library's own tests.
+ * the map the test set). The test pushes SHARDMAP (or CHECKPOINT) to a
+ * registered server and waits for its answer. The end-to-end tests use
+ * the real dml-sched; this is for the server's and the client library's
+ * own tests.
  */
 #ifndef DML_TEST_FAKE_SCHED_H
 #define DML_TEST_FAKE_SCHED_H
@@ -58,6 +59,17 @@ int dml_fake_sched_install_begin(struct dml_fake_sched *f, uint32_t server,
 				 const Dml__JobSpec *spec, const Dml__ShardMap *map);
 int dml_fake_sched_install_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,
 				char *err, size_t errlen);
+
+/**
+ * Send CHECKPOINT {job, clock, drop} to registered server `server` (clock
+ * 0: prepare; > 0: cut there, or delete with drop); collect its answer
+ * with _wait: 0 for ACK (its clock and bytes), the ERROR's code (its
+ * message in err), DML_ETIMEDOUT or DML_ENOTFOUND.
+ */
+int dml_fake_sched_checkpoint_begin(struct dml_fake_sched *f, uint32_t server, uint32_t job,
+				    uint64_t clock, int drop);
+int dml_fake_sched_checkpoint_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,
+				   uint64_t *clock, uint64_t *bytes, char *err, size_t errlen);
 
 /** Stop the thread, close everything, free. NULL is fine. */
 void dml_fake_sched_stop(struct dml_fake_sched *f);

@@ -123,6 +123,15 @@ test_check_remap_CFLAGS = $(TEST_CFLAGS)
 test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
+# Integration: job-wide checkpoints cut exactly on real servers (scripted scheduler).
+check_PROGRAMS += test/check_cut
+TESTS += test/check_cut
+test_check_cut_SOURCES = test/check_cut.c test/fake_sched.c test/fake_sched.h \
+	test/harness.c test/harness.h
+test_check_cut_CFLAGS = $(TEST_CFLAGS)
+test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+	store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS) -lpthread
+
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
 check_PROGRAMS += test/check_worker
 TESTS += test/check_worker
@@ -138,6 +147,15 @@ test_check_e2e_SOURCES = test/check_e2e.c test/cluster.c test/cluster.h test/har
 	test/harness.h test/json.c test/json.h
 test_check_e2e_CFLAGS = $(TEST_CFLAGS)
 test_check_e2e_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+# End to end: job-wide checkpoints taken, listed, kept and deleted.
+check_PROGRAMS += test/check_checkpoints
+TESTS += test/check_checkpoints
+test_check_checkpoints_SOURCES = test/check_checkpoints.c test/cluster.c test/cluster.h \
+	test/harness.c test/harness.h test/json.c test/json.h
+test_check_checkpoints_CFLAGS = $(TEST_CFLAGS)
+test_check_checkpoints_LDADD = worker/libdml.la store/libdmlstorelog.la proto/libdmlproto.la \
+	$(LMDB_LIBS) $(TEST_LIBS)
 
 # Integration: libdml's scheduler mode following shard maps (scripted scheduler).
 check_PROGRAMS += test/check_follow

@@ -213,11 +213,11 @@ static void print_recovered_line(const struct bench_server *s)
 	if (bench_server_file(s, "server.log", path, sizeof(path)) || !(f = fopen(path, "r")))
 		return;
 	while (fgets(line, sizeof(line), f))
-		if (strstr(line, "recovered: replayed"))
+		if (strstr(line, "recovered to clock"))
 			snprintf(last, sizeof(last), "%s", line);
 	fclose(f);
 	if (last[0])
-		printf("  server says   %s", strstr(last, "recovered: replayed"));
+		printf("  server says   %s", strstr(last, "recovered to clock"));
 }
 
 static double store_mb(const struct bench_server *s)

@@ -667,6 +667,9 @@ static const struct command commands[] = {
 	  cmd_shardmap, 0 },
 	{ "export", "JOB FILE", "write the job's trained tables to a model file",
 	  ctl_cmd_export, 0 },
+	{ "checkpoint", "JOB [delete CLOCK]",
+	  "take a job-wide checkpoint and wait for it, or delete one", ctl_cmd_checkpoint, 0 },
+	{ "checkpoints", "JOB", "list the job's checkpoints", ctl_cmd_checkpoints, 0 },
 };
 
 static const struct command *find_command(const char *name)
@@ -686,7 +689,7 @@ static void usage(FILE *out)
 		"Talks to dml-sched, the cluster's scheduler.\n\n"
 		"Commands:\n");
 	for (size_t i = 0; i < DML_ARRAY_LEN(commands); i++)
-		fprintf(out, "  %-8s %-18s %s\n", commands[i].name, commands[i].args,
+		fprintf(out, "  %-11s %-18s %s\n", commands[i].name, commands[i].args,
 			commands[i].help);
 	fprintf(out,
 		"\nOptions:\n"

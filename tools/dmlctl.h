@@ -143,6 +143,8 @@ void ctl_json_u64(struct ctl_json *j, const char *key, uint64_t v);
 /** JSON has no inf or nan: they become null. */
 void ctl_json_num(struct ctl_json *j, const char *key, double v);
 void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStatus *st);
+/** The members "checkpoints" (clock, bytes, age_ms each) and "checkpoint_state". */
+void ctl_json_checkpoints(struct ctl_json *j, const Dml__JobStatus *st);
 void ctl_json_shard_map(struct ctl_json *j, const char *key, const Dml__ShardMap *map);
 
 void ctl_print_nodes_json(FILE *out, const Dml__Meta *r);
@@ -178,7 +180,7 @@ const char *ctl_metric_name(const Dml__JobSpec *sp, char *buf, size_t len);
 /** What a peer sent, made harmless for a terminal, into buf (truncated). */
 const char *ctl_clean(const char *s, char *buf, size_t len);
 
-/* ---- commands (dmlctl.c, dmlctl_export.c) --------------------------------------- */
+/* ---- commands (dmlctl.c, dmlctl_export.c, dmlctl_ckpt.c) ---------------------- */
 
 /** A job id argument; prints the usage error. EXIT_OK or EXIT_USAGE. */
 int ctl_parse_job_id(const char *cmd, const char *s, uint32_t *id);
@@ -190,5 +192,10 @@ int ctl_too_many(const char *cmd, const char *arg);
  * model file (worker/model_file.h). Returns an exit status.
  */
 int ctl_cmd_export(struct ctl *ctl, int argc, char **argv);
+
+/** dmlctl checkpoint JOB [delete CLOCK] (dmlctl_ckpt.c). Returns an exit status. */
+int ctl_cmd_checkpoint(struct ctl *ctl, int argc, char **argv);
+/** dmlctl checkpoints JOB: the job's checkpoints. Returns an exit status. */
+int ctl_cmd_checkpoints(struct ctl *ctl, int argc, char **argv);
 
 #endif

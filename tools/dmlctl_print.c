@@ -183,6 +183,8 @@ const char *ctl_action_name(int action)
 	case DML__JOB_ACTION__STOP: return "stop";
 	case DML__JOB_ACTION__PAUSE: return "pause";
 	case DML__JOB_ACTION__RESUME: return "resume";
+	case DML__JOB_ACTION__CHECKPOINT_NOW: return "checkpoint";
+	case DML__JOB_ACTION__CHECKPOINT_DROP: return "checkpoint delete";
 	default: return "none";
 	}
 }
@@ -488,6 +490,20 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_close(j, '}');
 }
 
+void ctl_json_checkpoints(struct ctl_json *j, const Dml__JobStatus *st)
+{
+	ctl_json_open(j, "checkpoints", '[');
+	for (size_t i = 0; i < st->n_checkpoints; i++) {
+		ctl_json_open(j, NULL, '{');
+		ctl_json_u64(j, "clock", st->checkpoints[i]->clock);
+		ctl_json_u64(j, "bytes", st->checkpoints[i]->bytes);
+		ctl_json_u64(j, "age_ms", st->checkpoints[i]->age_ms);
+		ctl_json_close(j, '}');
+	}
+	ctl_json_close(j, ']');
+	ctl_json_str(j, "checkpoint_state", st->checkpoint_state);
+}
+
 void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStatus *st)
 {
 	ctl_json_open(j, key, '{');
@@ -511,6 +527,7 @@ void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStat
 	ctl_json_u64(j, "run_ms", st->run_ms);
 	ctl_json_u64(j, "shard_map_version", st->shard_map_version);
 	ctl_json_u64(j, "assignment_version", st->assignment_version);
+	ctl_json_checkpoints(j, st);
 	ctl_json_open(j, "events", '[');
 	for (size_t i = 0; i < st->n_events; i++)
 		ctl_json_str(j, NULL, st->events[i]);
@@ -735,6 +752,14 @@ void ctl_print_job_detail(FILE *out, const Dml__JobStatus *st)
 		fputc('\n', out);
 		ctl_print_workers_table(out, st, "  ");
 	}
+	for (size_t i = 0; i < st->n_checkpoints; i++)
+		fprintf(out, "%s clock %llu (%.1f MB)%s", i ? "," : "\n  checkpoints at",
+			(unsigned long long)st->checkpoints[i]->clock,
+			(double)st->checkpoints[i]->bytes / 1e6,
+			i + 1 == st->n_checkpoints ? "\n" : "");
+	if (st->checkpoint_state[0])
+		fprintf(out, "\n  checkpoint %s\n",
+			ctl_clean(st->checkpoint_state, a, sizeof(a)));
 	if (st->n_events) {
 		fputs("\n  events (newest last):\n", out);
 		for (size_t i = 0; i < st->n_events; i++)

@@ -8,6 +8,6 @@ tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h tools/be
 tools_dml_bench_LDADD = worker/libdml.la store/libdmlstorelog.la $(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
 tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_session.c \
-	tools/dmlctl_print.c tools/dmlctl_export.c tools/curve_svg.c tools/curve_svg.h
+	tools/dmlctl_print.c tools/dmlctl_export.c tools/dmlctl_ckpt.c tools/curve_svg.c tools/curve_svg.h
 tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local
