@@ -11,8 +11,9 @@
  * answered: pushes of clocks before C go on (their connections are
  * released and hold again at a push of C or later), and once every live
  * worker's clock reached C (it has sent every push of the clocks before),
- * the rows are the checkpoint: the server writes them to its store, ACKs
- * the scheduler and releases every held connection. A prepare not
+ * the rows are the checkpoint: the server copies them, releases every held
+ * connection, and ACKs the scheduler once its writer thread has them on
+ * disk (server_store.c). A prepare not
  * followed by a cut within PREPARE_TIMEOUT_MS (the scheduler died, a
  * server of the job is down), or a cut the clocks do not reach within
  * CUT_TIMEOUT_MS, is dropped and the pushes go on.
@@ -22,7 +23,7 @@
  * the slowest worker is still before C.
  *
  * Must never: apply a push of clock C or later before the rows of a cut at
- * C are written, ACK a cut before they are on disk, or hold pushes with no
+ * C are copied, ACK a cut before they are on disk, or hold pushes with no
  * cut or prepare in force.
  */
 #include <inttypes.h>
@@ -155,28 +156,33 @@ static void cut_end(struct server_cut *c)
 void dml_server_cut_check(struct dml_server *s)
 {
 	struct server_cut *c = s->cut;
-	uint64_t bytes = 0, t1;
 	char err[512] = "";
 	int rc;
 
 	if (!c || c->phase != CUT_CUTTING || dml_ssp_min_clock(&s->ssp) < c->clock)
 		return;
-	t1 = dml_now_ns();
-	rc = dml_server_store_snapshot(s, c->clock, &bytes, err, sizeof(err));
+	rc = dml_server_store_snapshot(s, c->clock, c->request_id, err, sizeof(err));
 	if (rc) {
-		dml_warn("job %u: checkpoint at clock %" PRIu64 " not written: %s", s->job.id,
+		dml_warn("job %u: checkpoint at clock %" PRIu64 " not taken: %s", s->job.id,
 			 c->clock, err);
 		dml_server_sched_error(s, c->request_id, rc, "checkpoint", "clock %" PRIu64
 				       ": %s", c->clock, err);
 	} else {
-		dml_info("job %u: checkpoint at clock %" PRIu64 ": %.1f MB of rows written in "
-			 "%.1f ms; %" PRIu64 " pushes of later clocks held, %.1f ms after the "
-			 "prepare", s->job.id, c->clock, (double)bytes / 1e6,
-			 (double)(dml_now_ns() - t1) / 1e6, c->holds,
-			 (double)(dml_now_ns() - c->t0_ns) / 1e6);
-		cut_ack(s, c->request_id, c->clock, bytes);
+		dml_info("job %u: checkpoint at clock %" PRIu64 " taken %.1f ms after the "
+			 "prepare; %" PRIu64 " pushes of later clocks held till then", s->job.id,
+			 c->clock, (double)(dml_now_ns() - c->t0_ns) / 1e6, c->holds);
 	}
 	cut_end(c);
+}
+
+void dml_server_cut_written(struct dml_server *s, uint64_t request_id, uint64_t clock, int rc,
+			    uint64_t bytes, const char *err)
+{
+	if (rc)
+		dml_server_sched_error(s, request_id, rc, "checkpoint", "clock %" PRIu64 ": %s",
+				       clock, err);
+	else
+		cut_ack(s, request_id, clock, bytes);
 }
 
 void dml_server_cut_tick(struct dml_server *s)
@@ -204,15 +210,23 @@ void dml_server_cut_tick(struct dml_server *s)
 static void on_drop(struct dml_server *s, const Dml__Meta *m)
 {
 	char err[512] = "";
-	int rc = dml_server_store_snapshot_drop(s, m->clock, err, sizeof(err));
+	int rc = dml_server_store_snapshot_drop(s, m->clock, m->request_id, err, sizeof(err));
 
-	if (rc) {
+	if (rc)
 		dml_server_sched_error(s, m->request_id, rc, "checkpoint", "delete of clock %"
 				       PRIu64 ": %s", m->clock, err);
+}
+
+void dml_server_cut_dropped(struct dml_server *s, uint64_t request_id, uint64_t clock, int rc,
+			    const char *err)
+{
+	if (rc) {
+		dml_server_sched_error(s, request_id, rc, "checkpoint", "delete of clock %"
+				       PRIu64 ": %s", clock, err);
 		return;
 	}
-	dml_info("job %u: checkpoint at clock %" PRIu64 " deleted", s->job.id, m->clock);
-	cut_ack(s, m->request_id, m->clock, 0);
+	dml_info("job %u: checkpoint at clock %" PRIu64 " deleted", s->job.id, clock);
+	cut_ack(s, request_id, clock, 0);
 }
 
 void dml_server_cut_on_sched(struct dml_server *s, const Dml__Meta *m)

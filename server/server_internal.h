@@ -288,16 +288,19 @@ void dml_server_sched_verror(struct dml_server *s, uint64_t request_id, int code
 int dml_server_store_keeps(const struct dml_server *s);
 
 /**
- * Commit the batch, then write every row held as a checkpoint listed under
- * clock (the job's checkpoint_keep newest stay). 0 with its bytes, or an
- * error (err).
+ * Commit the batch, copy every row held and queue the copy as a checkpoint
+ * listed under clock (the job's checkpoint_keep newest stay): 0, or an
+ * error (err). dml_server_cut_written hears how the write ended, with tag.
  */
-int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t *bytes,
-			      char *err, size_t errlen);
+int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t tag, char *err,
+			      size_t errlen);
 
-/** Delete the checkpoint listed under clock. 0, DML_ENOTFOUND or DML_EIO (err). */
-int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, char *err,
-				   size_t errlen);
+/**
+ * Queue the delete of the checkpoint listed under clock: 0 (then
+ * dml_server_cut_dropped hears how it ended, with tag) or DML_ECONF.
+ */
+int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, uint64_t tag,
+				   char *err, size_t errlen);
 
 /* ---- server_cut.c: job-wide checkpoints ---- */
 
@@ -322,6 +325,14 @@ void dml_server_cut_reset(struct dml_server *s);
 
 /** The clocks moved: write the checkpoint once every live worker reached it. */
 void dml_server_cut_check(struct dml_server *s);
+
+/** The checkpoint of the cut request_id (clock) is on disk (rc 0) or failed: answer. */
+void dml_server_cut_written(struct dml_server *s, uint64_t request_id, uint64_t clock, int rc,
+			    uint64_t bytes, const char *err);
+
+/** The delete of request_id (clock) ended: answer. */
+void dml_server_cut_dropped(struct dml_server *s, uint64_t request_id, uint64_t clock, int rc,
+			    const char *err);
 
 /** Every tick: drop a prepare the scheduler did not follow with a cut. */
 void dml_server_cut_tick(struct dml_server *s);

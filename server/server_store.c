@@ -33,6 +33,7 @@
 #include "log.h"
 #include "server_internal.h"
 #include "shardmap.h"
+#include "ckpt_writer.h"
 #include "store.h"
 #include "util.h"
 
@@ -58,10 +59,14 @@ struct server_store {
 	struct restored_seq *seqs;
 	size_t nseqs;
 	uint64_t logged;           /* bytes logged since the last checkpoint */
+	struct dml_ckpt_writer *writer; /* writes checkpoints on a thread */
+	struct event *written_ev;  /* its results */
 };
 
 /* Rows in one checkpoint chunk. */
 #define CKPT_CHUNK_ROWS 4096
+/* The most a block of a checkpoint's copy holds: below the mmap threshold. */
+#define SNAP_BLOCK_BYTES (16u << 20)
 
 /* ---- committing ----------------------------------------------------------- */
 
@@ -91,49 +96,51 @@ static void commit_now(struct dml_server *s)
 			dml_server_reply_ack(st->acks[i].ss, st->acks[i].request_id);
 	st->nacks = 0;
 	st->logged += bytes;
-	/* Not while rows move: the ranges held are not settled. */
+	/* Not while rows move: the ranges held are not settled; nor while one
+	 * is being written (the next commit asks again). */
 	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log &&
-	    !s->job.remapping)
+	    !s->job.remapping && !dml_ckpt_writer_writes(st->writer))
 		checkpoint_now(s);
 }
 
 /* ---- checkpoints ----------------------------------------------------------- */
 
-void dml_server_store_checkpoint(struct dml_server *s)
-{
-	if (s->store && !s->store_failed) {
-		/* One checkpoint: the commit must not write one of its own. */
-		s->store->logged = 0;
-		commit_now(s);
-		if (!s->store_failed)
-			checkpoint_now(s);
-	}
-}
-
-/* The dense rows [begin, end) of te in chunks. */
-static int checkpoint_dense(struct dml_store *store, struct table_entry *te, uint64_t begin,
-			    uint64_t end, float *buf, uint64_t *rows, char *err, size_t errlen)
+/*
+ * The dense rows [begin, end) of te, copied, in chunks. The copy goes into
+ * blocks below the mmap threshold set at open: heap memory, which the
+ * next checkpoint finds mapped already instead of faulting fresh pages in
+ * (a third of the copy's time for a large table).
+ */
+static int snap_dense(struct dml_ckpt_snapshot *sn, struct table_entry *te, uint64_t begin,
+		      uint64_t end)
 {
 	uint32_t rf = (uint32_t)dml_table_row_floats(te->table);
+	uint64_t per = (SNAP_BLOCK_BYTES / (rf * sizeof(float)) / CKPT_CHUNK_ROWS) *
+		       CKPT_CHUNK_ROWS;
 	int rc = 0;
 
-	for (uint64_t b = begin; b < end && !rc; b += CKPT_CHUNK_ROWS) {
-		uint64_t e = end - b > CKPT_CHUNK_ROWS ? b + CKPT_CHUNK_ROWS : end;
-		struct dml_ckpt_rows r = { te->info.id, 1, b, NULL, e - b, rf, buf };
+	if (!per)
+		per = CKPT_CHUNK_ROWS;
+	for (uint64_t bb = begin; bb < end && !rc; bb += per) {
+		uint64_t be = end - bb > per ? bb + per : end;
+		float *rows = dml_xmalloc((size_t)(be - bb) * rf * sizeof(float));
 
-		rc = dml_table_export_range(te->table, b, e, buf);
-		if (rc)
-			snprintf(err, errlen, "table %u: %s", te->info.id, dml_strerror(rc));
-		else
-			rc = dml_store_checkpoint_add(store, &r, err, errlen);
-		*rows += e - b;
+		dml_ckpt_snapshot_keep(sn, rows);
+		rc = dml_table_export_range(te->table, bb, be, rows);
+		for (uint64_t b = bb; b < be && !rc; b += CKPT_CHUNK_ROWS) {
+			uint64_t e = be - b > CKPT_CHUNK_ROWS ? b + CKPT_CHUNK_ROWS : be;
+			struct dml_ckpt_rows r = { te->info.id, 1, b, NULL, e - b, rf,
+						   rows + (b - bb) * rf };
+
+			dml_ckpt_snapshot_add(sn, &r);
+		}
 	}
 	return rc;
 }
 
-/* The sparse rows whose hash lies in [lo, hi) in chunks. */
-static int checkpoint_sparse(struct dml_store *store, struct table_entry *te, uint64_t lo,
-			     uint64_t hi, uint64_t *rows, char *err, size_t errlen)
+/* The sparse rows whose hash lies in [lo, hi), copied, in chunks. */
+static int snap_sparse(struct dml_ckpt_snapshot *sn, struct table_entry *te, uint64_t lo,
+		       uint64_t hi)
 {
 	uint32_t rf = (uint32_t)dml_table_row_floats(te->table);
 	uint64_t *keys = NULL;
@@ -142,78 +149,100 @@ static int checkpoint_sparse(struct dml_store *store, struct table_entry *te, ui
 	int rc = dml_table_export_hashed(te->table, dml_shard_key_hash, lo, hi, &keys, &vals,
 					 &n);
 
-	if (rc)
-		snprintf(err, errlen, "table %u: %s", te->info.id, dml_strerror(rc));
+	dml_ckpt_snapshot_keep(sn, keys);
+	dml_ckpt_snapshot_keep(sn, vals);
 	for (size_t b = 0; b < n && !rc; b += CKPT_CHUNK_ROWS) {
 		size_t k = n - b > CKPT_CHUNK_ROWS ? CKPT_CHUNK_ROWS : n - b;
-		struct dml_ckpt_rows r = { te->info.id, 0, 0, keys + b, k, rf,
-					   vals + b * rf };
+		struct dml_ckpt_rows r = { te->info.id, 0, 0, keys + b, k, rf, vals + b * rf };
 
-		rc = dml_store_checkpoint_add(store, &r, err, errlen);
+		dml_ckpt_snapshot_add(sn, &r);
 	}
-	*rows += n;
-	free(keys);
-	free(vals);
 	return rc;
 }
 
 /*
- * Every row held, in one transaction that empties the log; listed under
- * clock (keeping keep) unless clock is 0. The loop waits while it is
- * written; a failure leaves the previous checkpoint and the whole log, so
- * the server goes on (a full map stops it at its next commit).
+ * Commit the batch, copy every row held and hand the copy to the writer
+ * thread: a checkpoint listed under clock (keeping keep) unless clock is 0.
+ * Pushes wait for the copy only; tag comes back with the result.
  */
-static int checkpoint_write(struct dml_server *s, uint64_t clock, uint32_t keep,
-			    uint64_t *bytes, char *err, size_t errlen)
+static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep, uint64_t tag,
+			    char *err, size_t errlen)
 {
 	struct server_store *st = s->store;
-	uint64_t t0 = dml_now_ns(), rows = 0;
-	size_t cap = 0;
-	float *buf = NULL;
-	int rc = dml_store_checkpoint_begin(st->store, s->job.version,
-					    dml_server_cut_next_clock(s), err, errlen);
+	struct dml_ckpt_info info = { 0 };
+	struct dml_ckpt_snapshot *sn;
+	uint64_t t0 = dml_now_ns();
+	int rc = 0;
 
-	if (!rc && clock)
-		rc = dml_store_checkpoint_list_as(st->store, clock, keep);
+	/* The rows hold pushes the batch has not logged yet; and the commit
+	 * must not queue a checkpoint of its own. */
+	st->logged = 0;
+	commit_now(s);
+	if (s->store_failed)
+		return dml_fail(DML_EIO, err, errlen, "the gradient log's commit failed");
+	sn = dml_ckpt_snapshot_new();
 	for (size_t i = 0; i < s->ntables && !rc; i++) {
 		struct table_entry *te = &s->tables[i];
-		size_t need = CKPT_CHUNK_ROWS * dml_table_row_floats(te->table);
 
-		if (te->info.dense && need > cap) {
-			free(buf);
-			buf = dml_xmalloc(need * sizeof(float));
-			cap = need;
-		}
 		for (size_t j = 0; j < te->served.n && !rc; j++)
 			rc = te->info.dense ?
-			     checkpoint_dense(st->store, te, te->served.r[j].begin,
-					      te->served.r[j].end, buf, &rows, err, errlen) :
-			     checkpoint_sparse(st->store, te, te->served.r[j].begin,
-					       te->served.r[j].end, &rows, err, errlen);
+			     snap_dense(sn, te, te->served.r[j].begin, te->served.r[j].end) :
+			     snap_sparse(sn, te, te->served.r[j].begin, te->served.r[j].end);
+		if (rc)
+			snprintf(err, errlen, "table %u: %s", te->info.id, dml_strerror(rc));
 	}
-	free(buf);
-	*bytes = dml_store_checkpoint_bytes(st->store);
-	if (!rc)
-		rc = dml_store_checkpoint_end(st->store, 1, err, errlen);
-	else
-		dml_store_checkpoint_end(st->store, 0, NULL, 0);
-	if (rc)
+	if (rc) {
+		dml_ckpt_snapshot_free(sn);
 		return rc;
-	dml_info("store %s: checkpoint of %" PRIu64 " rows (%.1f MB of log emptied) in %.1f "
-		 "ms", s->conf->store_path, rows, (double)st->logged / 1e6,
-		 (double)(dml_now_ns() - t0) / 1e6);
-	st->logged = 0;
+	}
+	info.version = s->job.version;
+	info.next_clock = dml_server_cut_next_clock(s);
+	info.lsn = dml_store_log_last(st->store);
+	info.clock = clock;
+	info.keep = keep;
+	dml_info("store %s: checkpoint: %" PRIu64 " rows copied in %.1f ms (what pushes "
+		 "waited); writing them on the writer thread", s->conf->store_path,
+		 dml_ckpt_snapshot_rows(sn), (double)(dml_now_ns() - t0) / 1e6);
+	dml_ckpt_writer_write(st->writer, sn, &info, tag);
 	return 0;
 }
 
 static void checkpoint_now(struct dml_server *s)
 {
 	char err[512] = "";
-	uint64_t bytes;
 
-	if (checkpoint_write(s, 0, 0, &bytes, err, sizeof(err)) != 0)
-		dml_warn("store %s: checkpoint failed (the previous one and the log stay): %s",
-			 s->conf->store_path, err);
+	if (checkpoint_queue(s, 0, 0, 0, err, sizeof(err)) != 0)
+		dml_warn("store %s: checkpoint not taken (the previous one and the log stay): "
+			 "%s", s->conf->store_path, err);
+}
+
+void dml_server_store_checkpoint(struct dml_server *s)
+{
+	if (s->store && !s->store_failed)
+		checkpoint_now(s);
+}
+
+/* What the writer thread did. */
+static void written_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_server *s = arg;
+	struct dml_ckpt_result r;
+
+	while (dml_ckpt_writer_result(s->store->writer, &r)) {
+		if (r.drop) {
+			dml_server_cut_dropped(s, r.tag, r.clock, r.rc, r.err);
+			continue;
+		}
+		if (r.rc)
+			dml_warn("store %s: checkpoint failed (the previous one and the log stay): "
+				 "%s", s->conf->store_path, r.err);
+		else
+			dml_info("store %s: checkpoint of %" PRIu64 " rows (%.1f MB) written in "
+				 "%.1f ms", s->conf->store_path, r.rows, (double)r.bytes / 1e6,
+				 r.ms);
+		if (r.tag)
+			dml_server_cut_written(s, r.tag, r.clock, r.rc, r.bytes, r.err);
+	}
 }
 
 int dml_server_store_keeps(const struct dml_server *s)
@@ -221,28 +250,24 @@ int dml_server_store_keeps(const struct dml_server *s)
 	return s->store && s->store->store && !s->store_failed;
 }
 
-int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t *bytes,
-			      char *err, size_t errlen)
+int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t tag, char *err,
+			      size_t errlen)
 {
 	const Dml__JobSpec *spec = s->job.spec;
 	uint32_t keep = spec && spec->checkpoint_keep ? spec->checkpoint_keep : 3;
 
-	*bytes = 0;
 	if (!dml_server_store_keeps(s))
 		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
-	/* The rows hold pushes the batch has not logged yet. */
-	commit_now(s);
-	if (s->store_failed)
-		return dml_fail(DML_EIO, err, errlen, "the gradient log's commit failed");
-	return checkpoint_write(s, clock, keep, bytes, err, errlen);
+	return checkpoint_queue(s, clock, keep, tag, err, errlen);
 }
 
-int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, char *err,
-				   size_t errlen)
+int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, uint64_t tag,
+				   char *err, size_t errlen)
 {
 	if (!dml_server_store_keeps(s))
 		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
-	return dml_store_snapshot_drop(s->store->store, clock, err, errlen);
+	dml_ckpt_writer_drop(s->store->writer, clock, tag);
+	return 0;
 }
 
 static void commit_cb(evutil_socket_t fd, short what, void *arg)
@@ -484,6 +509,15 @@ int dml_server_store_open(struct dml_server *s)
 		dml_err("%s", err);
 		return rc;
 	}
+	rc = dml_ckpt_writer_start(st->store, &st->writer);
+	if (rc) {
+		dml_err("store %s: cannot start the checkpoint writer: %s", c->store_path,
+			dml_strerror(rc));
+		return rc;
+	}
+	st->written_ev = event_new(s->base, dml_ckpt_writer_fd(st->writer), EV_READ | EV_PERSIST,
+				   written_cb, s);
+	event_add(st->written_ev, NULL);
 	/* A job's tables come with its map (dml_server_store_job). */
 	if (!s->job_mode && (rc = recover(s, c->store_path)) != 0)
 		return rc;
@@ -508,6 +542,8 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *re
 	*recovered = 0;
 	if (!st)
 		return 0;
+	/* What is written now is of the tables being replaced. */
+	dml_ckpt_writer_drain(st->writer);
 	if (map->run && dml_store_run(st->store) == map->run) {
 		/* The rows of a later version are in a checkpoint of it (taken
 		 * once its moves were done) or nowhere here. */
@@ -551,6 +587,10 @@ void dml_server_store_free(struct dml_server *s)
 		event_free(st->commit_ev);
 	if (st->timer)
 		event_free(st->timer);
+	if (st->written_ev)
+		event_free(st->written_ev);
+	/* Finishes what it was given: a cut's checkpoint on disk stays listed. */
+	dml_ckpt_writer_stop(st->writer);
 	dml_store_close(st->store);
 	free(st->acks);
 	free(st->seqs);

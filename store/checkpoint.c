@@ -1,12 +1,13 @@
 /*
- * checkpoint.c - a store's checkpoints (see store.h): chunks of rows in the
- * "ckpt" database under 16-byte big-endian keys (checkpoint id, chunk
- * number), so one checkpoint's chunks lie together and a new one, with
- * the highest id yet, is appended at the end. "meta" names the newest
- * complete checkpoint ("ckpt_id", the one a restart loads), its map
- * version and the clock past its pushes ("ckpt_next_clock"); "snaps"
- * lists the ones kept under a clock (job-wide checkpoints) by 8-byte
- * big-endian clock:
+ * checkpoint.c - a server store's checkpoints (see store.h), in a store of
+ * their own (kind STORE_CKPT) at PATH/ckpt: chunks of rows in the "ckpt"
+ * database under 16-byte big-endian keys (checkpoint id, chunk number), so
+ * one checkpoint's chunks lie together and a new one, with the highest id
+ * yet, is appended at the end. "meta" names the run, the newest complete
+ * checkpoint ("ckpt_id", the one a restart loads), its map version, the
+ * clock past its pushes ("ckpt_next_clock") and the last log record it
+ * holds ("ckpt_lsn"); "snaps" lists the ones kept under a clock (job-wide
+ * checkpoints) by 8-byte big-endian clock:
  *
  *	u64 id, u64 bytes, u64 map version, u64 unix ms written
  *
@@ -16,9 +17,10 @@
  *	u64 keys[n] (sparse only), f32 rows[n * row_floats]
  *
  * A checkpoint is written in one write transaction that, at its end,
- * empties the log, names it newest, lists it under its clock, and deletes
- * what nothing needs any more: the previous newest when no clock lists it,
- * and the listed ones past the newest keep.
+ * names it newest, lists it under its clock, and deletes what nothing
+ * needs any more: the previous newest when no clock lists it, and the
+ * listed ones past the newest keep. Then the log records it holds are
+ * deleted from the log's environment, in a transaction of their own.
  *
  * Must never: leave a half-written checkpoint visible (it is one
  * transaction), delete the chunks of the newest checkpoint (a restart
@@ -28,6 +30,7 @@
  * first).
  */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,33 +42,86 @@
 enum { CK_TABLE = 0, CK_DENSE = 4, CK_BEGIN = 5, CK_N = 13, CK_ROWF = 21, CK_HDR = 25 };
 enum { SN_ID = 0, SN_BYTES = 8, SN_VERSION = 16, SN_MS = 24, SN_SIZE = 32 };
 
-const char store_ckpt_version_key[] = "ckpt_version";
-const char store_ckpt_id_key[] = "ckpt_id";
-const char store_ckpt_next_clock_key[] = "ckpt_next_clock";
+static const char version_key[] = "ckpt_version";
+static const char id_key[] = "ckpt_id";
+static const char next_clock_key[] = "ckpt_next_clock";
+static const char lsn_key[] = "ckpt_lsn";
 
-/* ---- within a write transaction ------------------------------------------- */
+/* ---- the environment ------------------------------------------------------- */
 
-static int meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out)
-{
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
-	int rc = mdb_get(txn, s->meta, &k, &v);
-
-	*out = 0;
-	if (rc == MDB_NOTFOUND)
-		return 0;
-	if (!rc && v.mv_size == 8)
-		*out = dml_load_le64(v.mv_data);
-	return rc;
-}
-
-static int meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t value)
+static int drop_meta(struct dml_store *c, MDB_txn *txn, const char *key)
 {
 	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
-	uint8_t b[8];
-	MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
+	int rc = mdb_del(txn, c->meta, &k, NULL);
 
-	store_put_le64(b, value);
-	return mdb_put(txn, s->meta, &k, &v, 0);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* Drop every checkpoint of c and name run. */
+static int reset(struct dml_store *c, uint64_t run, char *err, size_t errlen)
+{
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(c->env, NULL, 0, &txn);
+
+	if (rc)
+		return store_commit_fail(c, rc, err, errlen);
+	if ((rc = mdb_drop(txn, c->ckpt, 0)) != 0 || (rc = mdb_drop(txn, c->snaps, 0)) != 0 ||
+	    (rc = drop_meta(c, txn, version_key)) != 0 || (rc = drop_meta(c, txn, id_key)) != 0 ||
+	    (rc = drop_meta(c, txn, next_clock_key)) != 0 ||
+	    (rc = drop_meta(c, txn, lsn_key)) != 0 ||
+	    (rc = store_meta_put_u64(c, txn, store_run_key, run)) != 0) {
+		mdb_txn_abort(txn);
+		return store_commit_fail(c, rc, err, errlen);
+	}
+	rc = mdb_txn_commit(txn);
+	return rc ? store_commit_fail(c, rc, err, errlen) : 0;
+}
+
+int store_ckpt_open(struct dml_store *s, uint64_t map_size, uint32_t node_id, char *err,
+		    size_t errlen)
+{
+	char path[4096];
+	uint64_t run = store_meta_u64(s, store_run_key);
+	int rc;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/ckpt", s->path) >= sizeof(path))
+		return dml_fail(DML_EINVAL, err, errlen, "%s: path too long", s->path);
+	/* Always synced: a checkpoint's end deletes log records. */
+	rc = store_open(path, map_size, 0, STORE_CKPT, node_id, &s->ck, err, errlen);
+	if (rc || store_meta_u64(s->ck, store_run_key) == run)
+		return rc;
+	return reset(s->ck, run, err, errlen);
+}
+
+int store_ckpt_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
+{
+	return reset(s->ck, run, err, errlen);
+}
+
+uint64_t store_ckpt_lsn(struct dml_store *s)
+{
+	return store_meta_u64(s->ck, lsn_key);
+}
+
+/* Delete the log records up to lsn (a checkpoint holds them). */
+static int log_truncate(struct dml_store *s, uint64_t lsn, char *err, size_t errlen)
+{
+	MDB_txn *txn;
+	MDB_cursor *cur;
+	MDB_val k, v;
+	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+
+	if (rc)
+		return store_commit_fail(s, rc, err, errlen);
+	rc = mdb_cursor_open(txn, s->log, &cur);
+	while (!rc && !(rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) && k.mv_size == 8 &&
+	       store_get_be64(k.mv_data) <= lsn)
+		rc = mdb_cursor_del(cur, 0);
+	if (!rc || rc == MDB_NOTFOUND)
+		rc = mdb_txn_commit(txn);
+	else
+		mdb_txn_abort(txn);
+	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
 }
 
 /* Delete every chunk of checkpoint id. */
@@ -141,16 +197,16 @@ static int list(struct dml_store *s, MDB_txn *txn, uint64_t id)
 	MDB_stat st;
 	int rc;
 
-	store_put_be64(kb, s->ckpt_clock);
+	store_put_be64(kb, s->info.clock);
 	if (mdb_get(txn, s->snaps, &k, &v) == 0 && (rc = unlist(s, txn, &k, id)) != 0)
 		return rc;
 	store_put_le64(vb + SN_ID, id);
 	store_put_le64(vb + SN_BYTES, s->ckpt_bytes);
-	store_put_le64(vb + SN_VERSION, s->ckpt_version);
+	store_put_le64(vb + SN_VERSION, s->info.version);
 	store_put_le64(vb + SN_MS, (uint64_t)time(NULL) * 1000);
 	v = (MDB_val){ .mv_size = sizeof(vb), .mv_data = vb };
 	rc = mdb_put(txn, s->snaps, &k, &v, 0);
-	while (!rc && !(rc = mdb_stat(txn, s->snaps, &st)) && st.ms_entries > s->ckpt_keep) {
+	while (!rc && !(rc = mdb_stat(txn, s->snaps, &st)) && st.ms_entries > s->info.keep) {
 		MDB_cursor *c;
 		MDB_val first, fv;
 		uint8_t fb[8];
@@ -172,64 +228,50 @@ static int list(struct dml_store *s, MDB_txn *txn, uint64_t id)
 
 /* ---- writing --------------------------------------------------------------- */
 
-int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, uint64_t next_clock,
+int dml_store_checkpoint_begin(struct dml_store *s, const struct dml_ckpt_info *info,
 			       char *err, size_t errlen)
 {
-	MDB_cursor *c = NULL;
+	struct dml_store *c = s ? s->ck : NULL;
+	MDB_cursor *cur = NULL;
 	MDB_val k, v;
 	int rc;
 
 	store_err_clear(err, errlen);
-	if (!s || s->ckpt_txn)
+	if (!c || c->ckpt_txn || !info || (info->clock && !info->keep))
 		return DML_EINVAL;
-	if (s->n)
-		return dml_fail(DML_EINVAL, err, errlen, "%s: checkpoint: %zu logged pushes "
-				"not committed", s->path, s->n);
-	rc = mdb_txn_begin(s->env, NULL, 0, &s->ckpt_txn);
+	rc = mdb_txn_begin(c->env, NULL, 0, &c->ckpt_txn);
 	if (!rc)
-		rc = mdb_cursor_open(s->ckpt_txn, s->ckpt, &c);
+		rc = mdb_cursor_open(c->ckpt_txn, c->ckpt, &cur);
 	if (!rc) {
 		/* One past the highest id there: appends go at the end. */
-		rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
-		s->ckpt_id = !rc && k.mv_size == 16 ? store_get_be64(k.mv_data) + 1 : 1;
+		rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+		c->ckpt_id = !rc && k.mv_size == 16 ? store_get_be64(k.mv_data) + 1 : 1;
 		rc = rc == MDB_NOTFOUND ? 0 : rc;
-		mdb_cursor_close(c);
+		mdb_cursor_close(cur);
 	}
 	if (rc) {
-		if (s->ckpt_txn)
-			mdb_txn_abort(s->ckpt_txn);
-		s->ckpt_txn = NULL;
-		return store_commit_fail(s, rc, err, errlen);
+		if (c->ckpt_txn)
+			mdb_txn_abort(c->ckpt_txn);
+		c->ckpt_txn = NULL;
+		return store_commit_fail(c, rc, err, errlen);
 	}
-	s->ckpt_chunks = 0;
-	s->ckpt_bytes = 0;
-	s->ckpt_version = version;
-	s->ckpt_next_clock = next_clock;
-	s->ckpt_clock = 0;
-	s->ckpt_keep = 0;
-	return 0;
-}
-
-int dml_store_checkpoint_list_as(struct dml_store *s, uint64_t clock, uint32_t keep)
-{
-	if (!s || !s->ckpt_txn || !clock || !keep)
-		return DML_EINVAL;
-	s->ckpt_clock = clock;
-	s->ckpt_keep = keep;
+	c->info = *info;
 	/* Listed at clock: it holds the pushes of every clock before. */
-	if (s->ckpt_next_clock < clock)
-		s->ckpt_next_clock = clock;
+	if (c->info.next_clock < c->info.clock)
+		c->info.next_clock = c->info.clock;
+	c->ckpt_chunks = 0;
+	c->ckpt_bytes = 0;
 	return 0;
 }
 
 uint64_t dml_store_checkpoint_version(struct dml_store *s)
 {
-	return store_meta_u64(s, store_ckpt_version_key);
+	return s ? store_meta_u64(s->ck, version_key) : 0;
 }
 
 uint64_t dml_store_checkpoint_next_clock(struct dml_store *s)
 {
-	return store_meta_u64(s, store_ckpt_next_clock_key);
+	return s ? store_meta_u64(s->ck, next_clock_key) : 0;
 }
 
 /* Bytes of a chunk of n rows; 0 when it would not fit in a size_t. */
@@ -245,22 +287,23 @@ static size_t chunk_bytes(int dense, uint64_t n, uint32_t row_floats)
 int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r, char *err,
 			     size_t errlen)
 {
+	struct dml_store *c = s ? s->ck : NULL;
 	size_t bytes = r ? chunk_bytes(r->dense, r->n, r->row_floats) : 0;
 	uint8_t kb[16], *p;
 	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v = { .mv_size = bytes };
 	int rc;
 
 	store_err_clear(err, errlen);
-	if (!s || !s->ckpt_txn || !bytes || (!r->dense && r->n && !r->keys))
+	if (!c || !c->ckpt_txn || !bytes || (!r->dense && r->n && !r->keys))
 		return DML_EINVAL;
-	store_put_be64(kb, s->ckpt_id);
-	store_put_be64(kb + 8, ++s->ckpt_chunks);
-	rc = mdb_put(s->ckpt_txn, s->ckpt, &k, &v, MDB_APPEND | MDB_RESERVE);
+	store_put_be64(kb, c->ckpt_id);
+	store_put_be64(kb + 8, ++c->ckpt_chunks);
+	rc = mdb_put(c->ckpt_txn, c->ckpt, &k, &v, MDB_APPEND | MDB_RESERVE);
 	if (rc) {
 		dml_store_checkpoint_end(s, 0, NULL, 0);
-		return store_commit_fail(s, rc, err, errlen);
+		return store_commit_fail(c, rc, err, errlen);
 	}
-	s->ckpt_bytes += bytes;
+	c->ckpt_bytes += bytes;
 	p = v.mv_data;
 	dml_store_le32(p + CK_TABLE, r->table);
 	p[CK_DENSE] = r->dense ? 1 : 0;
@@ -278,50 +321,54 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 
 uint64_t dml_store_checkpoint_bytes(const struct dml_store *s)
 {
-	return s && s->ckpt_txn ? s->ckpt_bytes : 0;
+	return s && s->ck->ckpt_txn ? s->ck->ckpt_bytes : 0;
 }
 
 int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t errlen)
 {
+	struct dml_store *c = s ? s->ck : NULL;
 	MDB_txn *txn;
 	uint64_t prev;
 	int rc;
 
 	store_err_clear(err, errlen);
-	if (!s || !s->ckpt_txn)
+	if (!c || !c->ckpt_txn)
 		return DML_EINVAL;
-	txn = s->ckpt_txn;
-	s->ckpt_txn = NULL;
+	txn = c->ckpt_txn;
+	c->ckpt_txn = NULL;
 	if (!commit) {
 		mdb_txn_abort(txn);
 		return 0;
 	}
-	/* The rows hold every committed push now. */
-	rc = mdb_drop(txn, s->log, 0);
+	rc = store_meta_get_u64(c, txn, id_key, &prev);
 	if (!rc)
-		rc = meta_get_u64(s, txn, store_ckpt_id_key, &prev);
+		rc = store_meta_put_u64(c, txn, id_key, c->ckpt_id);
 	if (!rc)
-		rc = meta_put_u64(s, txn, store_ckpt_id_key, s->ckpt_id);
+		rc = store_meta_put_u64(c, txn, version_key, c->info.version);
 	if (!rc)
-		rc = meta_put_u64(s, txn, store_ckpt_version_key, s->ckpt_version);
+		rc = store_meta_put_u64(c, txn, next_clock_key, c->info.next_clock);
 	if (!rc)
-		rc = meta_put_u64(s, txn, store_ckpt_next_clock_key, s->ckpt_next_clock);
-	if (!rc && s->ckpt_clock)
-		rc = list(s, txn, s->ckpt_id);
+		rc = store_meta_put_u64(c, txn, lsn_key, c->info.lsn);
+	if (!rc && c->info.clock)
+		rc = list(c, txn, c->ckpt_id);
 	if (!rc)
-		rc = release(s, txn, prev, s->ckpt_id);
+		rc = release(c, txn, prev, c->ckpt_id);
 	if (rc) {
 		mdb_txn_abort(txn);
-		return store_commit_fail(s, rc, err, errlen);
+		return store_commit_fail(c, rc, err, errlen);
 	}
 	rc = mdb_txn_commit(txn);
-	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
+	if (rc)
+		return store_commit_fail(c, rc, err, errlen);
+	/* The rows hold these records now; a replay skips any left behind. */
+	return log_truncate(s, c->info.lsn, err, errlen);
 }
 
 /* ---- the checkpoints listed ------------------------------------------------- */
 
 int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size_t errlen)
 {
+	struct dml_store *c = s ? s->ck : NULL;
 	uint8_t kb[8];
 	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb };
 	uint64_t newest;
@@ -329,25 +376,25 @@ int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size
 	int rc;
 
 	store_err_clear(err, errlen);
-	if (!s || s->ckpt_txn)
+	if (!c || c->ckpt_txn)
 		return DML_EINVAL;
 	store_put_be64(kb, clock);
-	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+	rc = mdb_txn_begin(c->env, NULL, 0, &txn);
 	if (rc)
-		return store_commit_fail(s, rc, err, errlen);
-	rc = meta_get_u64(s, txn, store_ckpt_id_key, &newest);
+		return store_commit_fail(c, rc, err, errlen);
+	rc = store_meta_get_u64(c, txn, id_key, &newest);
 	if (!rc)
-		rc = unlist(s, txn, &k, newest);
+		rc = unlist(c, txn, &k, newest);
 	if (rc == MDB_NOTFOUND) {
 		mdb_txn_abort(txn);
 		return dml_fail(DML_ENOTFOUND, err, errlen, "%s: no checkpoint at clock %" PRIu64,
-				s->path, clock);
+				c->path, clock);
 	}
 	if (!rc)
 		rc = mdb_txn_commit(txn);
 	else
 		mdb_txn_abort(txn);
-	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
+	return rc ? store_commit_fail(c, rc, err, errlen) : 0;
 }
 
 struct list_ctx {
@@ -389,7 +436,7 @@ int dml_store_snapshots(struct dml_store *s, struct dml_store_snap **out, size_t
 	*n = 0;
 	if (!s)
 		return DML_EINVAL;
-	rc = store_walk(s, s->snaps, "checkpoint list", list_one, &lc, err, errlen);
+	rc = store_walk(s->ck, s->ck->snaps, "checkpoint list", list_one, &lc, err, errlen);
 	if (rc) {
 		free(lc.snaps);
 		return rc;
@@ -460,7 +507,8 @@ static int each_of(struct dml_store *s, uint64_t id,
 	if (!id)
 		return 0;
 	store_put_be64(kb, id);
-	return store_walk_from(s, s->ckpt, &from, "checkpoint", each_one, &ctx, err, errlen);
+	return store_walk_from(s->ck, s->ck->ckpt, &from, "checkpoint", each_one, &ctx, err,
+			       errlen);
 }
 
 int dml_store_checkpoint_each(struct dml_store *s,
@@ -470,7 +518,7 @@ int dml_store_checkpoint_each(struct dml_store *s,
 	store_err_clear(err, errlen);
 	if (!s || !fn)
 		return DML_EINVAL;
-	return each_of(s, store_meta_u64(s, store_ckpt_id_key), fn, arg, err, errlen);
+	return each_of(s, store_meta_u64(s->ck, id_key), fn, arg, err, errlen);
 }
 
 int dml_store_snapshot_each(struct dml_store *s, uint64_t clock,

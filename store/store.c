@@ -2,12 +2,12 @@
  * store.c - the gradient log and the push-dedupe state of one server in an
  * LMDB environment (see store.h).
  *
- * Five named databases: "meta" ("format" and "node", u32 little-endian;
- * "run", u64), "log" (8-byte big-endian log sequence numbers from 1, so
- * that LMDB's byte order is numeric order and appends go at the end, to one
- * encoded record each), "dedupe" (4-byte big-endian worker id to
- * incarnation u64 and seq u64, little-endian), "ckpt" and "snaps"
- * (checkpoint.c).
+ * Three named databases: "meta" ("format", "kind" and "node", u32
+ * little-endian; "run", u64), "log" (8-byte big-endian log sequence
+ * numbers from 1, so that LMDB's byte order is numeric order and appends go
+ * at the end, to one encoded record each) and "dedupe" (4-byte big-endian
+ * worker id to incarnation u64 and seq u64, little-endian). The
+ * checkpoints are a store of their own in PATH/ckpt (checkpoint.c).
  *
  * A log record, little-endian, without a version of its own (the "meta"
  * format covers it):
@@ -328,7 +328,7 @@ static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *er
 		s->env = NULL;
 		return store_lmdb_fail(s, rc, "", err, errlen);
 	}
-	rc = mdb_env_set_maxdbs(s->env, 5);
+	rc = mdb_env_set_maxdbs(s->env, 4);
 	/* 0 keeps LMDB's default for a new file, the file's own size for an old one. */
 	if (!rc && map_size)
 		rc = mdb_env_set_mapsize(s->env, (size_t)map_size);
@@ -340,7 +340,8 @@ static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *er
 static const char *kind_name(uint32_t kind)
 {
 	return kind == STORE_SERVER ? "a server's gradient log" :
-	       kind == STORE_SCHED ? "a scheduler's state" : "a store of an unknown kind";
+	       kind == STORE_SCHED ? "a scheduler's state" :
+	       kind == STORE_CKPT ? "a server's checkpoints" : "a store of an unknown kind";
 }
 
 static int meta_mismatch(const struct dml_store *s, const char *name, uint32_t have,
@@ -444,15 +445,15 @@ static int dbs_check(struct dml_store *s, MDB_txn *txn, uint32_t node_id, char *
 		rc = dbi_open(s, txn, "jobs", &s->jobs, err, errlen);
 		return rc ? rc : dbi_open(s, txn, "nodes", &s->nodes, err, errlen);
 	}
-	rc = dbi_open(s, txn, "log", &s->log, err, errlen);
+	rc = meta_check(s, txn, "node", node_id, err, errlen);
+	if (!rc && s->kind == STORE_CKPT) {
+		rc = dbi_open(s, txn, "ckpt", &s->ckpt, err, errlen);
+		return rc ? rc : dbi_open(s, txn, "snaps", &s->snaps, err, errlen);
+	}
+	if (!rc)
+		rc = dbi_open(s, txn, "log", &s->log, err, errlen);
 	if (!rc)
 		rc = dbi_open(s, txn, "dedupe", &s->dedupe, err, errlen);
-	if (!rc)
-		rc = dbi_open(s, txn, "ckpt", &s->ckpt, err, errlen);
-	if (!rc)
-		rc = dbi_open(s, txn, "snaps", &s->snaps, err, errlen);
-	if (!rc)
-		rc = meta_check(s, txn, "node", node_id, err, errlen);
 	if (!rc)
 		rc = find_next_lsn(s, txn, err, errlen);
 	return rc;
@@ -502,15 +503,22 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 	s->path = dml_xstrdup(path);
 	s->kind = kind;
 	s->lock_fd = -1;
-	rc = lock_owner(s, err, errlen);
+	/* The checkpoints' environment lies within the log's, under its lock. */
+	rc = kind == STORE_CKPT ? 0 : lock_owner(s, err, errlen);
 	if (!rc)
 		rc = env_open(s, map_size, nosync, err, errlen);
 	if (!rc)
 		rc = dbs_open(s, node_id, err, errlen);
+	if (!rc && kind == STORE_SERVER)
+		rc = store_ckpt_open(s, map_size, node_id, err, errlen);
 	if (rc) {
 		dml_store_close(s);
 		return rc;
 	}
+	/* Records the newest checkpoint holds may be gone from the log: the
+	 * next one must come after them, or a replay would skip it. */
+	if (kind == STORE_SERVER && s->next_lsn <= store_ckpt_lsn(s))
+		s->next_lsn = store_ckpt_lsn(s) + 1;
 	*out = s;
 	return 0;
 }
@@ -519,6 +527,7 @@ void dml_store_close(struct dml_store *s)
 {
 	if (!s)
 		return;
+	dml_store_close(s->ck);
 	if (s->ckpt_txn)
 		mdb_txn_abort(s->ckpt_txn);
 	if (s->txn)
@@ -689,7 +698,30 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 
 /* ---- runs ------------------------------------------------------------------ */
 
-static const char run_key[] = "run";
+const char store_run_key[] = "run";
+
+int store_meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out)
+{
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
+	int rc = mdb_get(txn, s->meta, &k, &v);
+
+	*out = 0;
+	if (rc == MDB_NOTFOUND)
+		return 0;
+	if (!rc && v.mv_size == 8)
+		*out = dml_load_le64(v.mv_data);
+	return rc;
+}
+
+int store_meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t value)
+{
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
+	uint8_t b[8];
+	MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
+
+	store_put_le64(b, value);
+	return mdb_put(txn, s->meta, &k, &v, 0);
+}
 
 uint64_t store_meta_u64(struct dml_store *s, const char *key)
 {
@@ -707,39 +739,22 @@ uint64_t store_meta_u64(struct dml_store *s, const char *key)
 
 uint64_t dml_store_run(struct dml_store *s)
 {
-	return store_meta_u64(s, run_key);
-}
-
-/* A new run has no checkpoint: no newest one, nor its map version. */
-static int drop_meta(struct dml_store *s, MDB_txn *txn, const char *key)
-{
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
-	int rc = mdb_del(txn, s->meta, &k, NULL);
-
-	return rc == MDB_NOTFOUND ? 0 : rc;
+	return store_meta_u64(s, store_run_key);
 }
 
 int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
 {
-	MDB_val k = { .mv_size = sizeof(run_key) - 1, .mv_data = (void *)run_key }, v;
-	uint8_t b[8];
 	MDB_txn *txn;
 	int rc;
 
 	store_err_clear(err, errlen);
 	if (!s)
 		return DML_EINVAL;
-	store_put_le64(b, run);
-	v = (MDB_val){ .mv_size = sizeof(b), .mv_data = b };
 	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
 	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
-	    (rc = mdb_drop(txn, s->ckpt, 0)) != 0 || (rc = mdb_drop(txn, s->snaps, 0)) != 0 ||
-	    (rc = mdb_put(txn, s->meta, &k, &v, 0)) != 0 ||
-	    (rc = drop_meta(s, txn, store_ckpt_version_key)) != 0 ||
-	    (rc = drop_meta(s, txn, store_ckpt_id_key)) != 0 ||
-	    (rc = drop_meta(s, txn, store_ckpt_next_clock_key)) != 0) {
+	    (rc = store_meta_put_u64(s, txn, store_run_key, run)) != 0) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);
 	}
@@ -749,7 +764,14 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 	s->next_lsn = 1;
 	s->n = 0;
 	s->len = 0;
-	return 0;
+	/* The log's run comes first: checkpoints of another run are dropped
+	 * at the next open if this does not get through. */
+	return store_ckpt_start_run(s, run, err, errlen);
+}
+
+uint64_t dml_store_log_last(const struct dml_store *s)
+{
+	return s ? s->next_lsn - 1 : 0;
 }
 
 /* ---- reading --------------------------------------------------------------- */
@@ -820,11 +842,15 @@ int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r,
 		     void *arg, char *err, size_t errlen)
 {
 	struct replay_ctx ctx = { fn, arg };
+	uint8_t kb[8];
+	MDB_val from = { .mv_size = sizeof(kb), .mv_data = kb };
 
 	store_err_clear(err, errlen);
 	if (!s || !fn)
 		return DML_EINVAL;
-	return store_walk(s, s->log, "replay", replay_one, &ctx, err, errlen);
+	/* The newest checkpoint holds the records up to its lsn. */
+	store_put_be64(kb, store_ckpt_lsn(s) + 1);
+	return store_walk_from(s, s->log, &from, "replay", replay_one, &ctx, err, errlen);
 }
 
 uint64_t dml_store_log_count(struct dml_store *s)

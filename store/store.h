@@ -30,10 +30,10 @@
 #include <stdint.h>
 
 /*
- * The format this build writes and reads (the "meta" database says). 2:
- * checkpoints under ids, some listed under a clock.
+ * The format this build writes and reads (the "meta" database says). 3:
+ * checkpoints under ids, some listed under a clock, in PATH/ckpt.
  */
-#define DML_STORE_FORMAT 2
+#define DML_STORE_FORMAT 3
 
 enum dml_durability {
 	DML_DURABILITY_SYNC,      /* acknowledge after the batch is on disk */
@@ -95,8 +95,8 @@ size_t dml_store_pending(const struct dml_store *s, size_t *bytes);
 int dml_store_commit(struct dml_store *s, char *err, size_t errlen);
 
 /**
- * Call fn for every logged record in order (fn's non-zero return stops the
- * replay and is returned). Returns 0; DML_ECONF when a record does not
+ * Call fn for every logged record in order after those the newest
+ * checkpoint holds (fn's non-zero return stops the replay and is returned). Returns 0; DML_ECONF when a record does not
  * decode (err: "PATH: log record N: reason"); DML_EIO.
  */
 int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r, void *arg),
@@ -109,40 +109,54 @@ int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r,
 uint64_t dml_store_run(struct dml_store *s);
 
 /**
- * Start the log of another run: drop every record and the dedupe state,
- * and the batch, and name run, in one transaction. 0, or DML_EIO with err
- * naming the path and the cause; on failure the store is as it was.
+ * Start the log of another run: drop every record, the dedupe state, the
+ * batch and the checkpoints, and name run. 0, or DML_EIO with err naming
+ * the path and the cause (the log's part is one transaction, the
+ * checkpoints' another: a crash between leaves checkpoints of the old run,
+ * which the next open drops).
  */
 int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen);
 
 /*
  * Checkpoints: every row the server holds, with its optimizer state,
- * written in chunks; its end makes it the newest (the one a restart
- * loads) and empties the log (its records are in the rows now) in the
- * same transaction, so a crash in the middle leaves the previous
- * checkpoint and the whole log. A server recovers by loading the newest
- * checkpoint, then replaying the log. A checkpoint may also be listed
- * under a clock (a job-wide checkpoint): the newest `keep` listed ones
- * stay until deleted, the others go once something newer replaces them.
- * The batch must be committed before a checkpoint begins, and nothing
- * else may write to the store until it ends.
+ * written in chunks into an LMDB environment of their own (PATH/ckpt), so
+ * that a thread may write one while the log commits on: its end makes it
+ * the newest (the one a restart loads), then deletes the log records it
+ * holds. A crash in the middle leaves the previous checkpoint and the
+ * whole log; a crash after its end but before the records went leaves
+ * records a replay skips (the checkpoint names the last one it holds). A
+ * server recovers by loading the newest checkpoint, then replaying the
+ * log after it. A checkpoint may also be listed under a clock (a
+ * job-wide checkpoint): the newest `keep` listed ones stay until deleted,
+ * the others go once something newer replaces them.
+ *
+ * Threads: begin, add and end of one checkpoint, and snapshot_drop, may run
+ * on one thread other than the log's, one call at a time; nothing else
+ * may. The batch must be committed before the rows are taken.
  */
 
+/** What a checkpoint holds. */
+struct dml_ckpt_info {
+	uint64_t version;          /* shard map version of its rows (0: [table] sections) */
+	uint64_t next_clock;       /* one past the highest clock of a push they hold */
+	uint64_t lsn;              /* the last log record they hold (dml_store_log_last) */
+	uint64_t clock;            /* listed under this clock; 0: not listed */
+	uint32_t keep;             /* listed ones kept, the newest (>= 1 when listed) */
+};
+
 /**
- * Begin a checkpoint of the rows the server holds under shard map version
- * (0 for a server with [table] sections), which hold pushes of clocks
- * before next_clock only. 0, DML_EINVAL (a batch is waiting) or DML_EIO
- * (err).
+ * The last record committed to the log: with the batch committed, what
+ * rows taken now hold. Log thread only.
  */
-int dml_store_checkpoint_begin(struct dml_store *s, uint64_t version, uint64_t next_clock,
+uint64_t dml_store_log_last(const struct dml_store *s);
+
+/**
+ * Begin a checkpoint (info: see above; a listed one replaces one listed
+ * at its clock). 0, DML_EINVAL (one is begun, or a listed one with keep
+ * 0) or DML_EIO (err).
+ */
+int dml_store_checkpoint_begin(struct dml_store *s, const struct dml_ckpt_info *info,
 			       char *err, size_t errlen);
-
-/**
- * List the checkpoint begun under clock (> 0), replacing one listed there
- * already; at its end the oldest listed ones past keep (>= 1) are
- * deleted. 0 or DML_EINVAL.
- */
-int dml_store_checkpoint_list_as(struct dml_store *s, uint64_t clock, uint32_t keep);
 
 /** The map version of the newest checkpoint; 0 when there is none (or it was 0). */
 uint64_t dml_store_checkpoint_version(struct dml_store *s);
@@ -170,8 +184,8 @@ uint64_t dml_store_checkpoint_bytes(const struct dml_store *s);
 
 /**
  * Commit the checkpoint (commit != 0): it becomes the newest and the log
- * is emptied; or abandon it. 0 or DML_EIO (err; the previous checkpoint
- * and the log stay).
+ * records it holds are deleted; or abandon it. 0 or DML_EIO (err; the
+ * previous checkpoint and the log stay).
  */
 int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t errlen);
 

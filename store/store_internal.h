@@ -14,16 +14,22 @@
 
 /* What a store holds, as its "meta" database says ("kind"). */
 enum store_kind {
-	STORE_SERVER = 1,          /* a server's gradient log and checkpoints */
+	STORE_SERVER = 1,          /* a server's gradient log */
 	STORE_SCHED = 2,           /* dml-sched's jobs and nodes (sched_store.h) */
+	STORE_CKPT = 3,            /* a server's checkpoints: PATH/ckpt of its store */
 };
 
 struct dml_store {
 	char *path;
 	MDB_env *env;
 	enum store_kind kind;
-	MDB_dbi meta, log, dedupe, ckpt, snaps; /* STORE_SERVER */
+	MDB_dbi meta, log, dedupe; /* STORE_SERVER */
+	MDB_dbi ckpt, snaps;       /* STORE_CKPT */
 	MDB_dbi jobs, nodes;       /* STORE_SCHED */
+	/* STORE_SERVER: its checkpoints, in an environment of their own so
+	 * that writing one (on another thread) never waits for the log's
+	 * commits, nor they for it. */
+	struct dml_store *ck;
 	MDB_txn *txn;              /* STORE_SCHED: the changes not committed yet */
 	uint64_t next_lsn;         /* the key the next committed record gets */
 	/* The batch: encoded records end to end, offs[i] where record i starts. */
@@ -32,14 +38,12 @@ struct dml_store {
 	size_t *offs;
 	size_t n, offs_cap;
 	int lock_fd;               /* holds the directory's "owner" lock; -1: none */
-	MDB_txn *ckpt_txn;         /* the checkpoint being written, or NULL */
+	/* STORE_CKPT: the checkpoint being written. */
+	MDB_txn *ckpt_txn;         /* NULL: none */
+	struct dml_ckpt_info info; /* what it is */
 	uint64_t ckpt_id;          /* its id (keys of "ckpt" begin with it) */
 	uint64_t ckpt_chunks;      /* chunks it has */
 	uint64_t ckpt_bytes;       /* and their bytes */
-	uint64_t ckpt_version;     /* its map version */
-	uint64_t ckpt_next_clock;  /* one past the highest clock of its pushes */
-	uint64_t ckpt_clock;       /* the clock it is listed under, 0: none */
-	uint32_t ckpt_keep;        /* listed ones to keep, this one included */
 	/* Replay hands out keys and values from this aligned copy. */
 	void *scratch;
 	size_t scratch_cap;
@@ -69,10 +73,26 @@ int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errle
 int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind kind,
 	       uint32_t node_id, struct dml_store **out, char *err, size_t errlen);
 
-/** "meta"'s keys of the newest checkpoint: map version, id, next clock (checkpoint.c). */
-extern const char store_ckpt_version_key[];
-extern const char store_ckpt_id_key[];
-extern const char store_ckpt_next_clock_key[];
+/** "meta"'s key of the run (both environments of a server's store). */
+extern const char store_run_key[];
+
+/**
+ * Open the checkpoints of server store s (PATH/ckpt), and drop them when
+ * they are of another run than s's log (a new run's start was cut short
+ * between the two). checkpoint.c.
+ */
+int store_ckpt_open(struct dml_store *s, uint64_t map_size, uint32_t node_id, char *err,
+		    size_t errlen);
+
+/** Drop every checkpoint of s and name run, in one transaction. checkpoint.c. */
+int store_ckpt_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen);
+
+/** The last log record the newest checkpoint holds (replay skips it and those before). */
+uint64_t store_ckpt_lsn(struct dml_store *s);
+
+/** The u64 (little-endian) under key in "meta" within txn; 0 when there is none. */
+int store_meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out);
+int store_meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t value);
 
 /** The u64 (little-endian) under key in "meta"; 0 when there is none. */
 uint64_t store_meta_u64(struct dml_store *s, const char *key);

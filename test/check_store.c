@@ -12,6 +12,7 @@
 #include <check.h>
 #include <inttypes.h>
 #include <lmdb.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,9 +21,11 @@
 #include <unistd.h>
 
 #include "check_run.h"
+#include "ckpt_writer.h"
 #include "dml_error.h"
 #include "store.h"
 #include "tmpdir.h"
+#include "util.h"
 
 #define MAP (1u << 20)
 
@@ -146,13 +149,19 @@ static void replay_expect(struct dml_store *s, uint32_t first, uint32_t count)
 
 /* ---- raw LMDB, to write what the store never would -------------------------- */
 
+/* db in the log's environment; "ckpt/NAME" in the checkpoints'. */
 static MDB_env *raw_open(MDB_txn **txn, MDB_dbi *dbi, const char *db)
 {
 	MDB_env *env;
+	char path[4096];
+	int ck = strncmp(db, "ckpt/", 5) == 0;
 
+	snprintf(path, sizeof(path), "%s%s", dir(), ck ? "/ckpt" : "");
+	if (ck)
+		db += 5;
 	ck_assert_int_eq(mdb_env_create(&env), 0);
-	ck_assert_int_eq(mdb_env_set_maxdbs(env, 5), 0);
-	ck_assert_int_eq(mdb_env_open(env, dir(), 0, 0600), 0);
+	ck_assert_int_eq(mdb_env_set_maxdbs(env, 4), 0);
+	ck_assert_int_eq(mdb_env_open(env, path, 0, 0600), 0);
 	ck_assert_int_eq(mdb_txn_begin(env, NULL, 0, txn), 0);
 	ck_assert_int_eq(mdb_dbi_open(*txn, db, 0, dbi), 0);
 	return env;
@@ -410,7 +419,7 @@ START_TEST(test_other_format_refused)
 
 	dml_store_close(open_ok(1, MAP));
 	raw_put("meta", "format", 6, one, sizeof(one));
-	open_refused(1, DML_ECONF, "store format 1, this build reads 2", NULL);
+	open_refused(1, DML_ECONF, "store format 1, this build reads 3", NULL);
 	raw_put("meta", "format", 6, one, 3);
 	open_refused(1, DML_ECONF, "meta \"format\" of 3 bytes", NULL);
 }
@@ -463,6 +472,8 @@ END_TEST
 
 START_TEST(test_creates_directory)
 {
+	static const char *const made[] = { "data.mdb", "lock.mdb", "owner", "ckpt/data.mdb",
+					    "ckpt/lock.mdb", "ckpt" };
 	struct dml_store *s = NULL;
 	char sub[DML_TEST_PATH_MAX], p[DML_TEST_PATH_MAX + 16], err[512];
 	struct stat st;
@@ -473,13 +484,12 @@ START_TEST(test_creates_directory)
 	ck_assert(S_ISDIR(st.st_mode));
 	ck_assert_uint_eq(st.st_mode & 0777, 0700);
 	dml_store_close(s);
-	/* The fixture removes plain files only. */
-	snprintf(p, sizeof(p), "%s/data.mdb", sub);
-	ck_assert_int_eq(unlink(p), 0);
-	snprintf(p, sizeof(p), "%s/lock.mdb", sub);
-	ck_assert_int_eq(unlink(p), 0);
-	snprintf(p, sizeof(p), "%s/owner", sub);
-	ck_assert_int_eq(unlink(p), 0);
+	/* What it made, the checkpoints' environment included, and no more. */
+	for (size_t i = 0; i < DML_ARRAY_LEN(made); i++) {
+		snprintf(p, sizeof(p), "%s/%s", sub, made[i]);
+		ck_assert_msg(unlink(p) == 0 || (!strcmp(made[i], "ckpt") && rmdir(p) == 0),
+			      "%s", p);
+	}
 	ck_assert_int_eq(rmdir(sub), 0);
 }
 END_TEST
@@ -705,16 +715,26 @@ static int ck_fn(const struct dml_ckpt_rows *r, void *arg)
 	return 0;
 }
 
-static void checkpoint_two_chunks(struct dml_store *s, int commit)
+/* A checkpoint of two chunks (a dense and a sparse one) as info says. */
+static void checkpoint_rows(struct dml_store *s, const struct dml_ckpt_info *info, int commit)
 {
 	struct dml_ckpt_rows d = { 1, 1, 10, NULL, 5, 2, values };
 	struct dml_ckpt_rows sp = { 2, 0, 0, sparse_keys, 4, 3, values };
 	char err[512];
 
-	ck_assert_msg(dml_store_checkpoint_begin(s, 7, 12, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_checkpoint_begin(s, info, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(dml_store_checkpoint_bytes(s), 2 * 25 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
 	ck_assert_msg(dml_store_checkpoint_end(s, commit, err, sizeof(err)) == 0, "%s", err);
+}
+
+/* Unlisted, map version 7, next clock 12, holding the whole log. */
+static void checkpoint_two_chunks(struct dml_store *s, int commit)
+{
+	struct dml_ckpt_info info = { 7, 12, dml_store_log_last(s), 0, 0 };
+
+	checkpoint_rows(s, &info, commit);
 }
 
 START_TEST(test_checkpoint_empties_log_and_reads_back)
@@ -728,8 +748,6 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	for (uint32_t n = 0; n < 3; n++)
 		append_n(s, n);
 	/* Not with a batch waiting: its pushes would be in neither. */
-	ck_assert_int_eq(dml_store_checkpoint_begin(s, 7, 12, err, sizeof(err)), DML_EINVAL);
-	ck_assert_msg(strstr(err, "not committed") != NULL, "%s", err);
 	commit_ok(s);
 	ck_assert_uint_eq(dml_store_log_count(s), 3);
 	/* Abandoned: nothing changes. */
@@ -781,7 +799,7 @@ START_TEST(test_damaged_checkpoint_refused)
 	memset(bad, 0, sizeof(bad));
 	bad[13] = 9;
 	bad[21] = 1;
-	raw_put("ckpt", key, sizeof(key), bad, sizeof(bad));
+	raw_put("ckpt/ckpt", key, sizeof(key), bad, sizeof(bad));
 	s = open_ok(1, 0);
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), DML_ECONF);
 	ck_assert_msg(strstr(err, "checkpoint chunk 2") != NULL, "%s", err);
@@ -792,16 +810,9 @@ END_TEST
 /* A checkpoint of two chunks listed under clock, keeping keep. */
 static void checkpoint_listed(struct dml_store *s, uint64_t clock, uint32_t keep)
 {
-	struct dml_ckpt_rows d = { 1, 1, 10, NULL, 5, 2, values };
-	struct dml_ckpt_rows sp = { 2, 0, 0, sparse_keys, 4, 3, values };
-	char err[512];
+	struct dml_ckpt_info info = { 3, 0, dml_store_log_last(s), clock, keep };
 
-	ck_assert_msg(dml_store_checkpoint_begin(s, 3, 0, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(dml_store_checkpoint_list_as(s, clock, keep), 0);
-	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_uint_gt(dml_store_checkpoint_bytes(s), 12 * sizeof(float));
-	ck_assert_msg(dml_store_checkpoint_end(s, 1, err, sizeof(err)) == 0, "%s", err);
+	checkpoint_rows(s, &info, 1);
 }
 
 /* The clocks listed, oldest first, as "10 20 30". */
@@ -821,6 +832,16 @@ static void listed_expect(struct dml_store *s, const char *want)
 	}
 	free(sn);
 	ck_assert_str_eq(got, want);
+}
+
+static void listed_reads_back_newest(struct dml_store *s)
+{
+	struct ck_seen c = { 0 };
+	char err[512];
+
+	ck_assert_msg(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert(c.chunks == 2 && c.dense_ok && c.sparse_ok);
 }
 
 static void listed_reads_back(struct dml_store *s, uint64_t clock)
@@ -849,7 +870,7 @@ START_TEST(test_listed_checkpoints_keep_the_newest)
 	for (uint64_t clock = 10; clock <= 40; clock += 10)
 		checkpoint_listed(s, clock, 3);
 	listed_expect(s, "20 30 40");
-	ck_assert_uint_eq(raw_count("ckpt"), 3 * 2);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 3 * 2);
 	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 40);
 	listed_reads_back(s, 20);
 	ck_assert_int_eq(dml_store_snapshot_each(s, 10, ck_fn, &c, err, sizeof(err)),
@@ -857,21 +878,21 @@ START_TEST(test_listed_checkpoints_keep_the_newest)
 	ck_assert_msg(strstr(err, "no checkpoint at clock 10") != NULL, "%s", err);
 	/* An unlisted one (the log grew) is the newest; the next replaces it. */
 	checkpoint_two_chunks(s, 1);
-	ck_assert_uint_eq(raw_count("ckpt"), 4 * 2);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 4 * 2);
 	checkpoint_two_chunks(s, 1);
-	ck_assert_uint_eq(raw_count("ckpt"), 4 * 2);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 4 * 2);
 	listed_expect(s, "20 30 40");
 	/* The same clock again replaces its listing. */
 	checkpoint_listed(s, 40, 3);
 	listed_expect(s, "20 30 40");
-	ck_assert_uint_eq(raw_count("ckpt"), 3 * 2);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 3 * 2);
 	/* Deleted: gone, but the newest stays for a restart. */
 	ck_assert_int_eq(dml_store_snapshot_drop(s, 30, err, sizeof(err)), 0);
 	ck_assert_int_eq(dml_store_snapshot_drop(s, 40, err, sizeof(err)), 0);
 	ck_assert_int_eq(dml_store_snapshot_drop(s, 40, err, sizeof(err)), DML_ENOTFOUND);
 	ck_assert_msg(strstr(err, "no checkpoint at clock 40") != NULL, "%s", err);
 	listed_expect(s, "20");
-	ck_assert_uint_eq(raw_count("ckpt"), 2 * 2);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 2 * 2);
 	dml_store_close(s);
 	s = open_ok(1, 0);
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
@@ -880,10 +901,124 @@ START_TEST(test_listed_checkpoints_keep_the_newest)
 	/* A smaller keep prunes at the next one; a new run drops them all. */
 	checkpoint_listed(s, 50, 1);
 	listed_expect(s, "50");
-	ck_assert_uint_eq(raw_count("ckpt"), 2);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 2);
 	ck_assert_int_eq(dml_store_start_run(s, 43, err, sizeof(err)), 0);
 	listed_expect(s, "");
-	ck_assert_uint_eq(raw_count("ckpt"), 0);
+	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 0);
+	dml_store_close(s);
+}
+END_TEST
+
+/*
+ * A checkpoint holds the log records up to its lsn: they leave the log,
+ * a replay starts after them, and records logged after a reopen (with
+ * the log empty) come after them too.
+ */
+START_TEST(test_checkpoint_holds_records_up_to_its_lsn)
+{
+	struct dml_store *s;
+	struct dml_ckpt_info info = { 1, 0, 2, 0, 0 };
+
+	values_init();
+	s = open_ok(1, 0);
+	for (uint32_t n = 0; n < 3; n++)
+		append_n(s, n);
+	commit_ok(s);
+	ck_assert_uint_eq(dml_store_log_last(s), 3);
+	checkpoint_rows(s, &info, 1);
+	replay_expect(s, 2, 1);
+	dml_store_close(s);
+	s = open_ok(1, 0);
+	replay_expect(s, 2, 1);
+	info.lsn = dml_store_log_last(s);
+	checkpoint_rows(s, &info, 1);
+	replay_expect(s, 0, 0);
+	dml_store_close(s);
+	s = open_ok(1, 0);
+	ck_assert_uint_eq(dml_store_log_last(s), 3);
+	append_n(s, 7);
+	commit_ok(s);
+	replay_expect(s, 7, 1);
+	dml_store_close(s);
+}
+END_TEST
+
+/* Checkpoints of another run than the log's (a new run's start cut short) are dropped. */
+START_TEST(test_checkpoints_of_another_run_dropped)
+{
+	struct dml_store *s;
+	struct ck_seen c = { 0 };
+	uint8_t run[8] = { 5 };
+	char err[512];
+
+	values_init();
+	s = open_ok(1, 0);
+	checkpoint_listed(s, 10, 3);
+	listed_expect(s, "10");
+	dml_store_close(s);
+	raw_put("meta", "run", 3, run, sizeof(run));
+	s = open_ok(1, 0);
+	ck_assert_uint_eq(dml_store_run(s), 5);
+	listed_expect(s, "");
+	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(c.chunks, 0);
+	ck_assert_uint_eq(dml_store_checkpoint_version(s), 0);
+	dml_store_close(s);
+}
+END_TEST
+
+/* Wait for the writer's next result. */
+static void writer_result(struct dml_ckpt_writer *w, struct dml_ckpt_result *r)
+{
+	struct pollfd p = { .fd = dml_ckpt_writer_fd(w), .events = POLLIN };
+
+	while (!dml_ckpt_writer_result(w, r))
+		ck_assert_int_eq(poll(&p, 1, 10000), 1);
+}
+
+/* The writer thread: writes and deletes in the order given, results by fd. */
+START_TEST(test_writer_thread)
+{
+	struct dml_store *s;
+	struct dml_ckpt_writer *w;
+	struct dml_ckpt_snapshot *sn;
+	struct dml_ckpt_result r;
+	struct dml_ckpt_info info = { 3, 0, 0, 10, 2 };
+	float *rows = malloc(10 * sizeof(float));
+	uint64_t *keys = malloc(sizeof(sparse_keys));
+	float *srows = malloc(12 * sizeof(float));
+
+	values_init();
+	memcpy(rows, values, 10 * sizeof(float));
+	memcpy(keys, sparse_keys, sizeof(sparse_keys));
+	memcpy(srows, values, 12 * sizeof(float));
+	s = open_ok(1, 0);
+	ck_assert_int_eq(dml_ckpt_writer_start(s, &w), 0);
+	sn = dml_ckpt_snapshot_new();
+	dml_ckpt_snapshot_keep(sn, rows);
+	dml_ckpt_snapshot_keep(sn, keys);
+	dml_ckpt_snapshot_keep(sn, srows);
+	dml_ckpt_snapshot_add(sn, &(struct dml_ckpt_rows){ 1, 1, 10, NULL, 5, 2, rows });
+	dml_ckpt_snapshot_add(sn, &(struct dml_ckpt_rows){ 2, 0, 0, keys, 4, 3, srows });
+	ck_assert_uint_eq(dml_ckpt_snapshot_rows(sn), 9);
+	dml_ckpt_writer_write(w, sn, &info, 77);
+	dml_ckpt_writer_drop(w, 99, 78);
+	dml_ckpt_writer_drop(w, 10, 79);
+	writer_result(w, &r);
+	ck_assert(!r.drop && r.tag == 77 && r.clock == 10 && r.rc == 0 && r.rows == 9);
+	ck_assert_uint_eq(r.bytes, 2 * 25 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
+	writer_result(w, &r);
+	ck_assert(r.drop && r.tag == 78 && r.rc == DML_ENOTFOUND);
+	ck_assert_msg(strstr(r.err, "no checkpoint at clock 99"), "%s", r.err);
+	writer_result(w, &r);
+	ck_assert(r.drop && r.tag == 79 && r.rc == 0);
+	dml_ckpt_writer_drain(w);
+	ck_assert_uint_eq(dml_ckpt_writer_writes(w), 0);
+	ck_assert_int_eq(dml_ckpt_writer_result(w, &r), 0);
+	listed_expect(s, "");
+	/* The newest stays loadable though no clock lists it. */
+	listed_reads_back_newest(s);
+	dml_ckpt_writer_stop(w);
 	dml_store_close(s);
 }
 END_TEST
@@ -915,6 +1050,9 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_second_open_refused);
 	tcase_add_test(tc, test_damaged_checkpoint_refused);
 	tcase_add_test(tc, test_listed_checkpoints_keep_the_newest);
+	tcase_add_test(tc, test_checkpoint_holds_records_up_to_its_lsn);
+	tcase_add_test(tc, test_checkpoints_of_another_run_dropped);
+	tcase_add_test(tc, test_writer_thread);
 	tcase_add_test(tc, test_reopen_keeps_order_and_continues);
 	tcase_add_test(tc, test_uncommitted_batch_dropped);
 	tcase_add_test(tc, test_dedupe_latest_incarnation_highest_seq);

@@ -2,8 +2,9 @@
  * tmpdir.c - the private temporary folder of a unit-test suite (see
  * tmpdir.h): mkdtemp under $TMPDIR, and its files and itself removed after.
  *
- * Must never remove anything outside the folder it made, nor recurse: the
- * tests write plain files only.
+ * Must never remove anything outside the folder it made, nor go deeper
+ * than one folder down: the tests write plain files, and stores make one
+ * folder of their own (a server store's checkpoints).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -30,22 +31,29 @@ static void tmpdir_setup(void)
 	}
 }
 
-static void tmpdir_teardown(void)
+/* Remove the files in dir and dir itself; with sub, its folders likewise. */
+static void remove_dir(const char *dir, int sub)
 {
-	DIR *d = opendir(g_dir);
+	DIR *d = opendir(dir);
 	struct dirent *e;
-	char p[DML_TEST_PATH_MAX];
+	char p[DML_TEST_PATH_MAX + 256];
 
 	if (!d)
 		return;
 	while ((e = readdir(d))) {
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		dml_test_tmpdir_path(p, sizeof(p), e->d_name);
-		unlink(p);
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (unlink(p) != 0 && sub)
+			remove_dir(p, 0);
 	}
 	closedir(d);
-	rmdir(g_dir);
+	rmdir(dir);
+}
+
+static void tmpdir_teardown(void)
+{
+	remove_dir(g_dir, 1);
 	g_dir[0] = '\0';
 }
 

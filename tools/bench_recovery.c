@@ -9,8 +9,10 @@
  * prints the time from the new process's start to its port file (written
  * once the log is replayed: from then on it serves pulls with full state)
  * and to a whole-model pull answered, what the server says it replayed,
- * the store's size on disk, and whether the model came back bit for bit;
- * then PASS or FAIL for the target (serving within 1 s).
+ * what the checkpoints during the pushes cost (the copy pushes waited for,
+ * the write on the server's writer thread), the store's size on disk, and
+ * whether the model came back bit for bit; then PASS or FAIL for the
+ * target (serving within 1 s).
  *
  * Must never leave the server running or its directory behind (unless
  * --keep), nor call a model recovered that differs in any bit.
@@ -220,14 +222,53 @@ static void print_recovered_line(const struct bench_server *s)
 		printf("  server says   %s", strstr(last, "recovered to clock"));
 }
 
+/* The log's and the checkpoints' data files. */
+/* min and max of the ms after needle in the server's log lines; how many. */
+static int log_ms_range(const struct bench_server *s, const char *needle, double *lo,
+			double *hi)
+{
+	char path[PATH_MAX], line[1024];
+	const char *at;
+	double ms;
+	int n = 0;
+	FILE *f;
+
+	if (bench_server_file(s, "server.log", path, sizeof(path)) || !(f = fopen(path, "r")))
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (!(at = strstr(line, needle)) || sscanf(at + strlen(needle), "%lf", &ms) != 1)
+			continue;
+		*lo = n == 0 || ms < *lo ? ms : *lo;
+		*hi = n == 0 || ms > *hi ? ms : *hi;
+		n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/* What the checkpoints during the pushes cost: the copy stops pushes. */
+static void print_checkpoints(const struct bench_server *s)
+{
+	double clo = 0, chi = 0, wlo = 0, whi = 0;
+	int n = log_ms_range(s, "rows copied in ", &clo, &chi);
+
+	if (n && log_ms_range(s, ") written in ", &wlo, &whi))
+		printf("  checkpoints   %d during the pushes: pushes waited %.1f to %.1f ms "
+		       "(the copy), written in %.0f to %.0f ms on the writer thread\n", n, clo,
+		       chi, wlo, whi);
+}
+
 static double store_mb(const struct bench_server *s)
 {
+	static const char *const files[] = { "store/data.mdb", "store/ckpt/data.mdb" };
 	char path[PATH_MAX];
 	struct stat st;
+	double mb = 0;
 
-	if (bench_server_file(s, "store/data.mdb", path, sizeof(path)) || stat(path, &st))
-		return 0;
-	return (double)st.st_blocks * 512 / 1e6;
+	for (size_t i = 0; i < DML_ARRAY_LEN(files); i++)
+		if (!bench_server_file(s, files[i], path, sizeof(path)) && !stat(path, &st))
+			mb += (double)st.st_blocks * 512 / 1e6;
+	return mb;
 }
 
 static int run(struct bench_server *s, const char *exe, const struct recovery_opts *o)
@@ -272,6 +313,7 @@ static int run(struct bench_server *s, const char *exe, const struct recovery_op
 		goto out;
 	serving = (double)(t1 - t0) / 1e9;
 	pulled = (double)(t2 - t0) / 1e9;
+	print_checkpoints(s);
 	print_recovered_line(s);
 	printf("  serving       %.3f s from the new process's start (port file, written "
 	       "after the replay)\n", serving);
