@@ -75,6 +75,7 @@ struct job_file {
 	double min_rate;
 	uint64_t seed;
 	uint64_t checkpoint_every;
+	uint32_t checkpoint_every_s;
 	uint32_t checkpoint_keep;
 	struct job_file_table *tables;
 	size_t ntables;
@@ -371,6 +372,8 @@ static const struct dml_conf_option job_options[] = {
 	  "data shuffling and synthetic data" },
 	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
 	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
+	{ "job", "checkpoint_every_s", DML_CONF_U32, J(checkpoint_every_s), "0", 0, 604800, NULL,
+	  NULL, "a job-wide checkpoint every N seconds (0: none)" },
 	{ "job", "checkpoint_keep", DML_CONF_U32, J(checkpoint_keep), "3", 1, 1000, NULL, NULL,
 	  "job-wide checkpoints kept, the newest" },
 
@@ -476,6 +479,7 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->users = f->users;
 	s->items = f->items;
 	s->checkpoint_every = f->checkpoint_every;
+	s->checkpoint_every_s = f->checkpoint_every_s;
 	s->checkpoint_keep = f->checkpoint_keep;
 	s->dim = f->dim;
 	s->hidden = f->hidden;

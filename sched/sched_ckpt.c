@@ -9,11 +9,12 @@
  * applied a push of C or later; every server is asked to cut at C, and
  * answers once its rows are on disk, after which the job lists the
  * checkpoint (jobs.h keeps the newest checkpoint_keep; the servers drop
- * older ones themselves). A round starts on `dmlctl checkpoint JOB` or
- * every checkpoint_every clocks of the job's slowest worker. A server
- * that refuses, the map changing, the job ending or ROUND_TIMEOUT_MS
- * passing end a round as failed, with the reason in the job's status;
- * servers drop a prepare that no cut follows, so pushes never stay held.
+ * older ones themselves). A round starts on `dmlctl checkpoint JOB`,
+ * every checkpoint_every clocks of the job's slowest worker, or every
+ * checkpoint_every_s seconds. A server that refuses, the map changing,
+ * the job ending or ROUND_TIMEOUT_MS passing end a round as failed, with
+ * the reason in the job's status; servers drop a prepare that no cut
+ * follows, so pushes never stay held.
  *
  * Must never: cut below a clock a server answered (it may have applied
  * pushes of it), list a checkpoint before every server ACKed its cut, or
@@ -254,10 +255,28 @@ static uint64_t retry_after(unsigned failures)
 	return ms < RETRY_MAX_MS ? ms : RETRY_MAX_MS;
 }
 
+/* Why a periodic checkpoint is due ("every 100 clocks"), or NULL. */
+static const char *due(const struct dml_job *job, uint64_t now, char *why, size_t len)
+{
+	uint64_t every = job->spec->checkpoint_every;
+	uint64_t every_ms = (uint64_t)job->spec->checkpoint_every_s * 1000;
+	const struct dml_job_checkpoint *last = job->nckpts ? &job->ckpts[job->nckpts - 1]
+							    : NULL;
+
+	if (every && dml_job_clock(job) >= (last ? last->clock : 0) + every) {
+		snprintf(why, len, "every %" PRIu64 " clocks", every);
+		return why;
+	}
+	if (every_ms && now >= (last ? last->done_ms : job->started_ms) + every_ms) {
+		snprintf(why, len, "every %" PRIu32 " s", job->spec->checkpoint_every_s);
+		return why;
+	}
+	return NULL;
+}
+
 void dml_sched_ckpt_tick(struct dml_sched *s, struct dml_job *job, uint64_t now)
 {
 	struct sched_ckpt *c = &s->act.ckpt;
-	uint64_t every = job->spec->checkpoint_every, last, clock;
 	char why[64], err[DML_JOB_REASON_MAX + 1];
 
 	if (c->phase != CKPT_IDLE) {
@@ -266,14 +285,10 @@ void dml_sched_ckpt_tick(struct dml_sched *s, struct dml_job *job, uint64_t now)
 				   ROUND_TIMEOUT_MS);
 		return;
 	}
-	if (!every || job->state != DML__JOB_STATE__RUNNING ||
-	    (c->failed_ms && now - c->failed_ms < retry_after(c->failures)))
+	if (job->state != DML__JOB_STATE__RUNNING ||
+	    (c->failed_ms && now - c->failed_ms < retry_after(c->failures)) ||
+	    !due(job, now, why, sizeof(why)))
 		return;
-	last = job->nckpts ? job->ckpts[job->nckpts - 1].clock : 0;
-	clock = dml_job_clock(job);
-	if (clock < last + every)
-		return;
-	snprintf(why, sizeof(why), "every %" PRIu64 " clocks", every);
 	if (dml_sched_ckpt_start(s, job, why, now, err, sizeof(err)) != 0)
 		dml_debug("job %" PRIu32 ": checkpoint not started: %s", job->id, err);
 }

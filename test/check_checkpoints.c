@@ -7,6 +7,7 @@
  *     checkpoints`, the newest checkpoint_keep kept, one deleted; each
  *     server's store lists exactly the clocks the scheduler lists, with
  *     the rows of every table it held;
+ *   - checkpoint_every_s: one a second, deleted when the next job starts;
  *   - a job whose servers keep no store: the checkpoint is refused with
  *     the reason, and the job trains on.
  */
@@ -24,10 +25,12 @@
 #include "store.h"
 #include "util.h"
 
-/* `dmlctl --json checkpoints 1`: the clocks listed, into clocks[] (at most 8). */
-static size_t listed(struct cluster *c, uint64_t clocks[8])
+/* `dmlctl --json checkpoints JOB`: the clocks listed into clocks[] (at most
+ * 8), their ages into ages[] (may be NULL). */
+static size_t listed_ages(struct cluster *c, const char *job, uint64_t clocks[8],
+			  double ages[8])
 {
-	static const char *const args[] = { "checkpoints", "1", NULL };
+	const char *args[] = { "checkpoints", job, NULL };
 	struct jval doc;
 	const struct jval *list;
 	size_t n;
@@ -39,6 +42,8 @@ static size_t listed(struct cluster *c, uint64_t clocks[8])
 	ck_assert_uint_le(n, 8);
 	for (size_t i = 0; i < n; i++) {
 		clocks[i] = (uint64_t)jnum(&list->items[i], "clock");
+		if (ages)
+			ages[i] = jnum(&list->items[i], "age_ms");
 		ck_assert_msg(jnum(&list->items[i], "bytes") > 0, "checkpoint %zu has no bytes", i);
 		ck_assert(i == 0 || clocks[i] > clocks[i - 1]);
 	}
@@ -46,13 +51,19 @@ static size_t listed(struct cluster *c, uint64_t clocks[8])
 	return n;
 }
 
+/* The clocks job 1 lists. */
+static size_t listed(struct cluster *c, uint64_t clocks[8])
+{
+	return listed_ages(c, "1", clocks, NULL);
+}
+
 /* Wait until the job lists at least n checkpoints. */
-static void wait_listed(struct cluster *c, size_t n)
+static void wait_listed(struct cluster *c, const char *job, size_t n)
 {
 	uint64_t clocks[8];
 
 	for (int waited = 0; waited < CLUSTER_WAIT_MS; waited += CLUSTER_POLL_MS) {
-		if (listed(c, clocks) >= n)
+		if (listed_ages(c, job, clocks, NULL) >= n)
 			return;
 		cluster_sleep_ms(CLUSTER_POLL_MS);
 	}
@@ -110,7 +121,7 @@ START_TEST(test_checkpoints_periodic_and_on_demand)
 				    "checkpoint_keep = 3\n");
 	submit = cluster_submit_wait(&c, job);
 	cluster_wait_job_clock(&c, "1", 50);
-	wait_listed(&c, 2);
+	wait_listed(&c, "1", 2);
 
 	/* On demand: it waits for the checkpoint and names its clock. */
 	ck_assert_int_eq(cluster_dmlctl_json(&c, take, &doc), 0);
@@ -166,6 +177,54 @@ START_TEST(test_checkpoints_periodic_and_on_demand)
 }
 END_TEST
 
+/*
+ * checkpoint_every_s: one every second of a job that makes clocks slowly;
+ * the next job's start deletes them (its run empties the stores).
+ */
+START_TEST(test_checkpoints_every_seconds)
+{
+	static const char *const stop1[] = { "stop", "1", NULL };
+	static const char *const stop2[] = { "stop", "2", NULL };
+	struct cluster c;
+	struct jval doc;
+	uint64_t clocks[8];
+	double ages[8];
+	size_t n;
+	char *job1, *job2;
+
+	cluster_up_conf(&c, 1, 1, "[store]\npath = @DIR@/store-@NODE@\n");
+	job1 = cluster_write_lsq_job(&c, "timed.conf",
+				     "[job]\nname = e2e-timed\napp = lsq\ndata = synthetic\n"
+				     "staleness = 0\nbatch_size = 16\nmax_clocks = 1000000\n"
+				     "examples = 1000\ndim = 64\ncheckpoint_every_s = 1\n");
+	job2 = cluster_write_lsq_job(&c, "next.conf",
+				     "[job]\nname = e2e-next\napp = lsq\ndata = synthetic\n"
+				     "staleness = 0\nbatch_size = 16\nmax_clocks = 1000000\n"
+				     "examples = 1000\ndim = 64\n");
+	ck_assert_uint_eq(cluster_submit(&c, job1), 1);
+	ck_assert_uint_eq(cluster_submit(&c, job2), 2);
+	wait_listed(&c, "1", 2);
+	n = listed_ages(&c, "1", clocks, ages);
+	ck_assert_msg(ages[n - 2] - ages[n - 1] >= 900, "checkpoints %.0f ms apart",
+		      ages[n - 2] - ages[n - 1]);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, stop1, &doc), 0);
+	json_free(&doc);
+	cluster_wait_job_clock(&c, "2", 1);
+	ck_assert_uint_eq(listed(&c, clocks), 0);
+	cluster_job_status(&c, "1", &doc);
+	ck_assert_str_eq(jstr(&doc, "state"), "stopped");
+	json_free(&doc);
+	ck_assert_int_eq(cluster_dmlctl_json(&c, stop2, &doc), 0);
+	json_free(&doc);
+	printf("lsq, checkpoint_every_s 1: checkpoints at clocks %llu and %llu, %.0f ms apart; "
+	       "gone once job 2 started\n", (unsigned long long)clocks[n - 2],
+	       (unsigned long long)clocks[n - 1], ages[n - 2] - ages[n - 1]);
+	free(job1);
+	free(job2);
+	cluster_down(&c);
+}
+END_TEST
+
 START_TEST(test_checkpoint_refused_without_store)
 {
 	static const char *const take[] = { "checkpoint", "1", NULL };
@@ -200,6 +259,7 @@ int main(void)
 {
 	const TTest *const tests[] = {
 		test_checkpoints_periodic_and_on_demand,
+		test_checkpoints_every_seconds,
 		test_checkpoint_refused_without_store,
 	};
 

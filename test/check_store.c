@@ -453,6 +453,31 @@ START_TEST(test_garbage_file_refused)
 }
 END_TEST
 
+/* A damaged checkpoints' file: refused, naming it; the log's file is not blamed. */
+START_TEST(test_garbage_checkpoint_file_refused)
+{
+	struct dml_store *s;
+	uint8_t junk[8192];
+	char p[DML_TEST_PATH_MAX], err[512] = "";
+	FILE *f;
+	int rc;
+
+	s = open_ok(1, 0);
+	dml_store_close(s);
+	for (size_t j = 0; j < sizeof(junk); j++)
+		junk[j] = (uint8_t)(j * 131 + 7);
+	dml_test_tmpdir_path(p, sizeof(p), "ckpt/data.mdb");
+	f = fopen(p, "w");
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fwrite(junk, 1, sizeof(junk), f), sizeof(junk));
+	fclose(f);
+	rc = dml_store_open(dir(), MAP, 1, 1, &s, err, sizeof(err));
+	ck_assert_msg(rc == DML_ECONF, "%d %s", rc, err);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(err, "/ckpt/data.mdb: not a dml store or damaged"), "%s", err);
+}
+END_TEST
+
 START_TEST(test_path_not_a_directory)
 {
 	struct dml_store *s = (struct dml_store *)1;
@@ -1060,6 +1085,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_other_server_refused);
 	tcase_add_test(tc, test_other_format_refused);
 	tcase_add_test(tc, test_garbage_file_refused);
+	tcase_add_test(tc, test_garbage_checkpoint_file_refused);
 	tcase_add_test(tc, test_path_not_a_directory);
 	tcase_add_test(tc, test_creates_directory);
 	tcase_add_test(tc, test_map_full);
