@@ -143,7 +143,8 @@ static void cut_ack(struct dml_server *s, uint64_t request_id, uint64_t clock,
 	m.bytes = bytes;
 	if (dml_sched_link_send(s->sched, &m) != 0)
 		dml_warn("job %u: checkpoint at clock %" PRIu64 ": the scheduler is not "
-			 "reachable; it will ask again", s->job.id, clock);
+			 "reachable; it fails the round and takes the next one anew", s->job.id,
+			 clock);
 }
 
 static void cut_end(struct server_cut *c)
