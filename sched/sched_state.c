@@ -91,6 +91,8 @@ void dml_sched_state_node(struct dml_sched *s, const struct dml_node *n)
 static void job_mark(const struct dml_sched *s, const struct dml_job *job,
 		     const struct sched_job *xj, struct sched_job_mark *m)
 {
+	/* Compared with memcmp: the padding must compare equal too. */
+	memset(m, 0, sizeof(*m));
 	m->state = job->state;
 	m->assignment = job->assignment_version;
 	m->map = xj->map ? xj->map->version : 0;
