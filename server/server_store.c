@@ -1,11 +1,12 @@
 /*
- * dml-server's gradient log (store/store.h): every applied push is
- * appended to the store's batch; with durability = sync its ACK waits in a
+ * dml-server's gradient log (store/store.h): with durability = sync every
+ * applied push is appended to the store's batch, and its ACK waits in a
  * queue until the batch is committed, which happens once per turn of the
  * event loop (every push that arrived in that turn in one transaction), so
- * an acknowledged push is on disk. With batch the ACK goes at once and a
- * timer commits every batch_ms: a crash loses at most that window. none
- * keeps no log.
+ * an acknowledged push is on disk. With batch the ACK goes at once and
+ * every batch_ms a commit logs each row the window's pushes changed, once,
+ * with each worker's push sequence (the tables track the changed rows): a
+ * crash loses at most that window. none keeps no log.
  *
  * On start the log is replayed into the config's tables, and each worker's
  * highest logged push sequence comes back, so that a push the worker sends
@@ -72,16 +73,102 @@ struct server_store {
 
 static void checkpoint_now(struct dml_server *s);
 
+/* ---- batch: the rows that changed, not the pushes ------------------------------ */
+
+struct rows_ctx {
+	struct dml_server *s;
+	const struct table_entry *te;
+	uint64_t clock;
+};
+
+static int log_rows(void *arg, const uint64_t *keys, uint64_t begin, size_t n,
+		    const float *rows)
+{
+	const struct rows_ctx *c = arg;
+	struct dml_log_rec r = { 0 };
+
+	r.job = c->s->job.id;
+	r.table = c->te->info.id;
+	r.clock = c->clock;
+	r.rows = 1;
+	r.width = (uint32_t)dml_table_row_floats(c->te->table);
+	r.values = rows;
+	if (keys) {
+		r.nkeys = (uint32_t)n;
+		r.keys = keys;
+	} else {
+		r.dense = 1;
+		r.begin = begin;
+		r.end = begin + n;
+	}
+	return dml_store_append(c->s->store->store, &r);
+}
+
+/*
+ * Batch: every row changed since the last commit, once, and each worker's
+ * push sequence where it moved, into the batch. A window of hot rows costs
+ * their size once instead of every push's.
+ */
+static int log_changes(struct dml_server *s)
+{
+	uint64_t next = dml_server_cut_next_clock(s);
+	struct rows_ctx c = { s, NULL, next ? next - 1 : 0 };
+	int rc = 0;
+
+	for (size_t i = 0; i < s->ntables && !rc; i++) {
+		c.te = &s->tables[i];
+		/* A job's new tables track from their install on. */
+		if (dml_table_tracks_changes(c.te->table))
+			rc = dml_table_changes(c.te->table, log_rows, &c);
+	}
+	for (size_t i = 0; i < s->ssp.nworkers && !rc; i++) {
+		struct dml_ssp_worker *w = &s->ssp.workers[i];
+		struct dml_log_rec r = { 0 };
+
+		if (w->last_seq == w->logged_seq)
+			continue;
+		/* No rows: a record of the worker's sequence for the dedupe state. */
+		r.job = s->job.id;
+		r.worker = w->id;
+		r.incarnation = w->incarnation;
+		r.seq = w->last_seq;
+		r.clock = c.clock;
+		r.rows = r.dense = 1;
+		r.width = 1;
+		rc = dml_store_append(s->store->store, &r);
+		if (!rc)
+			w->logged_seq = w->last_seq;
+	}
+	return rc;
+}
+
+/* Batch: the tables track the rows that change, which each commit logs. */
+static int track_changes(struct dml_server *s)
+{
+	int rc = 0;
+
+	if (!s->store || s->store->mode != DML_DURABILITY_BATCH)
+		return 0;
+	for (size_t i = 0; i < s->ntables && !rc; i++)
+		rc = dml_table_track_changes(s->tables[i].table);
+	if (rc)
+		dml_err("store: no memory to track the rows that change: %s", dml_strerror(rc));
+	return rc;
+}
+
 static void commit_now(struct dml_server *s)
 {
 	struct server_store *st = s->store;
 	char err[512];
 	size_t bytes = 0;
-	int rc;
+	int rc = 0;
 
+	if (st->mode == DML_DURABILITY_BATCH && (rc = log_changes(s)) != 0)
+		snprintf(err, sizeof(err), "cannot log the rows that changed: %s",
+			 dml_strerror(rc));
 	dml_store_pending(st->store, &bytes);
-	rc = dml_store_commit(st->store, err, sizeof(err));
-
+	if (!rc)
+		rc = dml_store_commit(st->store, err, sizeof(err));
 	if (rc) {
 		/* The tables hold pushes the log lacks: acknowledging anything
 		 * more would break the promise. A restart replays the log and
@@ -296,7 +383,8 @@ void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8
 	struct server_store *st = s->store;
 	struct dml_log_rec r = { 0 };
 
-	if (!st || st->mode == DML_DURABILITY_NONE) {
+	/* Batch: the commit logs the rows this push changed, with its sequence. */
+	if (!st || st->mode != DML_DURABILITY_SYNC) {
 		dml_server_reply_ack(ss, m->request_id);
 		return;
 	}
@@ -352,9 +440,9 @@ void dml_server_store_forget(struct dml_server *s, struct session *ss)
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dml_server *s = arg;
-	size_t bytes;
 
-	if (dml_store_pending(s->store->store, &bytes))
+	/* Batch: what changed since the last tick (maybe nothing). */
+	if (!s->store_failed)
 		commit_now(s);
 }
 
@@ -386,15 +474,23 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 		rp->skipped++;
 		return 0;
 	}
-	if (!te || te->info.width != r->width || (r->dense && !te->info.dense) ||
+	/* A worker's push sequence only: the dedupe state holds it. */
+	if (r->rows && (r->dense ? r->begin == r->end : r->nkeys == 0))
+		return 0;
+	if (!te || (r->rows ? dml_table_row_floats(te->table) : te->info.width) != r->width ||
+	    (r->dense && !te->info.dense) ||
 	    dml_server_serves(te, r->dense, r->begin, r->end, r->keys, r->nkeys) != 0) {
 		snprintf(rp->err, rp->errlen, "log record %" PRIu64 " (table %u, worker %u, seq "
 			 "%" PRIu64 ") does not fit this server's tables: was the config's "
 			 "[table] or shard changed?", rp->n, r->table, r->worker, r->seq);
 		return DML_ECONF;
 	}
-	rc = r->dense ? dml_table_push_range(te->table, r->begin, r->end, r->values)
-		      : dml_table_push_keys(te->table, r->keys, r->nkeys, r->values);
+	if (r->rows)
+		rc = r->dense ? dml_table_import_range(te->table, r->begin, r->end, r->values)
+			      : dml_table_import_keys(te->table, r->keys, r->nkeys, r->values);
+	else
+		rc = r->dense ? dml_table_push_range(te->table, r->begin, r->end, r->values)
+			      : dml_table_push_keys(te->table, r->keys, r->nkeys, r->values);
 	if (rc)
 		snprintf(rp->err, rp->errlen, "log record %" PRIu64 ": %s", rp->n,
 			 dml_strerror(rc));
@@ -519,7 +615,8 @@ int dml_server_store_open(struct dml_server *s)
 				   written_cb, s);
 	event_add(st->written_ev, NULL);
 	/* A job's tables come with its map (dml_server_store_job). */
-	if (!s->job_mode && (rc = recover(s, c->store_path)) != 0)
+	if (!s->job_mode && ((rc = recover(s, c->store_path)) != 0 ||
+			     (rc = track_changes(s)) != 0))
 		return rc;
 	st->commit_ev = event_new(s->base, -1, 0, commit_cb, s);
 	if (st->mode == DML_DURABILITY_BATCH) {
@@ -554,12 +651,12 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *re
 			st->nseqs = 0;
 			rc = recover(s, path);
 			*recovered = rc == 0;
-			return rc;
+			return rc ? rc : track_changes(s);
 		}
 		dml_warn("store %s: job %u is at map v%llu and the store's checkpoint at v%llu: "
 			 "not replayed; waiting for the rows from their owners", path, map->job,
 			 (unsigned long long)map->version, (unsigned long long)cv);
-		return 0;
+		return track_changes(s);
 	}
 	/* Commit what the previous job left waiting before its log goes. */
 	commit_now(s);
@@ -568,7 +665,7 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *re
 	rc = dml_store_start_run(st->store, map->run, err, sizeof(err));
 	if (rc)
 		dml_err("store: %s", err);
-	return rc;
+	return rc ? rc : track_changes(s);
 }
 
 void dml_server_store_flush(struct dml_server *s)

@@ -50,6 +50,7 @@ struct dml_ssp_worker *dml_ssp_join(struct dml_ssp *s, uint32_t id, uint64_t inc
 	if (w->incarnation != incarnation) {
 		w->incarnation = incarnation;
 		w->last_seq = 0;
+		w->logged_seq = 0;
 	}
 	if (!w->live) {
 		uint64_t min = dml_ssp_min_clock(s); /* of the others: w is not live */

@@ -19,6 +19,7 @@ struct dml_ssp_worker {
 	uint64_t incarnation;      /* process start of the worker; new = restarted */
 	uint64_t clock;
 	uint64_t last_seq;         /* highest push seq applied, for dedupe */
+	uint64_t logged_seq;       /* the last_seq a batch-mode log holds */
 	int live;                  /* counts in the clock set */
 	unsigned connections;      /* open connections from this worker */
 	uint64_t gone_since_ns;    /* when the last connection closed */

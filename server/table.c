@@ -39,6 +39,7 @@
 #define TABLE_MIN_SLOTS 32u
 #define TABLE_MAX_SLOTS ((uint64_t)1 << 58)
 #define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull
+#define TABLE_CHANGES_ROWS 4096u   /* rows a dml_table_changes call hands out */
 
 const char *const dml_table_kind_names[] = { "dense", "sparse", NULL };
 const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL };
@@ -69,6 +70,10 @@ struct dml_table {
 	float *state;            /* row_cap * state_width, NULL if none */
 	uint32_t *steps;         /* row_cap, ADAM only */
 	struct dml_table_pin *pin; /* dense: owner of values */
+
+	/* Rows changed since dml_table_changes took them: a bit per row (row_cap
+	 * bits), or NULL when changes are not tracked. */
+	uint64_t *dirty;
 
 	/* Sparse only. */
 	uint64_t *keys;          /* key of each row, in creation order */
@@ -139,6 +144,28 @@ static inline uint32_t *row_step(const struct dml_table *t, uint64_t row)
  * Initial values of a row: a splitmix64 stream seeded from (seed, key), one
  * output per index, so a value depends on (seed, key, index) only.
  */
+static inline void mark_row(struct dml_table *t, uint64_t row)
+{
+	if (t->dirty)
+		t->dirty[row >> 6] |= 1ull << (row & 63);
+}
+
+static void mark_rows(struct dml_table *t, uint64_t r0, uint64_t r1)
+{
+	for (; t->dirty && r0 < r1 && (r0 & 63); r0++)
+		mark_row(t, r0);
+	for (; t->dirty && r0 + 64 <= r1; r0 += 64)
+		t->dirty[r0 >> 6] = ~0ull;
+	for (; t->dirty && r0 < r1; r0++)
+		mark_row(t, r0);
+}
+
+/* A zeroed bitmap of rows bits (at least one word), or NULL. */
+static uint64_t *bitmap_new(uint64_t rows)
+{
+	return calloc(rows / 64 + 1, sizeof(uint64_t));
+}
+
 static void init_row(const struct dml_table *t, uint64_t key, float *v)
 {
 	const float s = t->conf.init_scale;
@@ -243,6 +270,15 @@ static int sparse_grow_rows(struct dml_table *t, uint64_t cap)
 	 * aligned_array checks each byte count */
 	if (cap > SIZE_MAX / sizeof(float) / (t->width + t->state_width))
 		return DML_ENOMEM;
+	if (t->dirty) {
+		uint64_t *dirty = bitmap_new(cap);
+
+		if (!dirty)
+			return DML_ENOMEM;
+		memcpy(dirty, t->dirty, (old / 64 + 1) * sizeof(uint64_t));
+		free(t->dirty);
+		t->dirty = dirty;
+	}
 	values = aligned_array(cap * t->width, sizeof(float));
 	keys = aligned_array(cap, sizeof(uint64_t));
 	if (t->state_width)
@@ -395,6 +431,7 @@ void dml_table_free(struct dml_table *t)
 	free(t->steps);
 	free(t->keys);
 	free(t->slots);
+	free(t->dirty);
 	free(t);
 }
 
@@ -500,6 +537,7 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 	oc = &t->conf.optim;
 	r = begin - t->conf.key_begin;
 	last = end - t->conf.key_begin;
+	mark_rows(t, r, last);
 	if (!t->uses_step && t->state_width <= t->width) {
 		/* One pass over the whole slice: with at most one state float per
 		 * value, the slice's state is one block lined up with its values. */
@@ -608,6 +646,8 @@ static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n
 	if (grad) {
 		dml_optim_apply_rows(&t->conf.optim, t->values, t->state, t->steps,
 				     t->width, rows, n, grad);
+		for (size_t i = 0; t->dirty && i < n; i++)
+			mark_row(t, rows[i]);
 		return;
 	}
 	for (size_t i = 0; i < n; i++, out += t->width)
@@ -759,6 +799,7 @@ int dml_table_import_range(struct dml_table *t, uint64_t begin, uint64_t end,
 	rf = dml_table_row_floats(t);
 	for (uint64_t k = begin; k < end; k++, rows += rf)
 		row_put(t, k - t->conf.key_begin, rows);
+	mark_rows(t, begin - t->conf.key_begin, end - t->conf.key_begin);
 	return 0;
 }
 
@@ -777,14 +818,20 @@ int dml_table_import_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 				return DML_ERANGE;
 		if ((rc = dense_writable(t)) != 0)
 			return rc;
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n; i++) {
 			row_put(t, keys[i] - t->conf.key_begin, rows + i * rf);
+			mark_row(t, keys[i] - t->conf.key_begin);
+		}
 		return 0;
 	}
 	if ((rc = sparse_reserve(t, n)) != 0)
 		return rc;
-	for (size_t i = 0; i < n; i++)
-		row_put(t, sparse_row(t, keys[i], mix64(keys[i])), rows + i * rf);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t row = sparse_row(t, keys[i], mix64(keys[i]));
+
+		row_put(t, row, rows + i * rf);
+		mark_row(t, row);
+	}
 	return 0;
 }
 
@@ -871,6 +918,11 @@ static void row_move(struct dml_table *t, uint64_t to, uint64_t from)
 	if (t->steps)
 		t->steps[to] = t->steps[from];
 	t->keys[to] = t->keys[from];
+	if (t->dirty) {
+		t->dirty[to >> 6] &= ~(1ull << (to & 63));
+		if (t->dirty[from >> 6] & (1ull << (from & 63)))
+			mark_row(t, to);
+	}
 }
 
 int dml_table_remove_hashed(struct dml_table *t, dml_table_hash_fn hash, uint64_t lo,
@@ -902,6 +954,9 @@ int dml_table_remove_hashed(struct dml_table *t, dml_table_hash_fn hash, uint64_
 			row_move(t, kept, r);
 		kept++;
 	}
+	/* The rows past the kept ones left: so do their changes. */
+	for (uint64_t r = kept; t->dirty && r < t->nrows; r++)
+		t->dirty[r >> 6] &= ~(1ull << (r & 63));
 	t->nrows = kept;
 	sparse_fill_slots(t, slots, nslots);
 	return 0;
@@ -910,6 +965,7 @@ int dml_table_remove_hashed(struct dml_table *t, dml_table_hash_fn hash, uint64_
 int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end)
 {
 	struct dml_table_pin *pin;
+	uint64_t *dirty = NULL;
 	float *values = NULL, *state = NULL;
 	uint32_t *steps = NULL;
 	uint64_t n, lo, hi;
@@ -920,6 +976,11 @@ int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end)
 	if (n > SIZE_MAX / sizeof(float) / (t->width + t->state_width))
 		return DML_ENOMEM;
 	pin = calloc(1, sizeof(*pin));
+	/* Every row counts as changed: they sit at other indices now. */
+	if (t->dirty && pin && (dirty = bitmap_new(n)) == NULL) {
+		free(pin);
+		return DML_ENOMEM;
+	}
 	if (n) {
 		values = aligned_array(n * t->width, sizeof(float));
 		if (t->state_width)
@@ -933,6 +994,7 @@ int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end)
 		free(values);
 		free(state);
 		free(steps);
+		free(dirty);
 		return DML_ENOMEM;
 	}
 	lo = begin > t->conf.key_begin ? begin : t->conf.key_begin;
@@ -964,8 +1026,73 @@ int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end)
 	t->nrows = t->row_cap = n;
 	t->conf.key_begin = begin;
 	t->conf.key_end = end;
+	if (dirty) {
+		free(t->dirty);
+		t->dirty = dirty;
+		mark_rows(t, 0, n);
+	}
 	for (uint64_t r = 0; r < n; r++)
 		if (begin + r < lo || begin + r >= hi)
 			row_reset(t, r, begin + r);
 	return 0;
+}
+
+/* ---- changed rows ------------------------------------------------------------ */
+
+int dml_table_track_changes(struct dml_table *t)
+{
+	if (!t)
+		return DML_EINVAL;
+	if (!t->dirty && (t->dirty = bitmap_new(t->row_cap)) == NULL)
+		return DML_ENOMEM;
+	return 0;
+}
+
+int dml_table_tracks_changes(const struct dml_table *t)
+{
+	return t && t->dirty;
+}
+
+int dml_table_changes(struct dml_table *t, dml_table_rows_fn fn, void *arg)
+{
+	const size_t rf = dml_table_row_floats(t);
+	const int dense = t->conf.kind == DML_TABLE_DENSE;
+	float *rows;
+	uint64_t *keys, begin = 0;
+	size_t n = 0;
+	int rc = 0;
+
+	if (!t->dirty)
+		return DML_EINVAL;
+	rows = malloc(TABLE_CHANGES_ROWS * rf * sizeof(float));
+	keys = malloc(TABLE_CHANGES_ROWS * sizeof(uint64_t));
+	if (!rows || !keys) {
+		free(rows);
+		free(keys);
+		return DML_ENOMEM;
+	}
+	for (uint64_t w = 0; w <= t->nrows / 64 && !rc; w++) {
+		while (t->dirty[w] && !rc) {
+			uint64_t row = w * 64 + (uint64_t)__builtin_ctzll(t->dirty[w]);
+
+			t->dirty[w] &= t->dirty[w] - 1;
+			if (row >= t->nrows)
+				continue;
+			/* Dense: one call per run of consecutive rows. */
+			if (n && (n == TABLE_CHANGES_ROWS || (dense && row != begin + n))) {
+				rc = fn(arg, dense ? NULL : keys, dense ? t->conf.key_begin + begin : 0,
+					n, rows);
+				n = 0;
+			}
+			if (!n)
+				begin = row;
+			row_get(t, row, rows + n * rf);
+			keys[n++] = dense ? t->conf.key_begin + row : t->keys[row];
+		}
+	}
+	if (n && !rc)
+		rc = fn(arg, dense ? NULL : keys, dense ? t->conf.key_begin + begin : 0, n, rows);
+	free(rows);
+	free(keys);
+	return rc;
 }

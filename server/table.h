@@ -185,4 +185,30 @@ extern const char *const dml_table_kind_names[];  /* NULL-terminated */
 extern const char *const dml_init_kind_names[];
 extern const char *const dml_optim_kind_names[];
 
+/*
+ * Changed rows: a table may track which rows pushes and imports changed,
+ * so that a log can write each once per commit instead of every push.
+ */
+
+/** Rows handed out: dense keys begin..begin+n-1 (keys NULL), sparse keys[]. */
+typedef int (*dml_table_rows_fn)(void *arg, const uint64_t *keys, uint64_t begin, size_t n,
+				 const float *rows);
+
+/** Track the rows that change from now on. 0, DML_EINVAL or DML_ENOMEM. */
+int dml_table_track_changes(struct dml_table *t);
+
+/** 1 when t tracks the rows that change. */
+int dml_table_tracks_changes(const struct dml_table *t);
+
+/**
+ * Hand every row changed since the last call (or since tracking began) to
+ * fn, in the export layout of dml_table_row_floats() floats a row, in row
+ * order, at most 4096 rows a call (dense: one call per run of consecutive
+ * keys), and forget them. A row that changes while a call runs is not
+ * handed out. fn's non-zero return stops the walk and is returned (rows
+ * not handed out yet are forgotten too: the caller then stops). DML_EINVAL
+ * (not tracked) or DML_ENOMEM.
+ */
+int dml_table_changes(struct dml_table *t, dml_table_rows_fn fn, void *arg);
+
 #endif

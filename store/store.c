@@ -13,7 +13,7 @@
  * format covers it):
  *
  *	u32 job, u32 table, u32 worker, u64 incarnation, u64 seq, u64 clock,
- *	u8 dense, u64 begin, u64 end, u32 nkeys, u32 width,
+ *	u8 flags (1: dense, 2: rows), u64 begin, u64 end, u32 nkeys, u32 width,
  *	u64 keys[nkeys] (sparse only; nkeys is 0 when dense),
  *	f32 values[(dense ? end - begin : nkeys) * width]
  *
@@ -56,13 +56,15 @@ enum {
 	REC_INCARNATION = 12,
 	REC_SEQ = 20,
 	REC_CLOCK = 28,
-	REC_DENSE = 36,
+	REC_DENSE = 36,            /* flags: REC_F_DENSE, REC_F_ROWS */
 	REC_BEGIN = 37,
 	REC_END = 45,
 	REC_NKEYS = 53,
 	REC_WIDTH = 57,
 	REC_HDR = 61,
 };
+
+enum { REC_F_DENSE = 1, REC_F_ROWS = 2 };
 
 #define DEDUPE_VAL 16
 #define SCRATCH_MIN 64
@@ -203,7 +205,7 @@ static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valb
 	store_put_le64(p + REC_INCARNATION, r->incarnation);
 	store_put_le64(p + REC_SEQ, r->seq);
 	store_put_le64(p + REC_CLOCK, r->clock);
-	p[REC_DENSE] = r->dense ? 1 : 0;
+	p[REC_DENSE] = (r->dense ? REC_F_DENSE : 0) | (r->rows ? REC_F_ROWS : 0);
 	store_put_le64(p + REC_BEGIN, r->dense ? r->begin : 0);
 	store_put_le64(p + REC_END, r->dense ? r->end : 0);
 	dml_store_le32(p + REC_NKEYS, r->dense ? 0 : r->nkeys);
@@ -224,7 +226,8 @@ static void rec_header(const uint8_t *p, struct dml_log_rec *r)
 	r->incarnation = dml_load_le64(p + REC_INCARNATION);
 	r->seq = dml_load_le64(p + REC_SEQ);
 	r->clock = dml_load_le64(p + REC_CLOCK);
-	r->dense = p[REC_DENSE];
+	r->dense = p[REC_DENSE] & REC_F_DENSE;
+	r->rows = (p[REC_DENSE] & REC_F_ROWS) != 0;
 	r->begin = dml_load_le64(p + REC_BEGIN);
 	r->end = dml_load_le64(p + REC_END);
 	r->nkeys = dml_load_le32(p + REC_NKEYS);
@@ -259,8 +262,8 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 		return bad_rec(s, lsn, err, errlen, "%zu bytes, shorter than a header (%d)",
 			       v->mv_size, REC_HDR);
 	rec_header(p, r);
-	if (r->dense > 1)
-		return bad_rec(s, lsn, err, errlen, "dense flag %d", r->dense);
+	if (p[REC_DENSE] & ~(REC_F_DENSE | REC_F_ROWS))
+		return bad_rec(s, lsn, err, errlen, "flags %d", p[REC_DENSE]);
 	why = rec_layout(r->dense, r->begin, r->end, r->nkeys, r->width, &keybytes, &valbytes);
 	if (why)
 		return bad_rec(s, lsn, err, errlen, "%s", why);
@@ -662,6 +665,9 @@ static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, si
 	rc = mdb_put(txn, s->log, &k, &v, MDB_APPEND);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
+	/* Rows records carry a sequence only when they record one. */
+	if ((p[REC_DENSE] & REC_F_ROWS) && !dml_load_le64(p + REC_SEQ))
+		return 0;
 	return dedupe_update(s, txn, dml_load_le32(p + REC_WORKER),
 			     dml_load_le64(p + REC_INCARNATION), dml_load_le64(p + REC_SEQ), err,
 			     errlen);

@@ -1,13 +1,15 @@
 /*
  * A server's durable state in LMDB: the gradient log (every applied push,
- * in order) and the push-dedupe state that goes with it, in one LMDB
- * environment (a directory holding data.mdb and lock.mdb) per server.
+ * or the rows a window of pushes changed, in order) and the push-dedupe
+ * state that goes with it, in one LMDB environment (a directory holding
+ * data.mdb and lock.mdb) per server; its checkpoints in another below it.
  *
- * Pushes are appended to an in-memory batch and written together by
+ * Records are appended to an in-memory batch and written together by
  * dml_store_commit in one write transaction (group commit): the server
- * acknowledges them after the commit returned (durability = sync), or
- * commits on a timer and acknowledges at once (batch), or keeps no store
- * (none). Each record's (worker, incarnation, seq) updates the dedupe state
+ * acknowledges pushes after the commit returned (durability = sync), or
+ * acknowledges at once and commits the rows they changed on a timer
+ * (batch), or keeps no store (none). Each record's (worker, incarnation,
+ * seq) updates the dedupe state
  * in the same transaction, so the log and the dedupe state never disagree.
  * On start the server replays the log into its tables and takes the dedupe
  * state back, so a push is in the tables exactly once after any crash.
@@ -51,6 +53,9 @@ struct dml_log_rec {
 	uint32_t job, table, worker;
 	uint64_t incarnation, seq, clock;
 	int dense;                /* keys are the range [begin, end) */
+	int rows;                 /* values are whole rows to put back (width: a
+				   * row's floats), not a push; with no keys, it
+				   * only records the worker's sequence */
 	uint64_t begin, end;
 	uint32_t nkeys;           /* sparse: keys[0..nkeys-1] */
 	const uint64_t *keys;

@@ -282,6 +282,52 @@ START_TEST(test_clean_stop_batch)
 }
 END_TEST
 
+/* The pushes the last start of g's server replayed (log records, rows ones included). */
+static unsigned long long last_replayed(struct rig *g)
+{
+	char *log = NULL, *at, *last = NULL;
+	unsigned long long n = 0;
+
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(g->s), &log), 0);
+	for (at = log; (at = strstr(at, "recovered to clock ")) != NULL; at++)
+		last = at;
+	ck_assert_ptr_nonnull(last);
+	ck_assert_int_eq(sscanf(last, "recovered to clock %*u: replayed %llu", &n), 1);
+	free(log);
+	return n;
+}
+
+/*
+ * Batch mode logs the rows each commit window changed, once, instead of
+ * every push: SIGKILLed once a window has passed since the last push, the
+ * server comes back with every push, from far fewer log records than
+ * pushes; again with checkpoints every 4 KiB of log in between.
+ */
+START_TEST(test_batch_logs_changed_rows)
+{
+	static const char *const logs[] = { "0", "4K" };
+	static struct sums sums;
+	struct rig g;
+
+	for (size_t i = 0; i < DML_ARRAY_LEN(logs); i++) {
+		unsigned long long replayed;
+
+		rig_up(&g, "batch", logs[i]);
+		memset(&sums, 0, sizeof(sums));
+		push_rounds(g.s, g.d, &sums, 0);
+		usleep(100 * 1000);     /* batch_ms is 10 */
+		crash_and_check(&g, &sums);
+		replayed = last_replayed(&g);
+		ck_assert_msg(replayed < (unsigned long long)ROUNDS * WINDOW / 2,
+			      "replayed %llu records for %d pushes", replayed, ROUNDS * WINDOW);
+		printf("check_durability: batch, checkpoint_log %s: SIGKILL after the pushes, "
+		       "all %d back from %llu log records\n", logs[i], ROUNDS * WINDOW,
+		       replayed);
+		rig_down(&g);
+	}
+}
+END_TEST
+
 /* A server that must refuse to start on store: exit status 2, saying want. */
 static void expect_refusal(struct dml_test_env *env, uint32_t node, const char *store,
 			   const char *want)
@@ -345,6 +391,7 @@ static Suite *durability_suite(void)
 	tcase_add_test(tc, test_kill_points_exact);
 	tcase_add_test(tc, test_kill_points_with_checkpoints);
 	tcase_add_test(tc, test_clean_stop_batch);
+	tcase_add_test(tc, test_batch_logs_changed_rows);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(s, tc);
 	return s;

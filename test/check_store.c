@@ -78,7 +78,7 @@ static struct dml_log_rec rec_n(uint32_t n)
 	struct dml_log_rec r = {
 		.job = n + 100, .table = n % 3, .worker = n % 2 + 1,
 		.incarnation = 1, .seq = n, .clock = n * 10,
-		.width = n % 3 + 1, .values = values,
+		.width = n % 3 + 1, .values = values, .rows = n % 4 == 3,
 	};
 
 	if (n % 2 == 0) {
@@ -103,6 +103,7 @@ static void same_rec(const struct dml_log_rec *a, const struct dml_log_rec *b)
 	ck_assert_uint_eq(a->seq, b->seq);
 	ck_assert_uint_eq(a->clock, b->clock);
 	ck_assert_int_eq(!!a->dense, !!b->dense);
+	ck_assert_int_eq(!!a->rows, !!b->rows);
 	ck_assert_uint_eq(a->width, b->width);
 	if (a->dense) {
 		ck_assert_uint_eq(a->begin, b->begin);
@@ -615,8 +616,8 @@ START_TEST(test_damaged_records_refused)
 	poke32(bad + OFF_WIDTH, 0);
 	damaged_record(bad, len, "width 0");
 	memcpy(bad, good, len);
-	bad[OFF_DENSE] = 2;
-	damaged_record(bad, len, "dense flag 2");
+	bad[OFF_DENSE] = 4;
+	damaged_record(bad, len, "flags 4");
 	memcpy(bad, good, len);          /* record 2 (n = 1) is sparse */
 	poke32(bad + OFF_NKEYS, UINT32_MAX);
 	damaged_record(bad, len, "its header says");

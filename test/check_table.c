@@ -1328,6 +1328,107 @@ START_TEST(test_move_errors)
 }
 END_TEST
 
+/* ---- changed rows ------------------------------------------------------------ */
+
+/* What dml_table_changes handed out: keys in order, and each row's first float. */
+struct changes {
+	uint64_t keys[64];
+	float first[64];
+	size_t n, calls;
+};
+
+static int take_rows(void *arg, const uint64_t *keys, uint64_t begin, size_t n,
+		     const float *rows)
+{
+	struct changes *c = arg;
+	size_t rf = 3;
+
+	c->calls++;
+	for (size_t i = 0; i < n && c->n < 64; i++, c->n++) {
+		c->keys[c->n] = keys ? keys[i] : begin + i;
+		c->first[c->n] = rows[i * rf];
+	}
+	return 0;
+}
+
+static void changes_expect(struct dml_table *t, const uint64_t *keys, size_t n, size_t calls)
+{
+	struct changes c = { 0 };
+
+	ck_assert_int_eq(dml_table_changes(t, take_rows, &c), 0);
+	ck_assert_uint_eq(c.n, n);
+	ck_assert_uint_eq(c.calls, calls);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_uint_eq(c.keys[i], keys[i]);
+}
+
+/* Pushes and imports mark rows; each is handed out once, runs together. */
+START_TEST(test_changes_dense)
+{
+	struct dml_table *t = dense_add_table();
+	struct changes c = { 0 };
+	static const uint64_t run[] = { 110, 111, 112, 150 }, moved[] = { 140, 141 };
+	float g[9] = { 1, 1, 1, 2, 2, 2, 3, 3, 3 }, row[3] = { 7, 7, 7 };
+	uint64_t k = 150;
+
+	ck_assert_int_eq(dml_table_changes(t, take_rows, &c), DML_EINVAL);
+	ck_assert_int_eq(dml_table_track_changes(t), 0);
+	changes_expect(t, NULL, 0, 0);
+	ck_assert_int_eq(dml_table_push_range(t, 110, 113, g), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, &k, 1, g), 0);
+	ck_assert_int_eq(dml_table_push_range(t, 111, 112, g), 0);
+	changes_expect(t, run, 4, 2);
+	changes_expect(t, NULL, 0, 0);
+	ck_assert_int_eq(dml_table_import_range(t, 140, 141, row), 0);
+	ck_assert_int_eq(dml_table_import_keys(t, &moved[1], 1, row), 0);
+	ck_assert_int_eq(dml_table_changes(t, take_rows, &c), 0);
+	ck_assert(c.n == 2 && c.keys[0] == 140 && c.keys[1] == 141 && c.first[1] == 7);
+	/* A new range: every row counts as changed. */
+	ck_assert_int_eq(dml_table_set_range(t, 195, 205), 0);
+	memset(&c, 0, sizeof(c));
+	ck_assert_int_eq(dml_table_changes(t, take_rows, &c), 0);
+	ck_assert(c.n == 10 && c.keys[0] == 195 && c.keys[9] == 204 && c.calls == 1);
+	dml_table_free(t);
+}
+END_TEST
+
+/* Sparse: keys handed out with their rows; removed rows take their marks along. */
+START_TEST(test_changes_sparse)
+{
+	struct dml_table_conf conf = table_conf(DML_TABLE_SPARSE, 3, DML_OPT_ADD);
+	struct dml_table *t = table_make(&conf);
+	uint64_t keys[40], left[20];
+	float g[40 * 3];
+	struct changes c = { 0 };
+	size_t removed, nleft = 0;
+
+	for (size_t i = 0; i < 40; i++) {
+		keys[i] = i * 10;
+		g[i * 3] = (float)i;
+		g[i * 3 + 1] = g[i * 3 + 2] = 0;
+	}
+	ck_assert_int_eq(dml_table_track_changes(t), 0);
+	/* Ten rows, then forty: the table grows with its marks. */
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 10, g), 0);
+	changes_expect(t, keys, 10, 1);
+	ck_assert_int_eq(dml_table_push_keys(t, keys, 40, g), 0);
+	changes_expect(t, keys, 40, 1);
+	/* Keys 300..390 change again; those of 0..195 leave. */
+	ck_assert_int_eq(dml_table_push_keys(t, keys + 30, 10, g + 90), 0);
+	ck_assert_int_eq(dml_table_remove_hashed(t, low_hash, 0, 200, &removed), 0);
+	ck_assert_uint_eq(removed, 20);
+	for (size_t j = 30; j < 40; j++)
+		left[nleft++] = keys[j];
+	ck_assert_int_eq(dml_table_changes(t, take_rows, &c), 0);
+	ck_assert_uint_eq(c.n, nleft);
+	for (size_t i = 0; i < c.n; i++) {
+		ck_assert_uint_eq(c.keys[i], left[i]);
+		ck_assert_float_eq(c.first[i], 2.0f * (float)(30 + i));
+	}
+	dml_table_free(t);
+}
+END_TEST
+
 static Suite *table_suite(void)
 {
 	Suite *s = suite_create("table");
@@ -1383,6 +1484,8 @@ static Suite *table_suite(void)
 	tcase_add_test(move, test_sparse_export_remove_import);
 	tcase_add_test(move, test_dense_set_range);
 	tcase_add_test(move, test_move_errors);
+	tcase_add_test(move, test_changes_dense);
+	tcase_add_test(move, test_changes_sparse);
 	suite_add_tcase(s, move);
 	return s;
 }
