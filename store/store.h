@@ -9,8 +9,8 @@
  * acknowledges pushes after the commit returned (durability = sync), or
  * acknowledges at once and commits the rows they changed on a timer
  * (batch), or keeps no store (none). Each record's (worker, incarnation,
- * seq) updates the dedupe state
- * in the same transaction, so the log and the dedupe state never disagree.
+ * seq) updates the dedupe state in the same transaction, so the log and
+ * the dedupe state never disagree.
  * On start the server replays the log into its tables and takes the dedupe
  * state back, so a push is in the tables exactly once after any crash.
  *
