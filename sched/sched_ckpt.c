@@ -8,8 +8,8 @@
  * of that clock and later. C is the highest answer, so no server has
  * applied a push of C or later; every server is asked to cut at C, and
  * answers once its rows are on disk, after which the job lists the
- * checkpoint (jobs.h keeps the newest checkpoint_keep; the servers drop
- * older ones themselves). A round starts on `dmlctl checkpoint JOB`,
+ * checkpoint (jobs.h keeps the newest checkpoint_keep, and the servers are
+ * told to delete the ones it forgets). A round starts on `dmlctl checkpoint JOB`,
  * every checkpoint_every clocks of the job's slowest worker, or every
  * checkpoint_every_s seconds. A server that refuses, the map changing,
  * the job ending or ROUND_TIMEOUT_MS passing end a round as failed, with
@@ -195,10 +195,19 @@ static void cut(struct dml_sched *s, struct dml_job *job, uint64_t now)
 static void done(struct dml_sched *s, struct dml_job *job, uint64_t now)
 {
 	struct sched_ckpt *c = &s->act.ckpt;
+	size_t keep = dml_job_checkpoint_keep(job), listed = 0;
 	uint64_t bytes = 0;
+	char ignored[128];
 
 	for (size_t i = 0; i < s->act.nservers; i++)
 		bytes += s->act.servers[i].ckpt_bytes;
+	for (size_t i = 0; i < job->nckpts; i++)
+		listed += job->ckpts[i].clock == c->clock;
+	/* The servers forget what the job forgets: the oldest past keep. The
+	 * job's list decides, so that a delete racing a round cannot leave the
+	 * servers keeping other clocks than it lists. */
+	for (size_t i = 0; !listed && i < job->nckpts && job->nckpts - i + 1 > keep; i++)
+		(void)send_all(s, job, job->ckpts[i].clock, 1, ignored, sizeof(ignored));
 	dml_jobs_checkpoint_done(job, c->clock, bytes, now);
 	c->failures = 0;
 	c->failed_ms = 0;

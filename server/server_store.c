@@ -64,6 +64,9 @@ struct server_store {
 	struct event *written_ev;  /* its results */
 };
 
+/* Job-wide checkpoints a server keeps beyond the job's checkpoint_keep. */
+#define CKPT_ORPHANS_KEPT 8
+
 /* Rows in one checkpoint chunk. */
 #define CKPT_CHUNK_ROWS 4096
 /* The most a block of a checkpoint's copy holds: below the mmap threshold. */
@@ -341,7 +344,10 @@ int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t tag
 			      size_t errlen)
 {
 	const Dml__JobSpec *spec = s->job.spec;
-	uint32_t keep = spec && spec->checkpoint_keep ? spec->checkpoint_keep : 3;
+	/* dml-sched deletes the ones the job forgets; past these, the parts of
+	 * failed rounds whose delete never arrived go too. */
+	uint32_t keep = (spec && spec->checkpoint_keep ? spec->checkpoint_keep : 3) +
+			CKPT_ORPHANS_KEPT;
 
 	if (!dml_server_store_keeps(s))
 		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
