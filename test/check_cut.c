@@ -39,8 +39,8 @@
 #define JOB 5
 #define JOB_TEXT "5"
 #define KEYS 64
-#define CLOCKS 600
-#define KEEP 1               /* the server keeps more: ROUNDS of them */
+#define CLOCKS 2000        /* some 2 s of pushes: checkpoints come well before */
+#define KEEP 1             /* the server keeps more: ROUNDS of them */
 #define ROUNDS 3
 
 struct worker {
