@@ -65,18 +65,36 @@ static int send_one(struct dml_sched *s, struct dml_job *job, struct sched_map_s
 	return 0;
 }
 
-/* Ask every server of the map; the first it cannot reach is named in err. */
+/*
+ * Ask every server of the map, also past one it cannot reach (deletes are
+ * best effort); the first it could not reach is named in err.
+ */
 static int send_all(struct dml_sched *s, struct dml_job *job, uint64_t clock, int drop,
 		    char *err, size_t errlen)
 {
+	int rc = 0;
+
 	for (size_t i = 0; i < s->act.nservers; i++) {
-		if (send_one(s, job, &s->act.servers[i], clock, drop) != 0) {
+		if (send_one(s, job, &s->act.servers[i], clock, drop) != 0 && !rc) {
 			snprintf(err, errlen, "server %" PRIu32 " is not registered",
 				 s->act.servers[i].node_id);
-			return DML_ESTATE;
+			rc = DML_ESTATE;
 		}
 	}
-	return 0;
+	return rc;
+}
+
+/* Every server of the map is registered: 1; else err names one that is not. */
+static int all_registered(struct dml_sched *s, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < s->act.nservers; i++) {
+		if (!dml_sched_owner(s, DML__ROLE__SERVER, s->act.servers[i].node_id)) {
+			snprintf(err, errlen, "server %" PRIu32 " is not registered",
+				 s->act.servers[i].node_id);
+			return 0;
+		}
+	}
+	return 1;
 }
 
 static void round_fail(struct dml_sched *s, struct dml_job *job, uint64_t now,
@@ -133,6 +151,9 @@ int dml_sched_ckpt_start(struct dml_sched *s, struct dml_job *job, const char *w
 			 job->id);
 		return DML_ESTATE;
 	}
+	/* None is asked unless all are: a prepare holds pushes for a while. */
+	if (!all_registered(s, err, errlen))
+		return DML_ESTATE;
 	rc = send_all(s, job, 0, 0, err, errlen);
 	if (rc) {
 		for (size_t i = 0; i < s->act.nservers; i++)
@@ -185,11 +206,10 @@ static void cut(struct dml_sched *s, struct dml_job *job, uint64_t now)
 	for (size_t i = 0; i < s->act.nservers; i++)
 		if (s->act.servers[i].ckpt_clock > c->clock)
 			c->clock = s->act.servers[i].ckpt_clock;
-	if (send_all(s, job, c->clock, 0, err, sizeof(err)) != 0) {
-		round_fail(s, job, now, "cut at clock %" PRIu64 ": %s", c->clock, err);
-		return;
-	}
+	/* Cutting already: a failure tells every server to let go of it. */
 	c->phase = CKPT_CUTTING;
+	if (send_all(s, job, c->clock, 0, err, sizeof(err)) != 0)
+		round_fail(s, job, now, "cut at clock %" PRIu64 ": %s", c->clock, err);
 }
 
 static void done(struct dml_sched *s, struct dml_job *job, uint64_t now)

@@ -245,7 +245,7 @@ void dml_server_cut_on_sched(struct dml_server *s, const Dml__Meta *m)
 				       "checkpoint", s->conf->node_id);
 		return;
 	}
-	if (m->drop && c->phase == CUT_CUTTING && m->clock == c->clock) {
+	if (m->drop && c->phase != CUT_NONE && m->clock >= c->clock) {
 		/* The round failed elsewhere before this server wrote its part. */
 		dml_info("job %u: checkpoint at clock %" PRIu64 " cancelled", s->job.id, c->clock);
 		cut_end(c);
