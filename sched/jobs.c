@@ -982,6 +982,11 @@ void dml_job_status_free(Dml__JobStatus *st)
 		dml__job_status__free_unpacked(st, NULL);
 }
 
+const char *dml_job_name(const struct dml_job *job)
+{
+	return job->spec->name ? job->spec->name : "";
+}
+
 /* ---- checkpoints --------------------------------------------------------- */
 
 uint32_t dml_job_checkpoint_keep(const struct dml_job *job)

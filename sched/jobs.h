@@ -184,6 +184,9 @@ int dml_jobs_checkpoint_drop(struct dml_job *job, uint64_t clock);
 /** Forget every checkpoint: job next started on the servers, which dropped them. */
 void dml_jobs_checkpoints_clear(struct dml_job *job, uint32_t next);
 
+/** The job's name as its file gave it ("" when it has none). */
+const char *dml_job_name(const struct dml_job *job);
+
 /** How many checkpoints the job keeps (its spec's checkpoint_keep, or the default). */
 uint32_t dml_job_checkpoint_keep(const struct dml_job *job);
 

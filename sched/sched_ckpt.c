@@ -36,11 +36,6 @@
 #define RETRY_AFTER_MS 5000
 #define RETRY_MAX_MS 300000
 
-static const char *job_name(const struct dml_job *job)
-{
-	return job->spec->name ? job->spec->name : "";
-}
-
 /* CHECKPOINT to one server; 0, or DML_ECONN when it is not registered. */
 static int send_one(struct dml_sched *s, struct dml_job *job, struct sched_map_server *ms,
 		    uint64_t clock, int drop)
@@ -109,7 +104,7 @@ static void round_fail(struct dml_sched *s, struct dml_job *job, uint64_t now,
 	va_start(ap, fmt);
 	vsnprintf(c->failed, sizeof(c->failed), fmt, ap);
 	va_end(ap);
-	dml_warn("job %" PRIu32 " (%s): checkpoint failed: %s", job->id, job_name(job),
+	dml_warn("job %" PRIu32 " (%s): checkpoint failed: %s", job->id, dml_job_name(job),
 		 c->failed);
 	/* Servers that wrote their part delete it; one still waiting stops. */
 	if (c->phase == CKPT_CUTTING) {
@@ -165,7 +160,7 @@ int dml_sched_ckpt_start(struct dml_sched *s, struct dml_job *job, const char *w
 	c->started_ms = now;
 	c->failed[0] = '\0';
 	dml_info("job %" PRIu32 " (%s): checkpoint (%s): preparing on %zu servers", job->id,
-		 job_name(job), why, s->act.nservers);
+		 dml_job_name(job), why, s->act.nservers);
 	return 0;
 }
 
@@ -232,7 +227,7 @@ static void done(struct dml_sched *s, struct dml_job *job, uint64_t now)
 	c->failures = 0;
 	c->failed_ms = 0;
 	dml_info("job %" PRIu32 " (%s): checkpoint at clock %" PRIu64 ": %.1f MB on %zu "
-		 "servers in %" PRIu64 " ms", job->id, job_name(job), c->clock,
+		 "servers in %" PRIu64 " ms", job->id, dml_job_name(job), c->clock,
 		 (double)bytes / 1e6, s->act.nservers, now - c->started_ms);
 	c->phase = CKPT_IDLE;
 }

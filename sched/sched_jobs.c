@@ -94,11 +94,6 @@ static void text_clean(char *dst, size_t len, const char *src)
 	dst[i] = '\0';
 }
 
-static const char *job_name(const struct dml_job *job)
-{
-	return job->spec->name ? job->spec->name : "";
-}
-
 struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id)
 {
 	size_t lo = 0, hi = s->nxjobs;
@@ -193,7 +188,7 @@ static void job_note(struct dml_sched *s, const struct dml_job *job)
 		return;
 	changed = job->state != xj->logged_state;
 	if (changed) {
-		dml_info("job %" PRIu32 " (%s): %s -> %s: %s", job->id, job_name(job),
+		dml_info("job %" PRIu32 " (%s): %s -> %s: %s", job->id, dml_job_name(job),
 			 dml_job_state_name(xj->logged_state), dml_job_state_name(job->state),
 			 reason);
 		said = 1;
@@ -206,11 +201,11 @@ static void job_note(struct dml_sched *s, const struct dml_job *job)
 
 		if (changed && event_repeats(ev, job, reason))
 			continue;
-		dml_info("job %" PRIu32 " (%s): %s", job->id, job_name(job), ev);
+		dml_info("job %" PRIu32 " (%s): %s", job->id, dml_job_name(job), ev);
 		said = 1;
 	}
 	if (!said && strcmp(reason, xj->logged_reason) != 0)
-		dml_info("job %" PRIu32 " (%s): %s", job->id, job_name(job), reason);
+		dml_info("job %" PRIu32 " (%s): %s", job->id, dml_job_name(job), reason);
 	xj->logged_state = job->state;
 	xj->logged_events = job->nevents;
 	snprintf(xj->logged_reason, sizeof(xj->logged_reason), "%s", reason);
@@ -443,7 +438,7 @@ static void map_send_all(struct dml_sched *s, struct dml_job *job, struct sched_
 			return;
 	}
 	dml_info("job %" PRIu32 " (%s): %sshard map v%" PRIu64 " sent to server%s %s",
-		 job->id, job_name(job), why, xj->map->version, plural(ids.n),
+		 job->id, dml_job_name(job), why, xj->map->version, plural(ids.n),
 		 id_list_str(&ids));
 }
 
@@ -610,7 +605,7 @@ static void active_sync(struct dml_sched *s, struct dml_job *job, uint64_t now)
 	if (!a->reason[0] && xj->map->version > a->installed_version) {
 		a->installed_version = xj->map->version;
 		dml_info("job %" PRIu32 " (%s): shard map v%" PRIu64 " installed on %zu "
-			 "server%s", job->id, job_name(job), xj->map->version, a->nservers,
+			 "server%s", job->id, dml_job_name(job), xj->map->version, a->nservers,
 			 plural(a->nservers));
 		a->assigned = 1;
 	}
@@ -707,7 +702,7 @@ static void server_registered(struct dml_sched *s, const struct dml_node *n, uin
 		ms->acked_version = 0;
 		if (map_send(s, job, xj, ms, now) == 0)
 			dml_info("job %" PRIu32 " (%s): shard map v%" PRIu64 " sent again to "
-				 "server %" PRIu32, job->id, job_name(job), xj->map->version,
+				 "server %" PRIu32, job->id, dml_job_name(job), xj->map->version,
 				 n->node_id);
 		return;
 	}
@@ -813,7 +808,7 @@ void dml_sched_handle_submit(struct session *ss, const Dml__Meta *m)
 	xj->logged_events = job->nevents;
 	snprintf(xj->logged_reason, sizeof(xj->logged_reason), "%s", job->reason);
 	dml_info("job %" PRIu32 " (%s): submitted from %s: app %s, %zu table%s, staleness "
-		 "%" PRId64 ", batch %" PRIu32, id, job_name(job),
+		 "%" PRId64 ", batch %" PRIu32, id, dml_job_name(job),
 		 dml_conn_peer(ss->peer.conn), job->spec->app, job->spec->n_tables,
 		 plural(job->spec->n_tables), job->spec->staleness, job->spec->batch_size);
 	r.type = DML__MSG_TYPE__SUBMIT_REPLY;

@@ -731,14 +731,13 @@ int store_meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint6
 
 uint64_t store_meta_u64(struct dml_store *s, const char *key)
 {
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
 	uint64_t value = 0;
 	MDB_txn *txn;
 
 	if (!s || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
 		return 0;
-	if (mdb_get(txn, s->meta, &k, &v) == 0 && v.mv_size == 8)
-		value = dml_load_le64(v.mv_data);
+	if (store_meta_get_u64(s, txn, key, &value) != 0)
+		value = 0;
 	mdb_txn_abort(txn);
 	return value;
 }

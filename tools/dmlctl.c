@@ -470,7 +470,6 @@ static int cmd_status(struct ctl *ctl, int argc, char **argv)
 static int job_control(struct ctl *ctl, const char *cmd, int action, const char *done,
 		       int argc, char **argv)
 {
-	Dml__Meta req = DML__META__INIT, *reply;
 	struct ctl_session s;
 	uint32_t id;
 	int rc;
@@ -485,17 +484,11 @@ static int job_control(struct ctl *ctl, const char *cmd, int action, const char 
 		return rc;
 	if (ctl_session_open(ctl, &s) != 0)
 		return EXIT_FAIL;
-	req.type = DML__MSG_TYPE__JOB_CONTROL;
-	req.job = id;
-	req.action = action;
-	rc = ctl_session_ask(&s, &req, DML__MSG_TYPE__ACK, &reply, stderr);
-	if (rc == EXIT_OK) {
-		if (ctl->json)
-			printf("{\"job\":%u,\"action\":\"%s\"}\n", id, ctl_action_name(action));
-		else
-			printf("job %u: %s\n", id, done);
-		dml__meta__free_unpacked(reply, NULL);
-	}
+	rc = ctl_ask_job_control(&s, id, action, 0);
+	if (rc == EXIT_OK && ctl->json)
+		printf("{\"job\":%u,\"action\":\"%s\"}\n", id, ctl_action_name(action));
+	else if (rc == EXIT_OK)
+		printf("job %u: %s\n", id, done);
 	ctl_session_close(&s);
 	return rc;
 }

@@ -121,6 +121,11 @@ int ctl_session_ask(struct ctl_session *s, Dml__Meta *req, Dml__MsgType want,
  * job asked for. Failures are printed to out; returns an exit status.
  */
 int ctl_ask_jobs(struct ctl_session *s, uint32_t id, Dml__Meta **reply, FILE *out);
+/**
+ * JOB_CONTROL action for job id (clock: CHECKPOINT_DROP's), expecting its
+ * ACK. Failures are printed to stderr; returns an exit status.
+ */
+int ctl_ask_job_control(struct ctl_session *s, uint32_t id, int action, uint64_t clock);
 /** The job id in a JOBS_REPLY, or NULL. */
 const Dml__JobStatus *ctl_find_job(const Dml__Meta *r, uint32_t id);
 

@@ -23,22 +23,6 @@ static uint64_t newest(const Dml__JobStatus *st)
 	return st->n_checkpoints ? st->checkpoints[st->n_checkpoints - 1]->clock : 0;
 }
 
-/* JOB_CONTROL action for job (clock for a delete); EXIT_OK on its ACK. */
-static int control(struct ctl_session *s, uint32_t id, int action, uint64_t clock)
-{
-	Dml__Meta req = DML__META__INIT, *reply;
-	int rc;
-
-	req.type = DML__MSG_TYPE__JOB_CONTROL;
-	req.job = id;
-	req.action = action;
-	req.clock = clock;
-	rc = ctl_session_ask(s, &req, DML__MSG_TYPE__ACK, &reply, stderr);
-	if (rc == EXIT_OK)
-		dml__meta__free_unpacked(reply, NULL);
-	return rc;
-}
-
 static void print_done(const struct ctl *ctl, uint32_t id, const Dml__Checkpoint *ck)
 {
 	if (ctl->json)
@@ -99,7 +83,7 @@ static int take(struct ctl_session *s, uint32_t id)
 		return rc;
 	before = newest(ctl_find_job(reply, id));
 	dml__meta__free_unpacked(reply, NULL);
-	rc = control(s, id, DML__JOB_ACTION__CHECKPOINT_NOW, 0);
+	rc = ctl_ask_job_control(s, id, DML__JOB_ACTION__CHECKPOINT_NOW, 0);
 	if (rc != EXIT_OK)
 		return rc;
 	ctl_session_watch_interrupts(s);
@@ -150,7 +134,7 @@ int ctl_cmd_checkpoint(struct ctl *ctl, int argc, char **argv)
 	if (!clock) {
 		rc = take(&s, id);
 	} else {
-		rc = control(&s, id, DML__JOB_ACTION__CHECKPOINT_DROP, clock);
+		rc = ctl_ask_job_control(&s, id, DML__JOB_ACTION__CHECKPOINT_DROP, clock);
 		if (rc == EXIT_OK && ctl->json)
 			printf("{\"job\":%" PRIu32 ",\"deleted\":%" PRIu64 "}\n", id, clock);
 		else if (rc == EXIT_OK)

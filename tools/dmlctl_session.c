@@ -394,6 +394,21 @@ int ctl_ask_jobs(struct ctl_session *s, uint32_t id, Dml__Meta **reply, FILE *ou
 	return EXIT_FAIL;
 }
 
+int ctl_ask_job_control(struct ctl_session *s, uint32_t id, int action, uint64_t clock)
+{
+	Dml__Meta req = DML__META__INIT, *reply;
+	int rc;
+
+	req.type = DML__MSG_TYPE__JOB_CONTROL;
+	req.job = id;
+	req.action = action;
+	req.clock = clock;
+	rc = ctl_session_ask(s, &req, DML__MSG_TYPE__ACK, &reply, stderr);
+	if (rc == EXIT_OK)
+		dml__meta__free_unpacked(reply, NULL);
+	return rc;
+}
+
 const Dml__JobStatus *ctl_find_job(const Dml__Meta *r, uint32_t id)
 {
 	for (size_t i = 0; i < r->n_jobs; i++)
