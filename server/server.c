@@ -33,6 +33,7 @@
 #include "listen.h"
 #include "log.h"
 #include "server_internal.h"
+#include "server_snap.h"
 #include "shardmap.h"
 #include "ssp.h"
 #include "table.h"
@@ -117,6 +118,8 @@ static int build_tables(struct dml_server *s)
 
 void dml_server_tables_free(struct dml_server *s)
 {
+	/* A snapshot watches them. */
+	dml_server_snap_finish(s);
 	for (size_t i = 0; i < s->ntables; i++) {
 		dml_table_free(s->tables[i].table);
 		dml_server_ranges_clear(&s->tables[i].served);

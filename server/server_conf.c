@@ -82,8 +82,8 @@ static const struct dml_conf_option options[] = {
 	  dml_durability_names, NULL,
 	  "sync: acknowledge a push once it is on disk; batch: commit every batch_ms, "
 	  "acknowledge at once (a crash loses at most that window); none: no log" },
-	{ "store", "batch_ms", DML_CONF_U32, S(batch_ms), "10", 1, 60000, NULL, NULL,
-	  "durability batch: commit this often" },
+	{ "store", "batch_ms", DML_CONF_U32, S(batch_ms), "100", 1, 60000, NULL, NULL,
+	  "durability batch: commit this often (the most a crash may lose)" },
 	{ "store", "checkpoint_log", DML_CONF_SIZE, S(checkpoint_log), "256M", 0, 1e15, NULL,
 	  NULL, "write a checkpoint of every row and empty the log once it holds this "
 	  "much (0: never)" },

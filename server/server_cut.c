@@ -11,9 +11,10 @@
  * answered: pushes of clocks before C go on (their connections are
  * released and hold again at a push of C or later), and once every live
  * worker's clock reached C (it has sent every push of the clocks before),
- * the rows are the checkpoint: the server copies them, releases every held
- * connection, and ACKs the scheduler once its writer thread has them on
- * disk (server_store.c). A prepare not
+ * the rows are the checkpoint: the server takes a copy-on-write snapshot of
+ * them (server_snap.c: a row is copied before any later push changes it),
+ * releases every held connection, and ACKs the scheduler once its writer
+ * thread has the copy on disk (server_store.c). A prepare not
  * followed by a cut within PREPARE_TIMEOUT_MS (the scheduler died, a
  * server of the job is down), or a cut the clocks do not reach within
  * CUT_TIMEOUT_MS, is dropped and the pushes go on.
@@ -23,7 +24,7 @@
  * the slowest worker is still before C.
  *
  * Must never: apply a push of clock C or later before the rows of a cut at
- * C are copied, ACK a cut before they are on disk, or hold pushes with no
+ * C are snapshotted, ACK a cut before they are on disk, or hold pushes with no
  * cut or prepare in force.
  */
 #include <inttypes.h>

@@ -137,6 +137,7 @@ struct dml_server {
 	struct server_store *store;   /* the gradient log, or NULL (server_store.c) */
 	int store_failed;             /* a commit failed: the loop was stopped */
 	struct server_cut *cut;       /* a job-wide checkpoint (server_cut.c) */
+	struct server_snap *snap;     /* rows being copied for one (server_snap.c) */
 };
 
 /* ---- server.c ---- */

@@ -35,6 +35,7 @@
 #include "server_internal.h"
 #include "shardmap.h"
 #include "ckpt_writer.h"
+#include "server_snap.h"
 #include "store.h"
 #include "util.h"
 
@@ -66,11 +67,6 @@ struct server_store {
 
 /* Job-wide checkpoints a server keeps beyond the job's checkpoint_keep. */
 #define CKPT_ORPHANS_KEPT 8
-
-/* Rows in one checkpoint chunk. */
-#define CKPT_CHUNK_ROWS 4096
-/* The most a block of a checkpoint's copy holds: below the mmap threshold. */
-#define SNAP_BLOCK_BYTES (16u << 20)
 
 /* ---- committing ----------------------------------------------------------- */
 
@@ -189,80 +185,55 @@ static void commit_now(struct dml_server *s)
 	/* Not while rows move: the ranges held are not settled; nor while one
 	 * is being written (the next commit asks again). */
 	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log &&
-	    !s->job.remapping && !dml_ckpt_writer_writes(st->writer))
+	    !s->job.remapping && !s->snap && !dml_ckpt_writer_writes(st->writer))
 		checkpoint_now(s);
 }
 
 /* ---- checkpoints ----------------------------------------------------------- */
 
-/*
- * The dense rows [begin, end) of te, copied, in chunks. The copy goes into
- * blocks below the mmap threshold set at open: heap memory, which the
- * next checkpoint finds mapped already instead of faulting fresh pages in
- * (a third of the copy's time for a large table).
- */
-static int snap_dense(struct dml_ckpt_snapshot *sn, struct table_entry *te, uint64_t begin,
-		      uint64_t end)
+/* A checkpoint whose rows are being copied (server_snap.c). */
+struct pending_ckpt {
+	struct dml_server *s;
+	struct dml_ckpt_info info;
+	uint64_t tag;
+};
+
+static void snap_done(void *arg, struct dml_ckpt_snapshot *sn, int rc,
+		      const struct server_snap_figures *fig)
 {
-	uint32_t rf = (uint32_t)dml_table_row_floats(te->table);
-	uint64_t per = (SNAP_BLOCK_BYTES / (rf * sizeof(float)) / CKPT_CHUNK_ROWS) *
-		       CKPT_CHUNK_ROWS;
-	int rc = 0;
+	struct pending_ckpt *p = arg;
+	struct dml_server *s = p->s;
 
-	if (!per)
-		per = CKPT_CHUNK_ROWS;
-	for (uint64_t bb = begin; bb < end && !rc; bb += per) {
-		uint64_t be = end - bb > per ? bb + per : end;
-		float *rows = dml_xmalloc((size_t)(be - bb) * rf * sizeof(float));
-
-		dml_ckpt_snapshot_keep(sn, rows);
-		rc = dml_table_export_range(te->table, bb, be, rows);
-		for (uint64_t b = bb; b < be && !rc; b += CKPT_CHUNK_ROWS) {
-			uint64_t e = be - b > CKPT_CHUNK_ROWS ? b + CKPT_CHUNK_ROWS : be;
-			struct dml_ckpt_rows r = { te->info.id, 1, b, NULL, e - b, rf,
-						   rows + (b - bb) * rf };
-
-			dml_ckpt_snapshot_add(sn, &r);
-		}
+	if (!sn) {
+		dml_warn("store %s: checkpoint not taken (the previous one and the log stay): "
+			 "cannot copy the rows: %s", s->conf->store_path, dml_strerror(rc));
+		if (p->tag)
+			dml_server_cut_written(s, p->tag, p->info.clock, rc, 0,
+					       "cannot copy the rows");
+		free(p);
+		return;
 	}
-	return rc;
-}
-
-/* The sparse rows whose hash lies in [lo, hi), copied, in chunks. */
-static int snap_sparse(struct dml_ckpt_snapshot *sn, struct table_entry *te, uint64_t lo,
-		       uint64_t hi)
-{
-	uint32_t rf = (uint32_t)dml_table_row_floats(te->table);
-	uint64_t *keys = NULL;
-	float *vals = NULL;
-	size_t n = 0;
-	int rc = dml_table_export_hashed(te->table, dml_shard_key_hash, lo, hi, &keys, &vals,
-					 &n);
-
-	dml_ckpt_snapshot_keep(sn, keys);
-	dml_ckpt_snapshot_keep(sn, vals);
-	for (size_t b = 0; b < n && !rc; b += CKPT_CHUNK_ROWS) {
-		size_t k = n - b > CKPT_CHUNK_ROWS ? CKPT_CHUNK_ROWS : n - b;
-		struct dml_ckpt_rows r = { te->info.id, 0, 0, keys + b, k, rf, vals + b * rf };
-
-		dml_ckpt_snapshot_add(sn, &r);
-	}
-	return rc;
+	dml_info("store %s: checkpoint: %" PRIu64 " rows copied in %.1f ms over %.1f ms "
+		 "while pushes went on (the longest they waited: %.2f ms; %" PRIu64 " chunks "
+		 "copied ahead of a push); writing them on the writer thread",
+		 s->conf->store_path, fig->rows, (double)(fig->timer_ns + fig->ahead_ns) / 1e6,
+		 (double)fig->span_ns / 1e6, (double)fig->wait_max_ns / 1e6, fig->ahead_chunks);
+	dml_ckpt_writer_write(s->store->writer, sn, &p->info, p->tag);
+	free(p);
 }
 
 /*
- * Commit the batch, copy every row held and hand the copy to the writer
- * thread: a checkpoint listed under clock (keeping keep) unless clock is 0.
- * Pushes wait for the copy only; tag comes back with the result.
+ * Commit the batch, snapshot every row held and have the writer thread
+ * write the copy: a checkpoint listed under clock (keeping keep) unless
+ * clock is 0. Pushes go on while the rows are copied; tag comes back with
+ * the result.
  */
 static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep, uint64_t tag,
 			    char *err, size_t errlen)
 {
 	struct server_store *st = s->store;
-	struct dml_ckpt_info info = { 0 };
-	struct dml_ckpt_snapshot *sn;
-	uint64_t t0 = dml_now_ns();
-	int rc = 0;
+	struct pending_ckpt *p;
+	int rc;
 
 	/* The rows hold pushes the batch has not logged yet; and the commit
 	 * must not queue a checkpoint of its own. */
@@ -270,30 +241,19 @@ static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep,
 	commit_now(s);
 	if (s->store_failed)
 		return dml_fail(DML_EIO, err, errlen, "the gradient log's commit failed");
-	sn = dml_ckpt_snapshot_new();
-	for (size_t i = 0; i < s->ntables && !rc; i++) {
-		struct table_entry *te = &s->tables[i];
-
-		for (size_t j = 0; j < te->served.n && !rc; j++)
-			rc = te->info.dense ?
-			     snap_dense(sn, te, te->served.r[j].begin, te->served.r[j].end) :
-			     snap_sparse(sn, te, te->served.r[j].begin, te->served.r[j].end);
-		if (rc)
-			snprintf(err, errlen, "table %u: %s", te->info.id, dml_strerror(rc));
-	}
+	p = dml_xcalloc(1, sizeof(*p));
+	p->s = s;
+	p->tag = tag;
+	p->info.version = s->job.version;
+	p->info.next_clock = dml_server_cut_next_clock(s);
+	p->info.lsn = dml_store_log_last(st->store);
+	p->info.clock = clock;
+	p->info.keep = keep;
+	rc = dml_server_snap_begin(s, snap_done, p);
 	if (rc) {
-		dml_ckpt_snapshot_free(sn);
-		return rc;
+		free(p);
+		return dml_fail(rc, err, errlen, "cannot begin a snapshot: %s", dml_strerror(rc));
 	}
-	info.version = s->job.version;
-	info.next_clock = dml_server_cut_next_clock(s);
-	info.lsn = dml_store_log_last(st->store);
-	info.clock = clock;
-	info.keep = keep;
-	dml_info("store %s: checkpoint: %" PRIu64 " rows copied in %.1f ms (what pushes "
-		 "waited); writing them on the writer thread", s->conf->store_path,
-		 dml_ckpt_snapshot_rows(sn), (double)(dml_now_ns() - t0) / 1e6);
-	dml_ckpt_writer_write(st->writer, sn, &info, tag);
 	return 0;
 }
 
@@ -693,6 +653,7 @@ void dml_server_store_free(struct dml_server *s)
 	if (st->written_ev)
 		event_free(st->written_ev);
 	/* Finishes what it was given: a cut's checkpoint on disk stays listed. */
+	dml_server_snap_finish(s);
 	dml_ckpt_writer_stop(st->writer);
 	dml_store_close(st->store);
 	free(st->acks);

@@ -74,6 +74,9 @@ struct dml_table {
 	/* Rows changed since dml_table_changes took them: a bit per row (row_cap
 	 * bits), or NULL when changes are not tracked. */
 	uint64_t *dirty;
+	/* Told before rows change (a copy-on-write snapshot), or NULL. */
+	dml_table_write_fn before_write;
+	void *before_write_arg;
 
 	/* Sparse only. */
 	uint64_t *keys;          /* key of each row, in creation order */
@@ -148,6 +151,13 @@ static inline void mark_row(struct dml_table *t, uint64_t row)
 {
 	if (t->dirty)
 		t->dirty[row >> 6] |= 1ull << (row & 63);
+}
+
+/* Rows [r0, r1) are about to change. */
+static inline void will_write(struct dml_table *t, uint64_t r0, uint64_t r1)
+{
+	if (t->before_write && r0 < r1)
+		t->before_write(t->before_write_arg, r0, r1);
 }
 
 static void mark_rows(struct dml_table *t, uint64_t r0, uint64_t r1)
@@ -537,6 +547,7 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 	oc = &t->conf.optim;
 	r = begin - t->conf.key_begin;
 	last = end - t->conf.key_begin;
+	will_write(t, r, last);
 	mark_rows(t, r, last);
 	if (!t->uses_step && t->state_width <= t->width) {
 		/* One pass over the whole slice: with at most one state float per
@@ -644,6 +655,8 @@ static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n
 			     const float *grad, float *out)
 {
 	if (grad) {
+		for (size_t i = 0; t->before_write && i < n; i++)
+			will_write(t, rows[i], rows[i] + 1);
 		dml_optim_apply_rows(&t->conf.optim, t->values, t->state, t->steps,
 				     t->width, rows, n, grad);
 		for (size_t i = 0; t->dirty && i < n; i++)
@@ -797,6 +810,7 @@ int dml_table_import_range(struct dml_table *t, uint64_t begin, uint64_t end,
 	if ((rc = dense_writable(t)) != 0)
 		return rc;
 	rf = dml_table_row_floats(t);
+	will_write(t, begin - t->conf.key_begin, end - t->conf.key_begin);
 	for (uint64_t k = begin; k < end; k++, rows += rf)
 		row_put(t, k - t->conf.key_begin, rows);
 	mark_rows(t, begin - t->conf.key_begin, end - t->conf.key_begin);
@@ -819,8 +833,11 @@ int dml_table_import_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 		if ((rc = dense_writable(t)) != 0)
 			return rc;
 		for (size_t i = 0; i < n; i++) {
-			row_put(t, keys[i] - t->conf.key_begin, rows + i * rf);
-			mark_row(t, keys[i] - t->conf.key_begin);
+			uint64_t row = keys[i] - t->conf.key_begin;
+
+			will_write(t, row, row + 1);
+			row_put(t, row, rows + i * rf);
+			mark_row(t, row);
 		}
 		return 0;
 	}
@@ -829,6 +846,7 @@ int dml_table_import_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		uint64_t row = sparse_row(t, keys[i], mix64(keys[i]));
 
+		will_write(t, row, row + 1);
 		row_put(t, row, rows + i * rf);
 		mark_row(t, row);
 	}
@@ -946,6 +964,8 @@ int dml_table_remove_hashed(struct dml_table *t, dml_table_hash_fn hash, uint64_
 		return DML_ENOMEM;
 	if (removed)
 		*removed = (size_t)(t->nrows - kept);
+	/* Rows move to other indices. */
+	will_write(t, 0, t->nrows);
 	kept = 0;
 	for (uint64_t r = 0; r < t->nrows; r++) {
 		if (hash_in(hash, t->keys[r], lo, hi))
@@ -997,6 +1017,7 @@ int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end)
 		free(dirty);
 		return DML_ENOMEM;
 	}
+	will_write(t, 0, t->nrows);
 	lo = begin > t->conf.key_begin ? begin : t->conf.key_begin;
 	hi = end < t->conf.key_end ? end : t->conf.key_end;
 	if (lo < hi) {
@@ -1034,6 +1055,28 @@ int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end)
 	for (uint64_t r = 0; r < n; r++)
 		if (begin + r < lo || begin + r >= hi)
 			row_reset(t, r, begin + r);
+	return 0;
+}
+
+/* ---- rows by index ----------------------------------------------------------- */
+
+void dml_table_watch_writes(struct dml_table *t, dml_table_write_fn fn, void *arg)
+{
+	t->before_write = fn;
+	t->before_write_arg = arg;
+}
+
+int dml_table_export_rows(const struct dml_table *t, uint64_t r0, uint64_t r1,
+			  uint64_t *keys, float *rows)
+{
+	const size_t rf = dml_table_row_floats(t);
+
+	if (!t || r0 > r1 || r1 > t->nrows || (r0 < r1 && (!keys || !rows)))
+		return DML_EINVAL;
+	for (uint64_t r = r0; r < r1; r++, rows += rf) {
+		*keys++ = t->conf.kind == DML_TABLE_DENSE ? t->conf.key_begin + r : t->keys[r];
+		row_get(t, r, rows);
+	}
 	return 0;
 }
 

@@ -180,6 +180,29 @@ int dml_table_remove_hashed(struct dml_table *t, dml_table_hash_fn hash, uint64_
  */
 int dml_table_set_range(struct dml_table *t, uint64_t begin, uint64_t end);
 
+/*
+ * Rows by index: 0 .. dml_table_rows() - 1. A dense row's index is its key
+ * minus the first key held; a sparse row keeps its index until
+ * dml_table_remove_hashed() moves it, and new keys take the next ones.
+ */
+
+/** Told that rows [r0, r1) are about to change: their old values still read. */
+typedef void (*dml_table_write_fn)(void *arg, uint64_t r0, uint64_t r1);
+
+/**
+ * Call fn before every change to rows (pushes, imports, moves by
+ * dml_table_remove_hashed() and dml_table_set_range(), which tell of all
+ * rows); NULL stops. Rows a sparse table creates are told of too.
+ */
+void dml_table_watch_writes(struct dml_table *t, dml_table_write_fn fn, void *arg);
+
+/**
+ * Rows [r0, r1) by index: keys[] gets each one's key, rows the rows in the
+ * export layout. DML_EINVAL (a range past the rows, NULL buffers).
+ */
+int dml_table_export_rows(const struct dml_table *t, uint64_t r0, uint64_t r1,
+			  uint64_t *keys, float *rows);
+
 /** Parse names ("dense", "zeros", "sgd", ...) used by config and tools. */
 extern const char *const dml_table_kind_names[];  /* NULL-terminated */
 extern const char *const dml_init_kind_names[];

@@ -1,7 +1,7 @@
 /*
  * A thread that writes a server's checkpoints (store.h) while the event
- * loop goes on: the loop copies the rows it holds into a snapshot (the
- * only time pushes wait), hands it over, and hears of the result through a
+ * loop goes on: the loop copies the rows it holds into a snapshot (a
+ * piece at a time, between pushes), hands it over, and hears of the result through a
  * file descriptor it watches. Deleting a listed checkpoint goes through
  * the same queue, so that the loop never waits for a write transaction of
  * the checkpoints' environment.

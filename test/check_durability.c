@@ -8,7 +8,10 @@
  *     server killed at thirty random moments with pushes in flight and
  *     restarted each time: every push is acknowledged in the end, and every
  *     parameter equals minus the sum of what was pushed to it, nothing lost
- *     and nothing applied twice; the log says what it recovered;
+ *     and nothing applied twice; the log says what it recovered; again
+ *     with checkpoints every 4 KiB of log, copied while pushes go on (a
+ *     server that let a push change a row before the snapshot copied it
+ *     would replay that push twice);
  *   - a clean stop (SIGTERM) with durability batch keeps every
  *     acknowledged push;
  *   - a store of another server, and a damaged data file, are refused at
@@ -29,7 +32,12 @@
 #include "util.h"
 
 #define WAIT_MS 20000
-#define DENSE_KEYS 64
+/* 1 MB: a checkpoint's copy takes several turns of the server's loop, with
+ * pushes applied in between (a chunk is copied before one changes it).
+ * Dense pushes hit a hot spot of 64 keys in each chunk of 4096 rows. */
+#define DENSE_KEYS 65536
+#define DENSE_SPOTS 16
+#define DENSE_SPOT_KEYS 64
 #define WIDTH 4
 #define SPARSE_IDS 50
 #define SPARSE_WIDTH 2
@@ -38,7 +46,7 @@
 #define WINDOW 16
 
 static const char tables[] =
-	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 64\noptimizer = sgd\nlr = 1\n"
+	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 65536\noptimizer = sgd\nlr = 1\n"
 	"[table]\nid = 1\nkind = sparse\nwidth = 2\noptimizer = sgd\nlr = 1\n";
 
 /* The [store] section for a store in the environment's folder. */
@@ -48,7 +56,7 @@ static char *store_conf(struct dml_test_env *env, const char *durability,
 	char *text;
 
 	ck_assert_int_gt(asprintf(&text, "[store]\npath = %s/store\ndurability = %s\n"
-				  "checkpoint_log = %s\n", dml_test_env_dir(env), durability,
+				  "batch_ms = 10\ncheckpoint_log = %s\n", dml_test_env_dir(env), durability,
 				  checkpoint_log), 0);
 	return text;
 }
@@ -91,7 +99,7 @@ struct sums {
 struct pending {
 	dml_handle_t h;
 	uint64_t keys[8];
-	float vals[DENSE_KEYS * WIDTH];
+	float vals[8 * WIDTH];     /* 8 dense keys, or 8 sparse ids */
 };
 
 /*
@@ -103,10 +111,10 @@ static void push_one(dml_t *d, int r, int k, struct pending *p, struct sums *sum
 	uint64_t x = (uint64_t)(r * WINDOW + k + 1) * 0x9e3779b97f4a7c15ull;
 
 	if (k % 2 == 0) {
-		uint64_t begin = (x >> 20) % DENSE_KEYS, end = begin + 1 + (x >> 40) % 8;
+		uint64_t begin = (x >> 20) % DENSE_SPOTS * (DENSE_KEYS / DENSE_SPOTS) +
+				 (x >> 28) % (DENSE_SPOT_KEYS - 8);
+		uint64_t end = begin + 1 + (x >> 40) % 8;
 
-		if (end > DENSE_KEYS)
-			end = DENSE_KEYS;
 		for (uint64_t i = 0; i < (end - begin) * WIDTH; i++) {
 			p->vals[i] = (float)((int)((x >> (i % 50)) % 7) - 3);
 			sums->dense[begin * WIDTH + i] += p->vals[i];
@@ -315,7 +323,7 @@ START_TEST(test_batch_logs_changed_rows)
 		rig_up(&g, "batch", logs[i]);
 		memset(&sums, 0, sizeof(sums));
 		push_rounds(g.s, g.d, &sums, 0);
-		usleep(100 * 1000);     /* batch_ms is 10 */
+		usleep(100 * 1000);     /* batch_ms is 10 here */
 		crash_and_check(&g, &sums);
 		replayed = last_replayed(&g);
 		ck_assert_msg(replayed < (unsigned long long)ROUNDS * WINDOW / 2,

@@ -1429,6 +1429,74 @@ START_TEST(test_changes_sparse)
 }
 END_TEST
 
+/* What a write watcher saw: each call's rows, and row r0's first value then. */
+struct watched {
+	struct dml_table *t;
+	uint64_t r0[16], r1[16], key[16];
+	float before[16];
+	size_t n;
+};
+
+static void watch(void *arg, uint64_t r0, uint64_t r1)
+{
+	struct watched *w = arg;
+	float row[3];
+
+	ck_assert_uint_lt(w->n, 16);
+	ck_assert_uint_lt(r0, r1);
+	ck_assert_int_eq(dml_table_export_rows(w->t, r0, r0 + 1, &w->key[w->n], row), 0);
+	w->r0[w->n] = r0;
+	w->r1[w->n] = r1;
+	w->before[w->n++] = row[0];
+}
+
+/* A watcher hears of every write before it happens, the old values still there. */
+START_TEST(test_watch_writes)
+{
+	struct dml_table *t = dense_add_table();
+	struct dml_table_conf sc = table_conf(DML_TABLE_SPARSE, 3, DML_OPT_ADD);
+	struct dml_table *sp = table_make(&sc);
+	struct watched w = { .t = t };
+	float g[6] = { 1, 0, 0, 2, 0, 0 }, row[3];
+	uint64_t k = 150, keys[2] = { 7, 9 }, key;
+	size_t removed;
+
+	dml_table_watch_writes(t, watch, &w);
+	ck_assert_int_eq(dml_table_push_range(t, 110, 112, g), 0);
+	ck_assert_int_eq(dml_table_push_range(t, 110, 111, g + 3), 0);
+	ck_assert_int_eq(dml_table_push_keys(t, &k, 1, g), 0);
+	ck_assert_int_eq(dml_table_import_range(t, 120, 121, g), 0);
+	ck_assert_int_eq(dml_table_import_keys(t, &k, 1, g + 3), 0);
+	ck_assert_int_eq(dml_table_set_range(t, 100, 210), 0);
+	ck_assert_uint_eq(w.n, 6);
+	ck_assert(w.r0[0] == 10 && w.r1[0] == 12 && w.key[0] == 110 && w.before[0] == 0);
+	ck_assert(w.r0[1] == 10 && w.r1[1] == 11 && w.before[1] == 1);
+	ck_assert(w.r0[2] == 50 && w.r1[2] == 51 && w.before[2] == 0);
+	ck_assert(w.r0[3] == 20 && w.before[3] == 0);
+	ck_assert(w.r0[4] == 50 && w.before[4] == 1);
+	ck_assert(w.r0[5] == 0 && w.r1[5] == 100);
+	/* Stopped: no more calls. */
+	dml_table_watch_writes(t, NULL, NULL);
+	ck_assert_int_eq(dml_table_push_keys(t, &k, 1, g), 0);
+	ck_assert_uint_eq(w.n, 6);
+	ck_assert_int_eq(dml_table_export_rows(t, 50, 51, &key, row), 0);
+	ck_assert(key == 150 && row[0] == 3);
+	ck_assert_int_eq(dml_table_export_rows(t, 0, 111, &key, row), DML_EINVAL);
+
+	/* Sparse: new rows are told of by index; a removal tells of all rows. */
+	memset(&w, 0, sizeof(w));
+	w.t = sp;
+	ck_assert_int_eq(dml_table_push_keys(sp, keys, 2, g), 0);
+	dml_table_watch_writes(sp, watch, &w);
+	ck_assert_int_eq(dml_table_push_keys(sp, &keys[1], 1, g + 3), 0);
+	ck_assert(w.n == 1 && w.r0[0] == 1 && w.key[0] == 9 && w.before[0] == 2);
+	ck_assert_int_eq(dml_table_remove_hashed(sp, low_hash, 0, 8, &removed), 0);
+	ck_assert(removed == 1 && w.n == 2 && w.r0[1] == 0 && w.r1[1] == 2);
+	dml_table_free(t);
+	dml_table_free(sp);
+}
+END_TEST
+
 static Suite *table_suite(void)
 {
 	Suite *s = suite_create("table");
@@ -1486,6 +1554,7 @@ static Suite *table_suite(void)
 	tcase_add_test(move, test_move_errors);
 	tcase_add_test(move, test_changes_dense);
 	tcase_add_test(move, test_changes_sparse);
+	tcase_add_test(move, test_watch_writes);
 	suite_add_tcase(s, move);
 	return s;
 }

@@ -327,6 +327,8 @@ struct bench_opts {
 	 * server without a [store] section. */
 	int durability[3]; /* enum dml_durability */
 	size_t ndurability;
+	uint64_t rounds;   /* --durability: measurements per case and mode */
+	uint64_t batch_ms; /* [store] batch_ms; 0: the server's default */
 };
 
 /* The list options, in the order of bench_list_specs. */
@@ -344,8 +346,9 @@ static const struct bench_list_spec {
 	[BENCH_WINDOWS] = { "--windows", 0, 1, BENCH_MAX_WINDOW, "1 to 4096" },
 };
 
-/* --durability's default --sizes. */
+/* --durability's default --sizes and --rounds. */
 #define BENCH_DURABILITY_SIZES "4K,64K"
+#define BENCH_DURABILITY_ROUNDS 3
 
 /* Defaults; --quick swaps in the second set for whatever was not given. */
 static const struct bench_defaults {
@@ -394,7 +397,12 @@ static void bench_pushpull_usage(FILE *out)
 		"  --durability LIST run against a server with a [store] of each of\n"
 		"                    these modes in turn (sync, batch, none), and\n"
 		"                    compare their push rates (batch >= 0.7 x none);\n"
-		"                    --sizes defaults to " BENCH_DURABILITY_SIZES " then\n"
+		"                    --sizes defaults to " BENCH_DURABILITY_SIZES " then;\n"
+		"                    the servers run side by side and take turns\n"
+		"  --rounds N        with --durability: measure each case N times per\n"
+		"                    mode and keep the median (default %d)\n"
+		"  --batch-ms MS     with --durability: the batch server's batch_ms\n"
+		"                    (default: dml-server's own)\n"
 		"  --csv             machine-readable output\n"
 		"  --keep            keep the server's directory (config, log)\n"
 		"  -v, --verbose     log libdml's informational messages; twice: debug,\n"
@@ -410,7 +418,7 @@ static void bench_pushpull_usage(FILE *out)
 		bench_full.lists[BENCH_SIZES], bench_full.lists[BENCH_CONNS],
 		bench_full.lists[BENCH_WINDOWS], BENCH_SPARSE_KEYS,
 		bench_quick.lists[BENCH_SIZES], bench_quick.lists[BENCH_CONNS],
-		bench_quick.lists[BENCH_WINDOWS], bench_quick.seconds);
+		bench_quick.lists[BENCH_WINDOWS], bench_quick.seconds, BENCH_DURABILITY_ROUNDS);
 }
 
 /* Call item() on each comma-separated element of s; empty elements are bad. */
@@ -521,6 +529,12 @@ static int bench_opts_finish(struct bench_opts *o)
 	 * would write gigabytes a second to disk. */
 	if (o->ndurability && o->sizes.n == 0)
 		bench_list_parse(o, BENCH_SIZES, BENCH_DURABILITY_SIZES);
+	if (o->rounds == 0)
+		o->rounds = o->ndurability ? BENCH_DURABILITY_ROUNDS : 1;
+	if ((o->rounds > 1 || o->batch_ms) && !o->ndurability) {
+		dml_err("pushpull: --rounds and --batch-ms go with --durability");
+		return BENCH_EXIT_USAGE;
+	}
 	/* A given list is never empty; the defaults always parse. */
 	for (int id = 0; id < BENCH_NLISTS; id++) {
 		if (bench_opts_list(o, (enum bench_list_id)id)->n == 0)
@@ -545,7 +559,7 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 	/* O_SIZES, O_CONNS and O_WINDOWS follow the order of enum bench_list_id. */
 	enum { O_SERVER = 256, O_SECONDS, O_WARMUP, O_SIZES, O_CONNS, O_WINDOWS, O_OPS,
 	       O_DENSE, O_SPARSE, O_QUICK, O_CSV, O_BASELINE, O_BASELINE_ONLY,
-	       O_KEEP, O_DURABILITY };
+	       O_KEEP, O_DURABILITY, O_ROUNDS, O_BATCH_MS };
 	static const struct option longopts[] = {
 		{ "server", required_argument, NULL, O_SERVER },
 		{ "seconds", required_argument, NULL, O_SECONDS },
@@ -562,6 +576,8 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 		{ "baseline", required_argument, NULL, O_BASELINE },
 		{ "baseline-only", no_argument, NULL, O_BASELINE_ONLY },
 		{ "durability", required_argument, NULL, O_DURABILITY },
+		{ "rounds", required_argument, NULL, O_ROUNDS },
+		{ "batch-ms", required_argument, NULL, O_BATCH_MS },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -632,6 +648,14 @@ static int bench_opts_parse(int argc, char **argv, struct bench_opts *o, int *he
 			if (bench_split(a, bench_durability_item, o))
 				return bench_opt_error("--durability", a,
 						       "sync, batch and/or none, each once");
+			break;
+		case O_ROUNDS:
+			if (dml_parse_u64(a, 1, 99, &o->rounds))
+				return bench_opt_error("--rounds", a, "1 to 99");
+			break;
+		case O_BATCH_MS:
+			if (dml_parse_u64(a, 1, 60000, &o->batch_ms))
+				return bench_opt_error("--batch-ms", a, "1 to 60000");
 			break;
 		default:
 			return BENCH_EXIT_USAGE;
@@ -779,6 +803,8 @@ static int bench_server_write_conf(const struct bench_server *s,
 		 * (address space; the disk holds only what is written). */
 		fprintf(f, "\n[store]\npath = %s/store\ndurability = %s\nmap_size = 64G\n",
 			s->dir, dml_durability_names[s->durability]);
+	if (s->durability == DML_DURABILITY_BATCH && o->batch_ms)
+		fprintf(f, "batch_ms = %" PRIu64 "\n", o->batch_ms);
 	for (size_t i = 0; o->dense && i < o->sizes.n; i++)
 		bench_conf_table(f, BENCH_DENSE_TABLE0 + (uint32_t)i, "dense", 1, "keys",
 				 o->sizes.v[i] / sizeof(float));
@@ -1208,11 +1234,22 @@ static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn
 	return rc;
 }
 
+/* The rows and targets of cases measured already. */
+static void bench_print_cases(const struct bench_case *cases, size_t n,
+			      const struct bench_opts *o)
+{
+	bench_print_header(o);
+	for (size_t i = 0; i < n; i++)
+		bench_print_row(&cases[i], o);
+	bench_print_targets(cases, n, o);
+}
+
+/* runs: the times each case is measured against a server (all servers). */
 static void bench_print_preface(const struct bench_opts *o, const struct bench_server *s,
-				const char *exe, size_t ncases)
+				const char *exe, size_t ncases, size_t runs)
 {
 	const char *pre = o->csv ? "# " : "";
-	double total = (double)ncases * (o->baseline == BENCH_BASELINE_YES ? 2 : 1) *
+	double total = (double)ncases * (double)(runs + (o->baseline == BENCH_BASELINE_YES)) *
 		       (o->seconds + o->warmup);
 
 	if (o->baseline == BENCH_BASELINE_ONLY)
@@ -1222,7 +1259,9 @@ static void bench_print_preface(const struct bench_opts *o, const struct bench_s
 		       (int)s->pid, (unsigned)s->port,
 		       s->durability < 0 ? "no [store]" :
 		       s->durability == DML_DURABILITY_SYNC ? "[store] durability = sync" :
-		       s->durability == DML_DURABILITY_BATCH ? "[store] durability = batch" :
+		       s->durability == DML_DURABILITY_BATCH ? (o->batch_ms ?
+		       "[store] durability = batch, batch_ms as given" :
+		       "[store] durability = batch") :
 		       "[store] durability = none");
 	printf("%s%zu configurations, %.2f s each after %.2f s warm-up, about %.0f s\n",
 	       pre, ncases, o->seconds, o->warmup, total);
@@ -1231,42 +1270,126 @@ static void bench_print_preface(const struct bench_opts *o, const struct bench_s
 	fflush(stdout);
 }
 
-/*
- * One server (with [store] durability, or none when -1) and its
- * connections: measure every case (raw TCP too when run_raw), then stop it.
- */
-static int bench_pushpull_serve(const struct bench_opts *o, int durability, const char *exe,
-				struct bench_case *cases, size_t ncases, int run_raw)
+/* One server (with [store] durability, or none when -1) and its connections. */
+struct bench_rig {
+	struct bench_server srv;
+	struct bench_conn *conns;
+	size_t nconns;
+};
+
+static int bench_rig_up(struct bench_rig *r, const struct bench_opts *o, int durability,
+			const char *exe)
 {
-	struct bench_server srv = { .pid = 0, .durability = durability };
-	struct bench_conn *conns = NULL;
-	size_t nconns = 0;
-	int rc = bench_server_start(&srv, exe, o);
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->srv.durability = durability;
+	rc = bench_server_start(&r->srv, exe, o);
+	if (rc == 0) {
+		r->nconns = bench_list_max(&o->conns);
+		r->conns = dml_xcalloc(r->nconns, sizeof(*r->conns));
+		for (size_t i = 0; i < r->nconns && rc == 0; i++)
+			rc = bench_conn_open(&r->conns[i], (unsigned)i, &r->srv, o);
+		if (rc == 0)
+			rc = bench_conn_check_tables(&r->conns[0], o);
+	}
+	return rc;
+}
+
+/* Close the connections, stop the server (its log tail after a failure). */
+static void bench_rig_down(struct bench_rig *r, const struct bench_opts *o, int failed)
+{
+	for (size_t i = 0; i < r->nconns; i++)
+		bench_conn_close(&r->conns[i]);
+	free(r->conns);
+	r->conns = NULL;
+	r->nconns = 0;
+	if (failed && !bench_interrupted() && r->srv.pid > 0)
+		bench_server_log_tail(&r->srv);
+	bench_server_stop(&r->srv);
+	if (o->keep && r->srv.have_dir)
+		dml_warn("kept %s", r->srv.dir);
+	else
+		bench_server_remove_dir(&r->srv);
+}
+
+/* One server: measure every case (raw TCP too when run_raw), then stop it. */
+static int bench_pushpull_serve(const struct bench_opts *o, const char *exe,
+				struct bench_case *cases, size_t ncases)
+{
+	struct bench_rig rig;
+	int rc = bench_rig_up(&rig, o, -1, exe);
 
 	if (rc == 0) {
-		nconns = bench_list_max(&o->conns);
-		conns = dml_xcalloc(nconns, sizeof(*conns));
-		for (size_t i = 0; i < nconns && rc == 0; i++)
-			rc = bench_conn_open(&conns[i], (unsigned)i, &srv, o);
-		if (rc == 0)
-			rc = bench_conn_check_tables(&conns[0], o);
-	}
-	if (rc == 0) {
-		bench_print_preface(o, &srv, exe, ncases);
-		rc = bench_run_cases(cases, ncases, conns, nconns, o, run_raw);
+		bench_print_preface(o, &rig.srv, exe, ncases, 1);
+		rc = bench_run_cases(cases, ncases, rig.conns, rig.nconns, o, 1);
 		if (rc && bench_interrupted())
 			dml_warn("interrupted; stopping");
 	}
-	for (size_t i = 0; i < nconns; i++)
-		bench_conn_close(&conns[i]);
-	free(conns);
-	if (rc && !bench_interrupted() && srv.pid > 0)
-		bench_server_log_tail(&srv);
-	bench_server_stop(&srv);
-	if (o->keep && srv.have_dir)
-		dml_warn("kept %s", srv.dir);
-	else
-		bench_server_remove_dir(&srv);
+	bench_rig_down(&rig, o, rc != 0);
+	return rc;
+}
+
+static int bench_result_rps_cmp(const void *a, const void *b)
+{
+	const struct bench_result *x = a, *y = b;
+
+	return (x->rps > y->rps) - (x->rps < y->rps);
+}
+
+/*
+ * --durability: a server of each mode, side by side. Every case is
+ * measured o->rounds times on each, the modes taking turns (each going
+ * first in turn), and each mode keeps its median: a machine whose speed
+ * drifts during the run (a neighbour, the disk's writeback) then weighs
+ * on every mode alike instead of on whichever ran at the time.
+ */
+static int bench_durability_run(const struct bench_opts *o, const char *exe,
+				struct bench_case *const *runs, size_t ncases)
+{
+	struct bench_plan plan = { o->warmup, o->seconds };
+	const size_t nm = o->ndurability, nr = (size_t)o->rounds;
+	struct bench_rig rigs[3];
+	struct bench_result *got = dml_xcalloc(nm * ncases * nr, sizeof(*got));
+	size_t up = 0;
+	int rc = 0;
+
+	for (; up < nm && rc == 0; up++) {
+		rc = bench_rig_up(&rigs[up], o, o->durability[up], exe);
+		if (rc == 0)
+			bench_print_preface(o, &rigs[up].srv, exe, ncases, nm * nr);
+	}
+	for (size_t r = 0; r < nr && rc == 0; r++) {
+		for (size_t i = 0; i < ncases && rc == 0; i++) {
+			if (r == 0 && o->baseline != BENCH_BASELINE_NO)
+				rc = bench_case_run_raw(&runs[0][i], &plan);
+			for (size_t k = 0; k < nm && rc == 0; k++) {
+				size_t m = (k + r + i) % nm;
+
+				rc = bench_case_run_dml(&runs[m][i], rigs[m].conns, rigs[m].nconns,
+							&plan);
+				got[(m * ncases + i) * nr + r] = runs[m][i].dml;
+			}
+		}
+	}
+	for (size_t m = 0; m < nm && rc == 0; m++) {
+		printf("%s\n%s[store] durability = %s: the median of %zu\n", o->csv ? "# " : "",
+		       o->csv ? "# " : "", dml_durability_names[o->durability[m]], nr);
+		for (size_t i = 0; i < ncases; i++) {
+			struct bench_result *v = &got[(m * ncases + i) * nr];
+
+			qsort(v, nr, sizeof(*v), bench_result_rps_cmp);
+			runs[m][i].dml = v[nr / 2];
+			runs[m][i].tcp = runs[0][i].tcp;
+			runs[m][i].have_tcp = runs[0][i].have_tcp;
+		}
+		bench_print_cases(runs[m], ncases, o);
+	}
+	if (rc && bench_interrupted())
+		dml_warn("interrupted; stopping");
+	while (up-- > 0)
+		bench_rig_down(&rigs[up], o, rc != 0);
+	free(got);
 	return rc;
 }
 
@@ -1330,7 +1453,7 @@ static int bench_pushpull_main(int argc, char **argv)
 	struct bench_opts o;
 	struct bench_case *cases = NULL, *runs[3] = { NULL, NULL, NULL };
 	char exe[PATH_MAX] = "";
-	size_t ncases, nmodes;
+	size_t ncases;
 	int help, rc;
 
 	rc = bench_opts_parse(argc, argv, &o, &help);
@@ -1338,7 +1461,7 @@ static int bench_pushpull_main(int argc, char **argv)
 		return rc;
 	ncases = bench_cases_build(&o, &cases);
 	if (o.baseline == BENCH_BASELINE_ONLY) {
-		bench_print_preface(&o, NULL, exe, ncases);
+		bench_print_preface(&o, NULL, exe, ncases, 0);
 		rc = bench_run_cases(cases, ncases, NULL, 0, &o, 1);
 		goto out;
 	}
@@ -1347,17 +1470,16 @@ static int bench_pushpull_main(int argc, char **argv)
 		rc = DML_ENOTFOUND;
 		goto out;
 	}
-	/* Raw TCP does not depend on the server: measured in the first run. */
-	nmodes = o.ndurability ? o.ndurability : 1;
-	for (size_t m = 0; m < nmodes && rc == 0; m++) {
-		runs[m] = dml_xcalloc(ncases, sizeof(*cases));
-		memcpy(runs[m], m ? runs[0] : cases, ncases * sizeof(*cases));
-		for (size_t i = 0; m && i < ncases; i++)
-			runs[m][i].have_dml = 0;
-		rc = bench_pushpull_serve(&o, o.ndurability ? o.durability[m] : -1, exe,
-					  runs[m], ncases, m == 0);
+	if (!o.ndurability) {
+		rc = bench_pushpull_serve(&o, exe, cases, ncases);
+		goto out;
 	}
-	if (rc == 0 && o.ndurability)
+	for (size_t m = 0; m < o.ndurability; m++) {
+		runs[m] = dml_xcalloc(ncases, sizeof(*cases));
+		memcpy(runs[m], cases, ncases * sizeof(*cases));
+	}
+	rc = bench_durability_run(&o, exe, runs, ncases);
+	if (rc == 0)
 		bench_print_durability(runs, &o, ncases);
 out:
 	for (size_t m = 0; m < 3; m++)
