@@ -124,6 +124,7 @@ void dml_server_tables_free(struct dml_server *s)
 		dml_table_free(s->tables[i].table);
 		dml_server_ranges_clear(&s->tables[i].served);
 		dml_server_ranges_clear(&s->tables[i].pending);
+		dml_server_ranges_clear(&s->tables[i].moved_in);
 	}
 	free(s->tables);
 	s->tables = NULL;

@@ -257,6 +257,12 @@ void dml_server_cut_on_sched(struct dml_server *s, const Dml__Meta *m)
 		on_drop(s, m);
 		return;
 	}
+	/* Rows still moving are in no server's part: the round tries later. */
+	if (s->job.remapping) {
+		dml_server_sched_error(s, m->request_id, DML_ESTATE, "checkpoint", "rows of "
+				       "map v%" PRIu64 " are still moving", s->job.version);
+		return;
+	}
 	if (m->clock == 0) {
 		if (c->phase == CUT_CUTTING) {
 			dml_server_sched_error(s, m->request_id, DML_ESTATE, "checkpoint",

@@ -43,6 +43,7 @@ struct table_entry {
 	Dml__TableInfo info;       /* id, kind, width, keys (metrics, WELCOME) */
 	struct key_ranges served;  /* what requests may touch now */
 	struct key_ranges pending; /* gained by a remap, rows not arrived yet */
+	struct key_ranges moved_in; /* recovery: ranges whose moved rows the log held */
 };
 
 struct session {
@@ -188,6 +189,13 @@ int dml_server_store_open(struct dml_server *s);
 void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
 			     uint32_t worker, uint64_t incarnation);
 
+/**
+ * Rows another server sent (MIGRATE) were installed: log them, with the
+ * range they cover, and acknowledge them after the commit, so that the
+ * sender frees them only once they are on disk here.
+ */
+void dml_server_store_moved(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
+
 /** A push already applied came again: acknowledge it once its first is logged. */
 void dml_server_store_duplicate(struct session *ss, uint64_t request_id);
 
@@ -197,16 +205,26 @@ void dml_server_store_forget(struct dml_server *s, struct session *ss);
 /** A worker (re)joined the clock set: its push sequence as the log left it. */
 void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w);
 
+/* What dml_server_store_job brought back. */
+enum store_recovered {
+	STORE_RECOVERED_NONE,      /* nothing: a new run, or the rows are elsewhere */
+	STORE_RECOVERED_ALL,       /* every row of the map's ranges */
+	STORE_RECOVERED_MOVED_IN,  /* joined at this version: the rows that had
+				    * moved in, ranges in each table's moved_in */
+};
+
 /**
  * A job's map was installed on new tables: when the log is of this run of
- * the job and covers this map version (its first, or the version of the
- * store's checkpoint), load and replay it (*recovered = 1); else start the
- * log of this run. 0 or the error (logged).
+ * the job and covers this map version (its first, the version of the
+ * store's checkpoint, or the version the log began at when this server
+ * joined the job), load and replay it; else start the log of this run. 0
+ * or the error (logged).
  */
-int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *recovered);
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map,
+			 enum store_recovered *recovered);
 
-/** Commit, then write a checkpoint of every row held (after rows moved). */
-void dml_server_store_checkpoint(struct dml_server *s);
+/** Every row of a remap moved: make the store describe the rows held now. */
+void dml_server_store_remapped(struct dml_server *s);
 
 /** Commit what is waiting and send its ACKs (a clean stop). */
 void dml_server_store_flush(struct dml_server *s);

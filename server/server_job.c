@@ -1043,8 +1043,7 @@ static void job_progress(struct dml_server *s)
 		 (unsigned long long)s->job.version,
 		 (unsigned long long)((dml_now_ns() - s->job.started_ns) / 1000000u),
 		 (unsigned long long)(s->job.rows_in + s->job.rows_out));
-	/* The log no longer describes the rows held: a checkpoint does. */
-	dml_server_store_checkpoint(s);
+	dml_server_store_remapped(s);
 }
 
 /* Hold copies of spec and map (the caller disposed of the old map). */
@@ -1179,8 +1178,9 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	const Dml__ShardMap *map = m->shard_map;
 	struct table_entry *tables;
 	struct line l = { 0 };
+	enum store_recovered recovered = STORE_RECOVERED_NONE;
 	char why[64];
-	int rc, recovered = 0;
+	int rc;
 
 	rc = tables_build(s, spec, map, &tables, &l);
 	if (rc) {
@@ -1212,18 +1212,32 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 		return;
 	}
 	dml_server_clock_reset(s, spec->staleness, spec->workers);
-	if (map->version > 1 && !recovered) {
+	for (size_t i = 0; recovered != STORE_RECOVERED_MOVED_IN && i < s->ntables; i++)
+		dml_server_ranges_clear(&s->tables[i].moved_in);
+	if (map->version > 1 && recovered != STORE_RECOVERED_ALL) {
 		/* Joining a running job: other servers hold these rows and send
-		 * them (they planned the move from the previous map). */
+		 * them (they planned the move from the previous map), but for
+		 * those that had moved in before a restart: the log held them. */
 		for (size_t i = 0; i < s->ntables; i++) {
 			struct table_entry *te = &s->tables[i];
 
 			te->pending = te->served;
 			memset(&te->served, 0, sizeof(te->served));
+			for (size_t j = 0; j < te->moved_in.n; j++) {
+				const struct key_range *k = &te->moved_in.r[j];
+
+				if (!dml_server_ranges_cover(&te->pending, k->begin, k->end))
+					continue;
+				ranges_sub(&te->pending, k->begin, k->end);
+				dml_server_ranges_add(&te->served, k->begin, k->end);
+			}
+			dml_server_ranges_clear(&te->moved_in);
 		}
-		dml_info("job %u: joining at map v%llu: waiting for %s (staleness %lld, %u "
+		dml_info("job %u: joining at map v%llu: waiting for %s%s (staleness %lld, %u "
 			 "workers expected)", map->job, (unsigned long long)map->version,
-			 line_text(&l), (long long)spec->staleness, spec->workers);
+			 line_text(&l), recovered == STORE_RECOVERED_MOVED_IN ?
+			 ", but for the rows that had moved in before the restart (the log "
+			 "held them)" : "", (long long)spec->staleness, spec->workers);
 		s->job.remapping = 1;
 		s->job.started_ns = s->job.last_rows_ns = dml_now_ns();
 		s->job.rows_in = s->job.rows_out = 0;
@@ -1341,8 +1355,9 @@ void dml_server_job_migrate(struct session *ss, const Dml__Meta *m, const uint8_
 		return;
 	}
 	if (dml_server_ranges_cover(&te->served, b, e)) {
-		/* A resend whose ACK was lost: installed once already. */
-		dml_server_reply_ack(ss, m->request_id);
+		/* A resend whose ACK was lost (or that its first's commit still
+		 * holds back): installed once already. */
+		dml_server_store_duplicate(ss, m->request_id);
 		return;
 	}
 	if (!dml_server_ranges_cover(&te->pending, b, e)) {
@@ -1376,7 +1391,7 @@ void dml_server_job_migrate(struct session *ss, const Dml__Meta *m, const uint8_
 	dml_server_ranges_add(&te->served, b, e);
 	s->job.rows_in += m->dense ? e - b : n;
 	s->job.last_rows_ns = dml_now_ns();
-	dml_server_reply_ack(ss, m->request_id);
+	dml_server_store_moved(ss, m, payload);
 	job_progress(s);
 }
 

@@ -266,10 +266,16 @@ static void checkpoint_now(struct dml_server *s)
 			 "%s", s->conf->store_path, err);
 }
 
-void dml_server_store_checkpoint(struct dml_server *s)
+void dml_server_store_remapped(struct dml_server *s)
 {
-	if (s->store && !s->store_failed)
-		checkpoint_now(s);
+	/* A server that joined at this version logged every row that moved
+	 * in: its log describes the rows it holds. Another's log began at an
+	 * older map, whose ranges it no longer holds: a checkpoint of this
+	 * version does. */
+	if (!s->store || s->store_failed ||
+	    dml_store_log_version(s->store->store) == s->job.version)
+		return;
+	checkpoint_now(s);
 }
 
 /* What the writer thread did. */
@@ -342,11 +348,40 @@ static void defer_ack(struct dml_server *s, struct session *ss, uint64_t request
 		event_active(st->commit_ev, EV_TIMEOUT, 0);
 }
 
+/* A frame's keys and values (PUSH, MIGRATE) as a record of the job's log. */
+static void rec_of_frame(const struct dml_server *s, const Dml__Meta *m,
+			 const uint8_t *payload, struct dml_log_rec *r)
+{
+	r->job = s->job.id;
+	r->table = m->table;
+	r->dense = m->dense;
+	r->begin = m->key_begin;
+	r->end = m->key_end;
+	r->nkeys = m->dense ? 0 : m->num_keys;
+	r->keys = m->dense ? NULL : (const uint64_t *)payload;
+	r->width = m->value_width;
+	r->values = (const float *)(m->dense ? payload : payload + m->num_keys * 8ull);
+}
+
+/* Into the batch, its ACK after the commit; no memory stops the server. */
+static void append_then_ack(struct session *ss, const struct dml_log_rec *r,
+			    uint64_t request_id, const char *what)
+{
+	struct dml_server *s = ss->srv;
+
+	if (dml_store_append(s->store->store, r) != 0) {
+		dml_err("store: no memory to log %s; stopping", what);
+		s->store_failed = 1;
+		event_base_loopbreak(s->base);
+		return;
+	}
+	defer_ack(s, ss, request_id);
+}
+
 void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
 			     uint32_t worker, uint64_t incarnation)
 {
-	struct dml_server *s = ss->srv;
-	struct server_store *st = s->store;
+	struct server_store *st = ss->srv->store;
 	struct dml_log_rec r = { 0 };
 
 	/* Batch: the commit logs the rows this push changed, with its sequence. */
@@ -354,29 +389,29 @@ void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8
 		dml_server_reply_ack(ss, m->request_id);
 		return;
 	}
-	r.job = s->job.id;
-	r.table = m->table;
+	rec_of_frame(ss->srv, m, payload, &r);
 	r.worker = worker;
 	r.incarnation = incarnation;
 	r.seq = m->seq;
 	r.clock = m->clock;
-	r.dense = m->dense;
-	r.begin = m->key_begin;
-	r.end = m->key_end;
-	r.nkeys = m->dense ? 0 : m->num_keys;
-	r.keys = m->dense ? NULL : (const uint64_t *)payload;
-	r.width = m->value_width;
-	r.values = (const float *)(m->dense ? payload : payload + m->num_keys * 8ull);
-	if (dml_store_append(st->store, &r) != 0) {
-		dml_err("store: no memory to log a push; stopping");
-		s->store_failed = 1;
-		event_base_loopbreak(s->base);
+	append_then_ack(ss, &r, m->request_id, "a push");
+}
+
+void dml_server_store_moved(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
+{
+	struct server_store *st = ss->srv->store;
+	struct dml_log_rec r = { 0 };
+
+	/* With no log (none) nothing outlives a crash anyway. */
+	if (!st || st->mode == DML_DURABILITY_NONE) {
+		dml_server_reply_ack(ss, m->request_id);
 		return;
 	}
-	if (st->mode == DML_DURABILITY_SYNC)
-		defer_ack(s, ss, m->request_id);
-	else
-		dml_server_reply_ack(ss, m->request_id);
+	rec_of_frame(ss->srv, m, payload, &r);
+	r.rows = r.moved = 1;
+	r.version = m->map_version;
+	/* Batch mode too: a sender drops what was acknowledged. */
+	append_then_ack(ss, &r, m->request_id, "the rows that moved in");
 }
 
 void dml_server_store_duplicate(struct session *ss, uint64_t request_id)
@@ -385,7 +420,7 @@ void dml_server_store_duplicate(struct session *ss, uint64_t request_id)
 	size_t pending = 0;
 
 	/* The original may still wait for its commit: so does this ACK. */
-	if (st && st->mode == DML_DURABILITY_SYNC &&
+	if (st && st->mode != DML_DURABILITY_NONE &&
 	    (st->nacks || dml_store_pending(st->store, &pending)))
 		defer_ack(ss->srv, ss, request_id);
 	else
@@ -441,8 +476,11 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 		return 0;
 	}
 	/* A worker's push sequence only: the dedupe state holds it. */
-	if (r->rows && (r->dense ? r->begin == r->end : r->nkeys == 0))
+	if (r->rows && !r->moved && (r->dense ? r->begin == r->end : r->nkeys == 0))
 		return 0;
+	/* Rows that moved in cover their whole range, keys or none. */
+	if (te && r->moved && r->version == rp->s->job.version)
+		dml_server_ranges_add(&te->moved_in, r->begin, r->end);
 	if (!te || (r->rows ? dml_table_row_floats(te->table) : te->info.width) != r->width ||
 	    (r->dense && !te->info.dense) ||
 	    dml_server_serves(te, r->dense, r->begin, r->end, r->keys, r->nkeys) != 0) {
@@ -594,15 +632,16 @@ int dml_server_store_open(struct dml_server *s)
 	return 0;
 }
 
-int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *recovered)
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map,
+			 enum store_recovered *recovered)
 {
 	struct server_store *st = s->store;
 	const char *path = s->conf->store_path;
 	char err[512] = "";
-	uint64_t cv;
+	uint64_t cv, lv;
 	int rc;
 
-	*recovered = 0;
+	*recovered = STORE_RECOVERED_NONE;
 	if (!st)
 		return 0;
 	/* What is written now is of the tables being replaced. */
@@ -611,24 +650,29 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int *re
 		/* The rows of a later version are in a checkpoint of it (taken
 		 * once its moves were done) or nowhere here. */
 		cv = dml_store_checkpoint_version(st->store);
-		if ((map->version == 1 && cv <= 1) || cv == map->version) {
+		lv = dml_store_log_version(st->store);
+		if ((map->version == 1 && cv <= 1) || cv == map->version ||
+		    (cv < map->version && lv == map->version)) {
 			free(st->seqs);
 			st->seqs = NULL;
 			st->nseqs = 0;
 			rc = recover(s, path);
-			*recovered = rc == 0;
+			if (rc == 0)
+				*recovered = map->version > 1 && cv != map->version ?
+					     STORE_RECOVERED_MOVED_IN : STORE_RECOVERED_ALL;
 			return rc ? rc : track_changes(s);
 		}
-		dml_warn("store %s: job %u is at map v%llu and the store's checkpoint at v%llu: "
-			 "not replayed; waiting for the rows from their owners", path, map->job,
-			 (unsigned long long)map->version, (unsigned long long)cv);
+		dml_warn("store %s: job %u is at map v%llu, the store's checkpoint at v%llu and "
+			 "its log began at v%llu: not replayed; waiting for the rows from their "
+			 "owners", path, map->job, (unsigned long long)map->version,
+			 (unsigned long long)cv, (unsigned long long)lv);
 		return track_changes(s);
 	}
 	/* Commit what the previous job left waiting before its log goes. */
 	commit_now(s);
 	if (s->store_failed)
 		return DML_EIO;
-	rc = dml_store_start_run(st->store, map->run, err, sizeof(err));
+	rc = dml_store_start_run(st->store, map->run, map->version, err, sizeof(err));
 	if (rc)
 		dml_err("store: %s", err);
 	return rc ? rc : track_changes(s);

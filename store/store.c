@@ -53,18 +53,18 @@ enum {
 	REC_JOB = 0,
 	REC_TABLE = 4,
 	REC_WORKER = 8,
-	REC_INCARNATION = 12,
+	REC_INCARNATION = 12,      /* moved rows: the map version */
 	REC_SEQ = 20,
 	REC_CLOCK = 28,
-	REC_DENSE = 36,            /* flags: REC_F_DENSE, REC_F_ROWS */
-	REC_BEGIN = 37,
+	REC_DENSE = 36,            /* flags: REC_F_DENSE, REC_F_ROWS, REC_F_MOVED */
+	REC_BEGIN = 37,            /* dense, or moved rows: the range */
 	REC_END = 45,
 	REC_NKEYS = 53,
 	REC_WIDTH = 57,
 	REC_HDR = 61,
 };
 
-enum { REC_F_DENSE = 1, REC_F_ROWS = 2 };
+enum { REC_F_DENSE = 1, REC_F_ROWS = 2, REC_F_MOVED = 4 };
 
 #define DEDUPE_VAL 16
 #define SCRATCH_MIN 64
@@ -202,12 +202,13 @@ static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valb
 	dml_store_le32(p + REC_JOB, r->job);
 	dml_store_le32(p + REC_TABLE, r->table);
 	dml_store_le32(p + REC_WORKER, r->worker);
-	store_put_le64(p + REC_INCARNATION, r->incarnation);
+	store_put_le64(p + REC_INCARNATION, r->moved ? r->version : r->incarnation);
 	store_put_le64(p + REC_SEQ, r->seq);
 	store_put_le64(p + REC_CLOCK, r->clock);
-	p[REC_DENSE] = (r->dense ? REC_F_DENSE : 0) | (r->rows ? REC_F_ROWS : 0);
-	store_put_le64(p + REC_BEGIN, r->dense ? r->begin : 0);
-	store_put_le64(p + REC_END, r->dense ? r->end : 0);
+	p[REC_DENSE] = (r->dense ? REC_F_DENSE : 0) | (r->rows ? REC_F_ROWS : 0) |
+		       (r->moved ? REC_F_ROWS | REC_F_MOVED : 0);
+	store_put_le64(p + REC_BEGIN, r->dense || r->moved ? r->begin : 0);
+	store_put_le64(p + REC_END, r->dense || r->moved ? r->end : 0);
 	dml_store_le32(p + REC_NKEYS, r->dense ? 0 : r->nkeys);
 	dml_store_le32(p + REC_WIDTH, r->width);
 	if (keybytes)
@@ -228,6 +229,11 @@ static void rec_header(const uint8_t *p, struct dml_log_rec *r)
 	r->clock = dml_load_le64(p + REC_CLOCK);
 	r->dense = p[REC_DENSE] & REC_F_DENSE;
 	r->rows = (p[REC_DENSE] & REC_F_ROWS) != 0;
+	r->moved = (p[REC_DENSE] & REC_F_MOVED) != 0;
+	if (r->moved) {
+		r->version = r->incarnation;
+		r->incarnation = 0;
+	}
 	r->begin = dml_load_le64(p + REC_BEGIN);
 	r->end = dml_load_le64(p + REC_END);
 	r->nkeys = dml_load_le32(p + REC_NKEYS);
@@ -262,8 +268,11 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 		return bad_rec(s, lsn, err, errlen, "%zu bytes, shorter than a header (%d)",
 			       v->mv_size, REC_HDR);
 	rec_header(p, r);
-	if (p[REC_DENSE] & ~(REC_F_DENSE | REC_F_ROWS))
+	if ((p[REC_DENSE] & ~(REC_F_DENSE | REC_F_ROWS | REC_F_MOVED)) ||
+	    (r->moved && !r->rows))
 		return bad_rec(s, lsn, err, errlen, "flags %d", p[REC_DENSE]);
+	if (r->moved && r->begin >= r->end)
+		return bad_rec(s, lsn, err, errlen, "moved rows of an empty range");
 	why = rec_layout(r->dense, r->begin, r->end, r->nkeys, r->width, &keybytes, &valbytes);
 	if (why)
 		return bad_rec(s, lsn, err, errlen, "%s", why);
@@ -742,12 +751,20 @@ uint64_t store_meta_u64(struct dml_store *s, const char *key)
 	return value;
 }
 
+static const char log_version_key[] = "log_version";
+
 uint64_t dml_store_run(struct dml_store *s)
 {
 	return store_meta_u64(s, store_run_key);
 }
 
-int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
+uint64_t dml_store_log_version(struct dml_store *s)
+{
+	return s ? store_meta_u64(s, log_version_key) : 0;
+}
+
+int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version, char *err,
+			size_t errlen)
 {
 	MDB_txn *txn;
 	int rc;
@@ -759,7 +776,8 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t err
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
 	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
-	    (rc = store_meta_put_u64(s, txn, store_run_key, run)) != 0) {
+	    (rc = store_meta_put_u64(s, txn, store_run_key, run)) != 0 ||
+	    (rc = store_meta_put_u64(s, txn, log_version_key, version)) != 0) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);
 	}

@@ -61,6 +61,11 @@ struct dml_log_rec {
 	const uint64_t *keys;
 	uint32_t width;           /* values per key */
 	const float *values;      /* (dense ? end - begin : nkeys) * width */
+	/* rows that arrived from another server (MIGRATE) while map version
+	 * `version` was installed, the whole of [begin, end) of the table's
+	 * key space (dense keys; sparse key hashes, the rows by keys[]) */
+	int moved;
+	uint64_t version;
 };
 
 /**
@@ -114,13 +119,20 @@ int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r,
 uint64_t dml_store_run(struct dml_store *s);
 
 /**
- * Start the log of another run: drop every record, the dedupe state, the
- * batch and the checkpoints, and name run. 0, or DML_EIO with err naming
+ * Start the log of another run, at map version `version`: drop every
+ * record, the dedupe state, the batch and the checkpoints, and name run. 0, or DML_EIO with err naming
  * the path and the cause (the log's part is one transaction, the
  * checkpoints' another: a crash between leaves checkpoints of the old run,
  * which the next open drops).
  */
-int dml_store_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen);
+int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version, char *err,
+			size_t errlen);
+
+/**
+ * The map version the run's log began at (start_run's version): rows that
+ * moved in after it are logged (dml_log_rec.moved); 0 when none was named.
+ */
+uint64_t dml_store_log_version(struct dml_store *s);
 
 /*
  * Checkpoints: every row the server holds, with its optimizer state,

@@ -151,9 +151,10 @@ static void install_all(struct dml_fake_sched *f, struct job *j, const uint32_t 
 
 /* ---- daemons --------------------------------------------------------------- */
 
-static struct dml_test_server *start_server(struct dml_test_env *env,
-					    struct dml_fake_sched *f, uint32_t id,
-					    const char *tables, char *addr, size_t addrlen)
+/* store: a [store] section, or NULL. */
+static struct dml_test_server *server_up(struct dml_test_env *env, struct dml_fake_sched *f,
+					 uint32_t id, const char *tables, const char *store,
+					 char *addr, size_t addrlen)
 {
 	struct dml_test_server_conf c = { 0 };
 	struct dml_test_server *s = NULL;
@@ -164,10 +165,18 @@ static struct dml_test_server *start_server(struct dml_test_env *env,
 	c.staleness = -1;
 	c.tables = tables;
 	c.server_extra = extra;
+	c.extra = store;
 	ck_assert_int_eq(dml_test_server_start(env, &c, &s), 0);
 	ck_assert_int_eq(dml_fake_sched_wait_registered(f, DML__ROLE__SERVER, id, WAIT_MS, addr,
 							addrlen), 0);
 	return s;
+}
+
+static struct dml_test_server *start_server(struct dml_test_env *env,
+					    struct dml_fake_sched *f, uint32_t id,
+					    const char *tables, char *addr, size_t addrlen)
+{
+	return server_up(env, f, id, tables, NULL, addr, addrlen);
 }
 
 static void expect_log(const struct dml_test_server *s, const char *needle)
@@ -481,6 +490,71 @@ static void assert_close(const float *got, const float *want, size_t n, const ch
 /* ---- tests ----------------------------------------------------------------------- */
 
 /* Servers 1 and 2, then 1, 2 and 3 with other shares (see the maps). */
+/* Step n of the model, then every value must be the reference's. */
+static void step_matches(dml_t *d, struct model *md, int n, float *pd, float *ps,
+			 const char *when)
+{
+	char what[64];
+
+	step(d, md, n);
+	pull_all(d, md, pd, ps);
+	snprintf(what, sizeof(what), "dense %s", when);
+	assert_close(pd, md->dw, DKEYS * DW, what);
+	snprintf(what, sizeof(what), "sparse %s", when);
+	assert_close(ps, md->sw, NSPARSE * SW, what);
+}
+
+/*
+ * Keys from salt, the model's first values, and its first two steps on the
+ * servers listed; then pd and ps (if not NULL) get the values.
+ */
+static void first_steps(struct dml_test_env *env, struct dml_test_server *const *s, size_t n,
+			struct model *md, uint64_t salt, float *pd, float *ps)
+{
+	dml_opts_t *o;
+	dml_t *d;
+
+	for (size_t i = 0; i < NSPARSE; i++)
+		md->keys[i] = i * 0x9e3779b97f4a7c15ull + salt;
+	d = client(env, s, n, 1, JOB, &o);
+	pull_all(d, md, md->dw, md->sw);
+	step(d, md, 0);
+	step(d, md, 1);
+	if (pd)
+		pull_all(d, md, pd, ps);
+	dml_close(d);
+	dml_opts_free(o);
+}
+
+/*
+ * A new client on the servers listed finds the values wd and ws bit for
+ * bit (pd and ps: room for them), and step n then matches the reference.
+ */
+static void kept_then_step(struct dml_test_env *env, struct dml_test_server *const *s,
+			   size_t ns, struct model *md, const float *wd, const float *ws,
+			   float *pd, float *ps, int n, const char *when)
+{
+	dml_opts_t *o;
+	dml_t *d = client(env, s, ns, 1, JOB, &o);
+
+	pull_all(d, md, pd, ps);
+	ck_assert(memcmp(wd, pd, DKEYS * DW * sizeof(float)) == 0);
+	ck_assert(memcmp(ws, ps, NSPARSE * SW * sizeof(float)) == 0);
+	step_matches(d, md, n, pd, ps, when);
+	dml_close(d);
+	dml_opts_free(o);
+}
+
+/* Stop the servers (cleanly), the scheduler and the environment. */
+static void all_down(struct dml_test_server **s, int n, struct dml_fake_sched *f,
+		     struct dml_test_env *env)
+{
+	for (int i = 0; i < n; i++)
+		ck_assert_int_eq(dml_test_server_stop(s[i], WAIT_MS), 0);
+	dml_fake_sched_stop(f);
+	dml_test_env_free(env);
+}
+
 static const struct range_def v1_ranges[] = {
 	{ 0, 0, 250, 1 }, { 0, 250, DKEYS, 2 },
 	{ 1, 0, H / 2, 1 }, { 1, H / 2, H, 2 },
@@ -576,10 +650,7 @@ START_TEST(test_remap_moves_rows_and_state)
 
 	/* One more step: the momentum moved with the values. */
 	memcpy(nostate, p2d, sizeof(nostate));
-	step(d, &md, 2);
-	pull_all(d, &md, p2d, p2s);
-	assert_close(p2d, md.dw, DKEYS * DW, "dense v2");
-	assert_close(p2s, md.sw, NSPARSE * SW, "sparse v2");
+	step_matches(d, &md, 2, p2d, p2s, "v2");
 	/* Without the state the test would see other values: it can fail. */
 	grads(&md, 2, dg, sg);
 	for (size_t i = 0; i < DKEYS * DW; i++)
@@ -588,10 +659,7 @@ START_TEST(test_remap_moves_rows_and_state)
 	dml_close(d);
 	dml_opts_free(o);
 
-	for (int i = 0; i < 3; i++)
-		ck_assert_int_eq(dml_test_server_stop(s[i], WAIT_MS), 0);
-	dml_fake_sched_stop(f);
-	dml_test_env_free(env);
+	all_down(s, 3, f, env);
 }
 END_TEST
 
@@ -857,10 +925,7 @@ START_TEST(test_remap_many_frames)
 	}
 	dml_close(d);
 	dml_opts_free(o);
-	for (int i = 0; i < 2; i++)
-		ck_assert_int_eq(dml_test_server_stop(s[i], WAIT_MS), 0);
-	dml_fake_sched_stop(f);
-	dml_test_env_free(env);
+	all_down(s, 2, f, env);
 	free(keys);
 	free(dg);
 	free(sg);
@@ -895,8 +960,6 @@ START_TEST(test_remap_newer_map_midway)
 	struct dml_fake_sched *f;
 	struct dml_test_server *s[2];
 	struct job j;
-	dml_opts_t *o;
-	dml_t *d;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_eq(dml_fake_sched_start(dml_test_env_secret(env), &f), 0);
@@ -905,15 +968,7 @@ START_TEST(test_remap_newer_map_midway)
 	s[1] = start_server(env, f, 2, NULL, j.addr[2], sizeof(j.addr[2]));
 	job_map(&j, 1, two, 2, v1_ranges, 4);
 	install_all(f, &j, two, 2, 0);
-	for (size_t i = 0; i < NSPARSE; i++)
-		md.keys[i] = i * 0x9e3779b97f4a7c15ull + 777;
-	d = client(env, s, 2, 1, JOB, &o);
-	pull_all(d, &md, md.dw, md.sw);
-	step(d, &md, 0);
-	step(d, &md, 1);
-	pull_all(d, &md, p1d, p1s);
-	dml_close(d);
-	dml_opts_free(o);
+	first_steps(env, s, 2, &md, 777, p1d, p1s);
 
 	/* v2 to server 1 only: it only gives, so it ACKs; server 2 refuses. */
 	job_map(&j, 2, two, 2, mid_v2, 4);
@@ -929,20 +984,8 @@ START_TEST(test_remap_newer_map_midway)
 	job_map(&j, 2, two, 2, mid_v2, 4);
 	install_all(f, &j, two + 1, 1, 0);
 
-	d = client(env, s, 2, 1, JOB, &o);
-	pull_all(d, &md, p3d, p3s);
-	ck_assert(memcmp(p1d, p3d, sizeof(p1d)) == 0);
-	ck_assert(memcmp(p1s, p3s, sizeof(p1s)) == 0);
-	step(d, &md, 2);
-	pull_all(d, &md, p3d, p3s);
-	assert_close(p3d, md.dw, DKEYS * DW, "dense v3");
-	assert_close(p3s, md.sw, NSPARSE * SW, "sparse v3");
-	dml_close(d);
-	dml_opts_free(o);
-	for (int i = 0; i < 2; i++)
-		ck_assert_int_eq(dml_test_server_stop(s[i], WAIT_MS), 0);
-	dml_fake_sched_stop(f);
-	dml_test_env_free(env);
+	kept_then_step(env, s, 2, &md, p1d, p1s, p3d, p3s, 2, "v3");
+	all_down(s, 2, f, env);
 }
 END_TEST
 
@@ -1000,10 +1043,83 @@ START_TEST(test_remap_held_pulls)
 	ck_assert_str_eq(a.message, "job 7 was replaced on this server");
 	raw_close(&w);
 
-	for (int i = 0; i < 2; i++)
-		ck_assert_int_eq(dml_test_server_stop(s[i], WAIT_MS), 0);
-	dml_fake_sched_stop(f);
-	dml_test_env_free(env);
+	all_down(s, 2, f, env);
+}
+END_TEST
+
+/* Server id with a [store] in the environment's folder, its port pinned. */
+static struct dml_test_server *start_store_server(struct dml_test_env *env,
+						  struct dml_fake_sched *f, uint32_t id,
+						  char *addr, size_t addrlen)
+{
+	struct dml_test_server *s;
+	char *store;
+
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store-%u\n",
+				  dml_test_env_dir(env), id), 0);
+	s = server_up(env, f, id, NULL, store, addr, addrlen);
+	free(store);
+	ck_assert_int_eq(dml_test_server_pin_port(s), 0);
+	return s;
+}
+
+/*
+ * A server that joins a job with a [store] logs the rows that move in, and
+ * acknowledges them once they are on disk (their senders free them then):
+ * SIGKILLed after the move and a step, and given the map again, it serves
+ * them from its log at once, bit for bit, momentum included, instead of
+ * waiting for rows nobody holds any more.
+ */
+START_TEST(test_joiner_restart_keeps_moved_rows)
+{
+	static struct model md;
+	static float before_d[DKEYS * DW], before_s[NSPARSE * SW];
+	static float after_d[DKEYS * DW], after_s[NSPARSE * SW];
+	const uint32_t ids2[] = { 1, 2 }, ids3[] = { 1, 2, 3 }, id3[] = { 3 };
+	struct dml_test_env *env;
+	struct dml_fake_sched *f;
+	struct dml_test_server *s[3];
+	struct job j;
+	dml_opts_t *o;
+	dml_t *d;
+	size_t from;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_fake_sched_start(dml_test_env_secret(env), &f), 0);
+	job_init(&j, JOB);
+	j.map.run = 0x5eed;
+	s[0] = start_store_server(env, f, 1, j.addr[1], sizeof(j.addr[1]));
+	s[1] = start_store_server(env, f, 2, j.addr[2], sizeof(j.addr[2]));
+	job_map(&j, 1, ids2, 2, v1_ranges, 4);
+	install_all(f, &j, ids2, 2, 0);
+	first_steps(env, s, 2, &md, 12345, NULL, NULL);
+
+	/* Server 3 joins: rows of both servers move to it; then a step. */
+	s[2] = start_store_server(env, f, 3, j.addr[3], sizeof(j.addr[3]));
+	job_map(&j, 2, ids3, 3, v2_ranges, 6);
+	install_all(f, &j, ids3, 3, 0);
+	expect_log(s[2], "job 7: map v2 complete in ");
+	d = client(env, s, 3, 1, JOB, &o);
+	step(d, &md, 2);
+	pull_all(d, &md, before_d, before_s);
+	dml_close(d);
+	dml_opts_free(o);
+
+	/* It dies; started again, the same map is ACKed from its log alone. */
+	from = dml_test_server_log_size(s[2]);
+	dml_test_server_kill(s[2]);
+	ck_assert_int_eq(dml_test_server_restart(s[2]), 0);
+	ck_assert_int_eq(dml_fake_sched_wait_registered(f, DML__ROLE__SERVER, 3, WAIT_MS, NULL,
+							0), 0);
+	install_all(f, &j, id3, 1, 0);
+	{
+		const char *const held[] = { "the log held them", NULL };
+
+		ck_assert_int_ge(dml_test_server_log_wait(s[2], from, held, WAIT_MS), 0);
+	}
+	kept_then_step(env, s, 3, &md, before_d, before_s, after_d, after_s, 3,
+		       "after the restart");
+	all_down(s, 3, f, env);
 }
 END_TEST
 
@@ -1018,6 +1134,7 @@ static Suite *remap_suite(void)
 	tcase_add_test(tc, test_remap_many_frames);
 	tcase_add_test(tc, test_remap_newer_map_midway);
 	tcase_add_test(tc, test_remap_held_pulls);
+	tcase_add_test(tc, test_joiner_restart_keeps_moved_rows);
 	suite_add_tcase(s, tc);
 	return s;
 }

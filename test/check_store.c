@@ -89,6 +89,15 @@ static struct dml_log_rec rec_n(uint32_t n)
 		r.nkeys = 4;
 		r.keys = sparse_keys;
 	}
+	/* Rows that moved in: a map version instead of the worker's incarnation. */
+	if (n % 8 == 7) {
+		r.moved = 1;
+		r.version = n + 1000;
+		r.incarnation = 0;
+		r.seq = 0;
+		r.begin = n;
+		r.end = n + 9;
+	}
 	return r;
 }
 
@@ -104,11 +113,14 @@ static void same_rec(const struct dml_log_rec *a, const struct dml_log_rec *b)
 	ck_assert_uint_eq(a->clock, b->clock);
 	ck_assert_int_eq(!!a->dense, !!b->dense);
 	ck_assert_int_eq(!!a->rows, !!b->rows);
+	ck_assert_int_eq(!!a->moved, !!b->moved);
+	ck_assert_uint_eq(a->version, b->version);
 	ck_assert_uint_eq(a->width, b->width);
-	if (a->dense) {
+	if (a->dense || a->moved) {
 		ck_assert_uint_eq(a->begin, b->begin);
 		ck_assert_uint_eq(a->end, b->end);
-	} else {
+	}
+	if (!a->dense) {
 		ck_assert_uint_eq(a->nkeys, b->nkeys);
 		ck_assert(!memcmp(a->keys, b->keys, a->nkeys * sizeof(uint64_t)));
 	}
@@ -797,8 +809,9 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.chunks, 2);
 	/* A new run drops it. */
-	ck_assert_int_eq(dml_store_start_run(s, 42, err, sizeof(err)), 0);
+	ck_assert_int_eq(dml_store_start_run(s, 42, 1, err, sizeof(err)), 0);
 	ck_assert_uint_eq(dml_store_run(s), 42);
+	ck_assert_uint_eq(dml_store_log_version(s), 1);
 	ck_assert_uint_eq(dml_store_checkpoint_version(s), 0);
 	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 0);
 	memset(&c, 0, sizeof(c));
@@ -928,7 +941,7 @@ START_TEST(test_listed_checkpoints_keep_the_newest)
 	checkpoint_listed(s, 50, 1);
 	listed_expect(s, "50");
 	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 2);
-	ck_assert_int_eq(dml_store_start_run(s, 43, err, sizeof(err)), 0);
+	ck_assert_int_eq(dml_store_start_run(s, 43, 2, err, sizeof(err)), 0);
 	listed_expect(s, "");
 	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 0);
 	dml_store_close(s);
