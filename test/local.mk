@@ -68,6 +68,11 @@ test_check_durability_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # where systemd is not installed).
 TESTS += test/check_units.sh
 dist_noinst_SCRIPTS += test/check_units.sh
+
+# dml-local --cpus: worker cgroups with CPU quotas (exit 77 = SKIP where the
+# cgroups are not writable).
+TESTS += test/check_fleet.sh
+dist_noinst_SCRIPTS += test/check_fleet.sh
 EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/dml-sched.service \
 	conf/systemd/dml-worker@.service conf/systemd/README conf/local/sched.conf \
 	conf/local/server.conf conf/local/worker.conf

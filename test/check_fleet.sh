@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The emulated fleet (tools/fleet.sh, dml-local --cpus): each worker of a
+# dml-local cluster runs in a cgroup of its own with the CPU quota given,
+# the kernel throttles a busy process to its quota, a bad quota is refused
+# before anything starts, and `down` removes every cgroup it made. The
+# cgroup v2 writes are checked on a scratch tree. Needs writable cgroups
+# (root); skips otherwise.
+# Exit status: 0 pass, 1 fail, 77 skip.
+set -u
+
+srcdir=${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+builddir=${DML_BUILDDIR:-.}
+builddir=$(cd "$builddir" && pwd)
+. "$srcdir/tools/fleet.sh"
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+tmp=$(mktemp -d -t dml-fleet.XXXXXX) || fail "mktemp"
+run=$tmp/run
+local_=("$srcdir/tools/dml-local")
+cleanup() {
+	"${local_[@]}" down --dir "$run" >/dev/null 2>&1
+	[ -n "${busy_group:-}" ] && fleet_remove "$busy_group" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# cgroup v2's files, on a scratch tree (plain files: only what is written).
+mkdir -p "$tmp/v2" && echo "cpuset cpu io memory" >"$tmp/v2/cgroup.controllers"
+dir=$(DML_CGROUP_ROOT=$tmp/v2 bash -c ". '$srcdir/tools/fleet.sh' && fleet_make g w1 0.25") ||
+	fail "fleet_make on a v2 tree"
+[ "$dir" = "$tmp/v2/g/w1" ] || fail "v2 group made at $dir"
+[ "$(cat "$tmp/v2/g/w1/cpu.max")" = "25000 100000" ] ||
+	fail "v2 cpu.max is '$(cat "$tmp/v2/g/w1/cpu.max")'"
+grep -qx +cpu "$tmp/v2/cgroup.subtree_control" || fail "cpu not enabled for v2 children"
+[ "$(fleet_quota_of "$tmp/v2/g/w1")" = 0.25 ] || fail "v2 quota read back"
+for bad in 0.001 -1 abc 1e3; do
+	! fleet_quota_us "$bad" >/dev/null || fail "quota '$bad' accepted"
+done
+
+if ! why=$(fleet_controller 2>&1 >/dev/null); then
+	echo "SKIP: $why"
+	exit 77
+fi
+
+# A busy loop under 0.1 core is throttled: it cannot run more than that.
+busy_group=dml-check-fleet-$$
+cg=$(fleet_make "$busy_group" busy 0.1) || fail "cannot make a cgroup"
+(fleet_join "$cg" "$BASHPID" && exec timeout 1 sh -c 'while :; do :; done') &
+wait $!
+throttled=$(sed -n 's/^nr_throttled \([0-9]*\)$/\1/p' "$cg/cpu.stat")
+[ "${throttled:-0}" -gt 0 ] || fail "a busy loop under a quota of 0.1 core was never throttled"
+fleet_remove "$busy_group" || fail "the busy loop's cgroup stays"
+busy_group=
+
+# A bad quota is refused before anything starts.
+"${local_[@]}" up --dir "$run" --build "$builddir" --servers 1 --workers 1 --cpus 0.5,x \
+	>"$tmp/bad.out" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "--cpus 0.5,x: exit $rc, not 2"
+grep -q "'x' is not a CPU quota" "$tmp/bad.out" || fail "--cpus 0.5,x: $(cat "$tmp/bad.out")"
+[ ! -e "$run/sched.pid" ] || fail "--cpus 0.5,x started the scheduler"
+
+# Two workers, 0.5 and 0.1 core: each in its own cgroup with its quota.
+"${local_[@]}" up --dir "$run" --build "$builddir" --servers 1 --workers 2 \
+	--cpus 0.5,0.1 >"$tmp/up.out" 2>&1 || fail "dml-local up: $(cat "$tmp/up.out")"
+group=$(cat "$run/cgroup") || fail "no $run/cgroup"
+base=$(fleet_controller) && base=${base#* }
+for spec in worker1:0.50 worker2:0.10; do
+	w=${spec%%:*}
+	[ "$(fleet_quota_of "$base/$group/$w")" = "${spec#*:}" ] ||
+		fail "$w's quota is $(fleet_quota_of "$base/$group/$w"), not ${spec#*:}"
+	grep -qx "$(cat "$run/$w.pid")" "$base/$group/$w/cgroup.procs" ||
+		fail "$w (pid $(cat "$run/$w.pid")) is not in $base/$group/$w"
+done
+"${local_[@]}" status --dir "$run" --build "$builddir" >"$tmp/status.out" 2>&1
+grep -q "^worker2 .*alive, CPU quota 0.10 cores" "$tmp/status.out" ||
+	fail "status: $(cat "$tmp/status.out")"
+! grep -q "^server1 .*CPU quota" "$tmp/status.out" || fail "server1 got a quota"
+
+"${local_[@]}" down --dir "$run" >"$tmp/down.out" 2>&1 || fail "down: $(cat "$tmp/down.out")"
+[ ! -e "$base/$group" ] || fail "down left $base/$group"
+[ ! -e "$run/cgroup" ] || fail "down left $run/cgroup"
+echo "PASS: worker cgroups with quotas 0.50 and 0.10 cores made and removed;" \
+	"a busy loop under 0.1 core throttled $throttled times in 1 s"
