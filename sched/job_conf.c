@@ -77,6 +77,7 @@ struct job_file {
 	uint64_t checkpoint_every;
 	uint32_t checkpoint_every_s;
 	uint32_t checkpoint_keep;
+	int stale_scaling;         /* index into dml_stale_scaling_names */
 	struct job_file_table *tables;
 	size_t ntables;
 };
@@ -370,6 +371,10 @@ static const struct dml_conf_option job_options[] = {
 	  "reserved: examples/s below which a worker counts as stalled" },
 	{ "job", "seed", DML_CONF_U64, J(seed), "1", 0, 0, NULL, NULL,
 	  "data shuffling and synthetic data" },
+	{ "job", "stale_scaling", DML_CONF_ENUM, J(stale_scaling), "off", 0, 0,
+	  dml_stale_scaling_names, NULL,
+	  "inverse: a push tau clocks behind the newest worker's is applied times "
+	  "1 / (1 + tau) (DynSGD); off: as it is" },
 	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
 	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
 	{ "job", "checkpoint_every_s", DML_CONF_U32, J(checkpoint_every_s), "0", 0, 604800, NULL,
@@ -487,6 +492,7 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->dead_after_ms = f->dead_after_ms;
 	s->min_rate = f->min_rate;
 	s->seed = f->seed;
+	s->stale_scaling = (uint32_t)f->stale_scaling;
 	if (f->ntables) {
 		v->tables = dml_xcalloc(f->ntables, sizeof(*v->tables));
 		v->table_ptrs = dml_xcalloc(f->ntables, sizeof(*v->table_ptrs));

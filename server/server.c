@@ -441,6 +441,36 @@ static int request_served(struct session *ss, const Dml__Meta *m, struct table_e
 	return 0;
 }
 
+/*
+ * stale_scaling = inverse: a push of clock c while the newest worker is at
+ * clock c + tau (tau > 0) goes on as a copy whose values are divided by
+ * 1 + tau, DynSGD's step for a gradient computed tau clocks ago. The copy
+ * is what is applied and logged, so a replay gives the same rows. NULL:
+ * no memory for the copy.
+ */
+static const uint8_t *stale_scaled(struct dml_server *s, const struct dml_ssp_worker *w,
+				   const Dml__Meta *m, const uint8_t *payload)
+{
+	uint64_t newest = dml_ssp_max_clock(&s->ssp), keybytes, n;
+	float *copy, *vals;
+	float k;
+
+	if (s->stale_scaling != DML_STALE_INVERSE || !w || newest <= m->clock)
+		return payload;
+	keybytes = m->dense ? 0 : m->num_keys * 8ull;
+	n = (m->dense ? m->key_end - m->key_begin : m->num_keys) * (uint64_t)m->value_width;
+	copy = scratch(s, keybytes / sizeof(float) + n);
+	if (!copy)
+		return NULL;
+	memcpy(copy, payload, keybytes + n * sizeof(float));
+	vals = copy + keybytes / sizeof(float);
+	k = 1.0f / (float)(1 + (newest - m->clock));
+	for (uint64_t i = 0; i < n; i++)
+		vals[i] *= k;
+	s->st.stale_scaled++;
+	return (const uint8_t *)copy;
+}
+
 /* 0, or DML_CONN_HOLD for a push that waits for a checkpoint. */
 static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
 {
@@ -468,6 +498,12 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		return DML_CONN_HOLD;
 	if (!request_served(ss, m, te, keys))
 		return 0;
+	if ((payload = stale_scaled(ss->srv, w, m, payload)) == NULL) {
+		dml_server_reply_error(ss, m->request_id, DML_ENOMEM, "push to table %u: no "
+				       "memory to scale it by its staleness", m->table);
+		return 0;
+	}
+	keys = (const uint64_t *)payload;
 	if (m->dense)
 		rc = dml_table_push_range(te->table, m->key_begin, m->key_end,
 					  (const float *)payload);
@@ -886,6 +922,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->ops = &server_ops;
 	s->job_mode = conf->scheduler[0] && conf->ntables == 0;
 	s->dead_after_ms = conf->dead_after_ms;
+	s->stale_scaling = conf->stale_scaling;
 	dml_ssp_init(&s->ssp, conf->staleness, conf->workers);
 	dml_peers_init(&s->peers, base, conf->max_connections);
 	*out = s;

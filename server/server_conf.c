@@ -72,6 +72,10 @@ static const struct dml_conf_option options[] = {
 	  "workers expected; bounded pulls wait until this many joined" },
 	{ "job", "dead_after_ms", DML_CONF_U32, S(dead_after_ms), "10000", 1, 86400000.0,
 	  NULL, NULL, "a disconnected worker leaves the clock set after this long" },
+	{ "job", "stale_scaling", DML_CONF_ENUM, S(stale_scaling), "off", 0, 0,
+	  dml_stale_scaling_names, NULL,
+	  "inverse: a push tau clocks behind the newest worker's is applied times "
+	  "1 / (1 + tau) (DynSGD); off: as it is" },
 
 	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
 	  "directory of this server's LMDB store (made if missing); empty: no log, a "

@@ -47,6 +47,7 @@ struct dml_server_conf {
 	int64_t staleness;
 	uint32_t workers;
 	uint32_t dead_after_ms;
+	int stale_scaling;         /* enum dml_stale_scaling */
 	/* [store] */
 	char *store_path;         /* "" = no gradient log */
 	uint64_t store_map_size;

@@ -99,6 +99,7 @@ enum req_kind {
 
 struct stats {
 	uint64_t pushes, pulls, duplicates, held, bad_frames, bytes_in, bytes_out;
+	uint64_t stale_scaled;     /* pushes applied scaled by their staleness */
 	uint64_t requests[REQ_KINDS];
 };
 
@@ -117,6 +118,7 @@ struct dml_server {
 	int job_mode;              /* tables come from the scheduler's maps */
 	struct server_job job;
 	uint32_t dead_after_ms;    /* the clock set's, from the job or the config */
+	int stale_scaling;         /* enum dml_stale_scaling, from the job or the config */
 	/* What WELCOME reports: one TableInfo per range held, and where this
 	 * server stands in the map. */
 	Dml__TableInfo *winfo;
@@ -131,7 +133,7 @@ struct dml_server {
 	struct dml_metrics *metrics;
 	struct dml_histogram *push_latency, *pull_latency, *held_wait;
 
-	float *scratch;            /* pull replies are assembled here */
+	float *scratch;            /* pull replies (and scaled pushes) are assembled here */
 	size_t scratch_cap;
 	struct event *tick;
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */

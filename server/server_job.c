@@ -1203,6 +1203,8 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	s->job.remapping = 0;
 	s->job.ack_due = 0;
 	s->dead_after_ms = spec->dead_after_ms ? spec->dead_after_ms : s->conf->dead_after_ms;
+	s->stale_scaling = spec->stale_scaling == DML_STALE_INVERSE ? DML_STALE_INVERSE :
+			   DML_STALE_OFF;
 	dml_server_cut_reset(s);
 	/* The log first: the workers that join the clock set below get their
 	 * push sequences from it. */

@@ -92,6 +92,9 @@ static const struct dml_metric_desc
 	m_duplicates = { "dml_server_push_duplicates_total",
 			 "Resent pushes acknowledged without applying them again", COUNTER,
 			 NULL, NULL, 0 },
+	m_stale = { "dml_server_pushes_stale_scaled_total",
+		    "Pushes applied scaled by 1 / (1 + staleness) (stale_scaling = inverse)",
+		    COUNTER, NULL, NULL, 0 },
 	m_held = { "dml_server_pulls_held_total",
 		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
 		   NULL, 0 },
@@ -141,6 +144,7 @@ static int register_metrics(struct dml_server *s)
 	bad |= dml_metrics_add_u64(m, &m_held, NULL, &s->st.held);
 	bad |= dml_metrics_add_histogram(m, &wait, NULL, &s->held_wait);
 	bad |= dml_metrics_add_u64(m, &m_duplicates, NULL, &s->st.duplicates);
+	bad |= dml_metrics_add_u64(m, &m_stale, NULL, &s->st.stale_scaled);
 	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);

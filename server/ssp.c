@@ -107,6 +107,16 @@ uint64_t dml_ssp_min_clock(const struct dml_ssp *s)
 	return min == UINT64_MAX ? 0 : min;
 }
 
+uint64_t dml_ssp_max_clock(const struct dml_ssp *s)
+{
+	uint64_t max = 0;
+
+	for (size_t i = 0; i < s->nworkers; i++)
+		if (s->workers[i].live && s->workers[i].clock > max)
+			max = s->workers[i].clock;
+	return max;
+}
+
 int dml_ssp_ready(const struct dml_ssp *s, uint64_t clock)
 {
 	uint64_t bound;

@@ -54,6 +54,8 @@ void dml_ssp_leave(struct dml_ssp *s, struct dml_ssp_worker *w);
 void dml_ssp_set_clock(struct dml_ssp *s, struct dml_ssp_worker *w, uint64_t clock);
 /** Slowest live worker's clock (0 when no worker is live). */
 uint64_t dml_ssp_min_clock(const struct dml_ssp *s);
+/** Fastest live worker's clock (0 when no worker is live). */
+uint64_t dml_ssp_max_clock(const struct dml_ssp *s);
 /** May a pull at clock be answered now? */
 int dml_ssp_ready(const struct dml_ssp *s, uint64_t clock);
 

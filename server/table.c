@@ -45,6 +45,7 @@ const char *const dml_table_kind_names[] = { "dense", "sparse", NULL };
 const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL };
 const char *const dml_optim_kind_names[] = { "sgd", "momentum", "adagrad", "adam",
 					     "add", NULL };
+const char *const dml_stale_scaling_names[] = { "off", "inverse", NULL };
 
 struct table_slot {
 	uint64_t key;

@@ -207,6 +207,10 @@ int dml_table_export_rows(const struct dml_table *t, uint64_t r0, uint64_t r1,
 extern const char *const dml_table_kind_names[];  /* NULL-terminated */
 extern const char *const dml_init_kind_names[];
 extern const char *const dml_optim_kind_names[];
+/* How a stale push is applied (JobSpec.stale_scaling): off, or inverse
+ * (DynSGD-style: tau clocks behind the newest worker, times 1 / (1 + tau)). */
+extern const char *const dml_stale_scaling_names[];
+enum dml_stale_scaling { DML_STALE_OFF, DML_STALE_INVERSE };
 
 /*
  * Changed rows: a table may track which rows pushes and imports changed,

@@ -503,6 +503,49 @@ START_TEST(test_dead_worker_leaves_clock_set)
 }
 END_TEST
 
+/*
+ * stale_scaling = inverse: worker 2 pushes at clock 0 while worker 1 is at
+ * clock 3, so its gradient counts a quarter (DynSGD); a push at the newest
+ * clock counts whole. With the default (off) the stale push counts whole.
+ */
+START_TEST(test_stale_pushes_scaled_by_staleness)
+{
+	static const char table[] =
+		"[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 2\noptimizer = sgd\nlr = 1\n";
+	static const char *const modes[] = { NULL, "stale_scaling = inverse\n" };
+	const float want[2][2] = { { -8, -8 }, { -8, -2 } };
+
+	for (int i = 0; i < 2; i++) {
+		struct dml_test_server_conf conf = {
+			.staleness = -1, .tables = table, .job_extra = modes[i]
+		};
+		struct dml_test_server *srv;
+		struct dml_test_env *env = cluster_start(1, &conf, &srv);
+		float g[2] = { 8, 0 }, out[2];
+		dml_t *fast, *slow;
+
+		ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 1, &fast), 0);
+		ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 2, &slow), 0);
+		for (int c = 0; c < 3; c++)
+			wait_ok(fast, dml_clock(fast), "clock");
+		/* The clocks travel on fast's connection: a round trip on it after. */
+		wait_ok(fast, pull_dense(fast, 0, 2, out), "pull");
+		wait_ok(fast, push_dense(fast, 0, 2, g), "push at clock 3");
+		g[0] = 0;
+		g[1] = 8;
+		wait_ok(slow, push_dense(slow, 0, 2, g), "push at clock 0");
+		wait_ok(slow, pull_dense(slow, 0, 2, out), "pull");
+		ck_assert_msg(out[0] == want[i][0] && out[1] == want[i][1],
+			      "stale_scaling %s: %g %g, want %g %g", i ? "inverse" : "off",
+			      out[0], out[1], want[i][0], want[i][1]);
+		dml_close(fast);
+		dml_close(slow);
+		stop_ok(srv);
+		dml_test_env_free(env);
+	}
+}
+END_TEST
+
 /* ---- training: dml-example-lsq on two shards ---------------------------- */
 
 #define LSQ_WORKERS 3
@@ -1808,6 +1851,7 @@ static Suite *cluster_suite(void)
 	tcase_add_test(tc, test_bsp_pulls_see_every_earlier_push);
 	tcase_add_test(tc, test_async_pulls_never_wait);
 	tcase_add_test(tc, test_dead_worker_leaves_clock_set);
+	tcase_add_test(tc, test_stale_pushes_scaled_by_staleness);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("training");

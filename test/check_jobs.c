@@ -19,6 +19,7 @@
 #include "dml_error.h"
 #include "job_conf.h"
 #include "jobs.h"
+#include "table.h"
 
 #define ERRLEN 512
 
@@ -48,6 +49,7 @@ static const char full_file[] =
 	"dead_after_ms = 4000\n"
 	"min_rate = 12.5\n"
 	"seed = 99\n"
+	"stale_scaling = inverse\n"
 	"[table]\n"
 	"id = 0\n"
 	"kind = dense\n"
@@ -124,6 +126,7 @@ START_TEST(full_file_lands_in_the_spec)
 	ck_assert_uint_eq(s->dead_after_ms, 4000);
 	ck_assert_double_eq(s->min_rate, 12.5);
 	ck_assert_uint_eq(s->seed, 99);
+	ck_assert_uint_eq(s->stale_scaling, DML_STALE_INVERSE);
 	ck_assert_uint_eq(s->n_tables, 2);
 	t = s->tables[0];
 	ck_assert_uint_eq(t->id, 0);
@@ -169,6 +172,7 @@ START_TEST(defaults_fill_what_a_file_leaves_out)
 	ck_assert_uint_eq(s->n_worker_ids, 0);
 	ck_assert_uint_eq(s->examples, 10000);
 	ck_assert_uint_eq(s->seed, 1);
+	ck_assert_uint_eq(s->stale_scaling, DML_STALE_OFF);
 	t = s->tables[0];
 	ck_assert(t->dense);
 	ck_assert_uint_eq(t->width, 1);

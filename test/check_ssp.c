@@ -72,6 +72,7 @@ START_TEST(dead_and_leaving_workers_release_the_others)
 	dml_ssp_join(&s, 2, 1);
 	dml_ssp_set_clock(&s, dml_ssp_find(&s, 1), 3);
 	ck_assert(!dml_ssp_ready(&s, 3));
+	ck_assert_uint_eq(dml_ssp_max_clock(&s), 3);
 	w = dml_ssp_find(&s, 2);
 	dml_ssp_disconnect(&s, w, 1000);
 	ck_assert_int_eq(dml_ssp_reap(&s, 1500, 1000), 0);
@@ -84,6 +85,9 @@ START_TEST(dead_and_leaving_workers_release_the_others)
 	ck_assert(dml_ssp_ready(&s, 3));
 	dml_ssp_leave(&s, dml_ssp_find(&s, 1));
 	ck_assert_uint_eq(dml_ssp_min_clock(&s), 3);
+	/* Only live workers count: worker 1 left, worker 2 is at 3. */
+	dml_ssp_set_clock(&s, dml_ssp_find(&s, 1), 9);
+	ck_assert_uint_eq(dml_ssp_max_clock(&s), 3);
 	dml_ssp_destroy(&s);
 }
 END_TEST

@@ -618,13 +618,13 @@ void dml_test_server_conf_text(struct dml_test_env *env,
 		"\n[job]\n"
 		"staleness = %lld\n"
 		"workers = %u\n"
-		"%s"
+		"%s%s"
 		"\n%s\n%s",
 		port_path, conf_node_id(conf), conf->cluster ? conf->cluster : "dml",
 		conf->secret_file ? conf->secret_file : env->secret, conf->shard_index,
 		count, conf->log_level ? conf->log_level : "info",
 		conf->server_extra ? conf->server_extra : "", (long long)conf->staleness,
-		conf->workers, dead_after,
+		conf->workers, dead_after, conf->job_extra ? conf->job_extra : "",
 		conf->tables ? conf->tables : "", conf->extra ? conf->extra : "");
 	if (port_file)
 		*port_file = port_path;

@@ -49,6 +49,7 @@ struct dml_test_server_conf {
 	const char *tables;      /* one or more [table] sections, as config text */
 	const char *extra;       /* appended verbatim (e.g. a [limits] section) */
 	const char *server_extra; /* appended to [server] (e.g. metrics_listen) */
+	const char *job_extra;   /* appended to [job] (e.g. stale_scaling) */
 };
 
 /**
