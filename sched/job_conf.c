@@ -38,6 +38,8 @@
 #define JOB_TEXT_MAX 4095u             /* data, test_data: paths */
 #define JOB_HIDDEN_MAX 255u
 #define MAX_U32 4294967295.0
+
+const char *const dml_rebalance_names[] = { "auto", "off", NULL };
 /* What dml-worker's apps can hold in one batch: 1 GiB of floats. */
 #define APP_BATCH_FLOATS_MAX (UINT64_C(1) << 28)
 /* mlp: the widest layer, so that a weight row (inputs + bias) fits a key. */
@@ -78,6 +80,9 @@ struct job_file {
 	uint32_t checkpoint_every_s;
 	uint32_t checkpoint_keep;
 	int stale_scaling;         /* index into dml_stale_scaling_names */
+	int rebalance;             /* index into dml_rebalance_names */
+	double rebalance_threshold;
+	uint32_t rebalance_hold_ms;
 	struct job_file_table *tables;
 	size_t ntables;
 };
@@ -375,6 +380,15 @@ static const struct dml_conf_option job_options[] = {
 	  dml_stale_scaling_names, NULL,
 	  "inverse: a push tau clocks behind the newest worker's is applied times "
 	  "1 / (1 + tau) (DynSGD); off: as it is" },
+	{ "job", "rebalance", DML_CONF_ENUM, J(rebalance), "auto", 0, 0, dml_rebalance_names,
+	  NULL, "auto: split the partitions anew by the workers' measured rates when the "
+	  "load drifts (below); off: only when workers come or go, or by dmlctl "
+	  "rebalance" },
+	{ "job", "rebalance_threshold", DML_CONF_DOUBLE, J(rebalance_threshold), "0.25", 0.01,
+	  100, NULL, NULL, "load deviation (0.25: some worker holds 25% more or less "
+	  "than its rate calls for) that counts as drift" },
+	{ "job", "rebalance_hold_ms", DML_CONF_U32, J(rebalance_hold_ms), "5000", 1, MAX_U32,
+	  NULL, NULL, "how long a drift must last before the partitions move" },
 	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
 	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
 	{ "job", "checkpoint_every_s", DML_CONF_U32, J(checkpoint_every_s), "0", 0, 604800, NULL,
@@ -493,6 +507,9 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->min_rate = f->min_rate;
 	s->seed = f->seed;
 	s->stale_scaling = (uint32_t)f->stale_scaling;
+	s->rebalance = (uint32_t)f->rebalance;
+	s->rebalance_threshold = f->rebalance_threshold;
+	s->rebalance_hold_ms = f->rebalance_hold_ms;
 	if (f->ntables) {
 		v->tables = dml_xcalloc(f->ntables, sizeof(*v->tables));
 		v->table_ptrs = dml_xcalloc(f->ntables, sizeof(*v->table_ptrs));
@@ -972,6 +989,12 @@ static int check_job(const Dml__JobSpec *s, char *err, size_t errlen)
 		return fail(err, errlen, "target %g must be finite and >= 0", s->target);
 	if (!(isfinite(s->min_rate) && s->min_rate >= 0))
 		return fail(err, errlen, "min_rate %g must be finite and >= 0", s->min_rate);
+	if (!(isfinite(s->rebalance_threshold) && s->rebalance_threshold >= 0))
+		return fail(err, errlen, "rebalance_threshold %g must be finite and >= 0",
+			    s->rebalance_threshold);
+	if (s->rebalance > DML_REBALANCE_OFF || s->stale_scaling > DML_STALE_INVERSE)
+		return fail(err, errlen, "rebalance %u or stale_scaling %u is not one this "
+			    "build knows", s->rebalance, s->stale_scaling);
 	if (s->target > 0 && !*str_or_empty(s->metric))
 		return fail(err, errlen, "target %g needs a metric", s->target);
 	if (s->max_clocks == 0 && s->max_epochs == 0 && !metric_stops(s))

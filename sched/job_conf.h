@@ -78,6 +78,10 @@ Dml__JobSpec *dml_job_spec_copy(const Dml__JobSpec *spec);
 /** Free a spec from this module; NULL is fine. */
 void dml_job_spec_free(Dml__JobSpec *spec);
 
+/* JobSpec.rebalance: "auto" (when the load drifts) or "off". */
+enum dml_rebalance { DML_REBALANCE_AUTO, DML_REBALANCE_OFF };
+extern const char *const dml_rebalance_names[];
+
 /** Job state names: "pending", "running", ...; "unknown" otherwise. */
 const char *dml_job_state_name(int state);
 

@@ -13,8 +13,13 @@
  *
  * Worker rates: the candidate's rate when it joins; once it reports a
  * positive examples/s, an exponential moving average of its reports. The
- * rate only matters at the next reassignment (a loss or a join): reports
- * alone never move partitions, so a noisy rate cannot make them flap.
+ * rate matters at the next reassignment: a loss, a join, `dmlctl
+ * rebalance`, or (rebalance = auto) a drift: once every live worker measured
+ * its rate, the load deviation of the partitions held from those the rates
+ * call for (dml_assign_load_deviation) above rebalance_threshold, without a
+ * break and with no other reassignment, for rebalance_hold_ms. A noisy rate
+ * cannot make partitions flap: the deviation must last, and adopting the
+ * ideal counts brings it to 0.
  *
  * Two choices the header leaves open. Losing a worker may end the job:
  * when every worker left is at max_clocks (or finished) the job is DONE at
@@ -43,6 +48,8 @@
 #include "util.h"
 
 #define RATE_ALPHA 0.3             /* weight of a new report in the rate average */
+#define REBALANCE_THRESHOLD 0.25   /* rebalance = auto: the default drift, */
+#define REBALANCE_HOLD_MS 5000u    /* and how long it must last */
 #define LIST_MAX 72                /* bytes of a number list inside an event line */
 #define ERROR_TEXT_MAX 120         /* bytes of a worker's error text kept */
 #define NO_WORKER SIZE_MAX
@@ -58,6 +65,10 @@ struct job_impl {
 	struct dml_job job;        /* first: a struct dml_job * is a struct job_impl * */
 	struct worker_priv *priv;  /* parallel to job.workers */
 	size_t wcap;
+	/* rebalance = auto: since when the load has drifted (0: it has not),
+	 * and the assignment version that was in force then */
+	uint64_t drift_since_ms;
+	uint64_t drift_version;
 };
 
 struct dml_jobs {
@@ -255,6 +266,31 @@ static struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
 }
 
 /*
+ * The partition counts the live workers' rates call for (counts: nworkers
+ * entries); the number of live workers (0: counts are all 0).
+ */
+static size_t ideal_counts(const struct dml_job *job, uint64_t *counts)
+{
+	size_t n = job->nworkers, nlive = 0;
+	double *rates = dml_xcalloc(n ? n : 1, sizeof(*rates));
+	bool *live = dml_xcalloc(n ? n : 1, sizeof(*live));
+
+	for (size_t i = 0; i < n; i++) {
+		live[i] = job->workers[i].live != 0;
+		rates[i] = live[i] ? rate_ok(job->workers[i].rate) : 0;
+		nlive += live[i];
+		counts[i] = 0;
+	}
+	/* every argument is ours and valid: the call cannot refuse it */
+	if (nlive)
+		dml_assign_partition_counts(job->num_partitions, rates, live, (uint32_t)n,
+					    counts);
+	free(rates);
+	free(live);
+	return nlive;
+}
+
+/*
  * Splits the partitions over the live workers by rate, moving as few as
  * possible, and bumps the assignment version. With a cause ("worker 3
  * lost"), every other worker whose share changed gets it as its reason,
@@ -263,25 +299,16 @@ static struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
 static void job_reassign(struct dml_job *job, const char *cause, uint32_t subject,
 			 struct num_list *gainers)
 {
-	size_t n = job->nworkers, nlive = 0;
+	size_t n = job->nworkers;
 	uint64_t npart = job->num_partitions;
-	double *rates = dml_xcalloc(n, sizeof(*rates));
-	bool *live = dml_xcalloc(n, sizeof(*live));
-	uint64_t *counts = dml_xcalloc(n, sizeof(*counts));
+	uint64_t *counts = dml_xcalloc(n ? n : 1, sizeof(*counts));
 	uint32_t *owner = dml_xmalloc(npart * sizeof(*owner));
 
-	for (size_t i = 0; i < n; i++) {
-		live[i] = job->workers[i].live != 0;
-		rates[i] = live[i] ? rate_ok(job->workers[i].rate) : 0;
-		nlive += live[i];
-	}
-	if (nlive == 0) {
+	if (ideal_counts(job, counts) == 0) {
 		for (uint64_t p = 0; p < npart; p++)
 			owner[p] = DML_ASSIGN_NONE;
 	} else {
-		/* every argument is ours and valid: neither call can refuse it; a
-		 * plan without the previous owners needs no scratch memory */
-		dml_assign_partition_counts(npart, rates, live, (uint32_t)n, counts);
+		/* a plan without the previous owners needs no scratch memory */
 		if (dml_assign_partitions(npart, counts, (uint32_t)n, job->owner, owner))
 			dml_assign_partitions(npart, counts, (uint32_t)n, NULL, owner);
 	}
@@ -304,9 +331,69 @@ static void job_reassign(struct dml_job *job, const char *cause, uint32_t subjec
 	free(job->owner);
 	job->owner = owner;
 	job->assignment_version++;
-	free(rates);
-	free(live);
 	free(counts);
+}
+
+/*
+ * The load deviation of the partitions held from those the rates call for
+ * (dml_assign_load_deviation); -1 while a live worker has not measured its
+ * rate yet (its rate is a stand-in) or nothing is to be split.
+ */
+static double load_deviation(const struct dml_job *job)
+{
+	size_t n = job->nworkers;
+	uint64_t *ideal = dml_xcalloc(n ? n : 1, sizeof(*ideal));
+	uint64_t *held = dml_xcalloc(n ? n : 1, sizeof(*held));
+	double dev = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		if (job->workers[i].live && !impl_c(job)->priv[i].rate_measured)
+			goto out;
+		held[i] = job->workers[i].npart;
+	}
+	if (ideal_counts(job, ideal) && dml_assign_load_deviation(held, ideal, (uint32_t)n,
+								  &dev) != 0)
+		dev = -1;
+out:
+	free(ideal);
+	free(held);
+	return dev;
+}
+
+/*
+ * rebalance = auto: split the partitions anew once the load has drifted
+ * past the threshold for the hold time with no reassignment in between.
+ * 1 when it did.
+ */
+static int job_rebalance_auto(struct dml_job *job, uint64_t now)
+{
+	struct job_impl *ji = impl(job);
+	const Dml__JobSpec *sp = job->spec;
+	double threshold = sp->rebalance_threshold > 0 ? sp->rebalance_threshold :
+			   REBALANCE_THRESHOLD;
+	uint64_t hold = sp->rebalance_hold_ms ? sp->rebalance_hold_ms : REBALANCE_HOLD_MS;
+	double dev;
+	char cause[48];
+
+	if (sp->rebalance != DML_REBALANCE_AUTO || job->state != DML__JOB_STATE__RUNNING)
+		return 0;
+	dev = load_deviation(job);
+	if (!(dev > threshold) || ji->drift_version != job->assignment_version) {
+		/* no drift, or a new plan since it began: start over */
+		ji->drift_since_ms = dev > threshold ? now : 0;
+		ji->drift_version = job->assignment_version;
+		return 0;
+	}
+	if (!ji->drift_since_ms)
+		ji->drift_since_ms = now;
+	if (since(now, ji->drift_since_ms) < hold)
+		return 0;
+	snprintf(cause, sizeof(cause), "load deviation %.0f%%", isinf(dev) ? 999 : dev * 100);
+	job_reassign(job, cause, 0, NULL);
+	job_event(job, "rebalanced by the workers' rates (%s for %" PRIu64 " ms)", cause,
+		  since(now, ji->drift_since_ms));
+	ji->drift_since_ms = 0;
+	return 1;
 }
 
 /* ---- the table ------------------------------------------------------- */
@@ -754,12 +841,34 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 		return 1;
 	}
 	if (!job_stop_met(job, why, sizeof(why)))
-		return 0;
+		return job_rebalance_auto(job, now);
 	job_done(job, why, now);
 	return 1;
 }
 
 /* ---- operators --------------------------------------------------------- */
+
+/* `dmlctl rebalance`: split the partitions by the measured rates now. */
+static int job_rebalance_now(struct dml_jobs *jobs, uint32_t id, char *err, size_t errlen)
+{
+	struct dml_job *job = dml_jobs_find(jobs, id);
+	double dev;
+
+	if (!job)
+		return fail_with(err, errlen, DML_ENOTFOUND, "no job %" PRIu32, id);
+	if (!job_active(job))
+		return fail_with(err, errlen, DML_ESTATE, "job %" PRIu32 " is %s", id,
+				 dml_job_state_name(job->state));
+	dev = load_deviation(job);
+	job_reassign(job, "rebalanced by operator", 0, NULL);
+	if (dev >= 0)
+		job_event(job, "rebalanced by operator (load deviation %.0f%%)",
+			  isinf(dev) ? 999 : dev * 100);
+	else
+		job_event(job, "rebalanced by operator (not every worker measured its rate "
+			  "yet: those count as 1 example/s)");
+	return 0;
+}
 
 int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t now,
 		     char *err, size_t errlen)
@@ -781,6 +890,8 @@ int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t no
 		what = "resumed";
 		to = DML__JOB_STATE__RUNNING;
 		break;
+	case DML__JOB_ACTION__REBALANCE:
+		return job_rebalance_now(jobs, id, err, errlen);
 	default:
 		return fail_with(err, errlen, DML_EINVAL, "unknown action %d", action);
 	}

@@ -1344,7 +1344,8 @@ START_TEST(report_numbers_are_clamped_and_rates_smoothed)
 	p.examples_per_s = 0;   /* idle: the average keeps */
 	ck_assert_int_eq(dml_jobs_progress(job, 1, &p, 40), 0);
 	ck_assert_double_eq_tol(w->rate, 130, 1e-9);
-	/* reports alone never move partitions */
+	/* one worker's reports alone never move partitions: worker 2 has
+	 * measured no rate, so there is no drift to measure */
 	ck_assert_uint_eq(job->assignment_version, 1);
 	ck_assert_uint_eq(npart_of(job, 1), 8);
 	dml_jobs_free(jobs);
@@ -1368,6 +1369,84 @@ START_TEST(the_next_reassignment_uses_measured_rates)
 	ck_assert_uint_eq(npart_of(job, 1), 18);
 	ck_assert_uint_eq(npart_of(job, 2), 6);
 	assert_owners_consistent(job);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
+/*
+ * rebalance = auto: once both workers measured their rates (300 and 100
+ * examples/s while holding 8 partitions each), the drift must last the
+ * hold time (5 s by default) before the partitions move to 12 and 4; then
+ * the same rates call for no more moves, and a worker that slows down
+ * later gives its partitions away 5 s after.
+ */
+START_TEST(a_lasting_drift_rebalances)
+{
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+
+	spec_init(&b);
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);   /* 8 each */
+	report(job, 1, 1, 0, 300, 1000, 0);
+	report(job, 2, 1, 0, 100, 1000, 0);   /* the drift begins */
+	report(job, 1, 2, 0, 300, 5999, 0);
+	ck_assert_uint_eq(job->assignment_version, 1);
+	report(job, 2, 2, 0, 100, 6000, 1);
+	ck_assert_uint_eq(job->assignment_version, 2);
+	ck_assert_uint_eq(npart_of(job, 1), 12);
+	ck_assert_uint_eq(npart_of(job, 2), 4);
+	ck_assert_msg(strstr(last_event(job), "rebalanced by the workers' rates (load "
+			     "deviation") != NULL, "%s", last_event(job));
+	ck_assert_str_eq(dml_job_worker(job, 1)->reason,
+			 "gained 4 partitions (load deviation 50%)");
+	assert_owners_consistent(job);
+	report(job, 1, 3, 0, 300, 60000, 0);
+	report(job, 2, 3, 0, 100, 60000, 0);
+	ck_assert_uint_eq(job->assignment_version, 2);
+
+	/* Worker 2 slows down: 5 s later its partitions go to worker 1. */
+	for (int i = 0; i < 8; i++)
+		report(job, 2, 4, 0, 10, 61000, 0);
+	report(job, 1, 4, 0, 300, 65999, 0);
+	ck_assert_uint_eq(job->assignment_version, 2);
+	report(job, 1, 5, 0, 300, 66000, 1);
+	ck_assert_uint_eq(job->assignment_version, 3);
+	ck_assert_uint_eq(npart_of(job, 2), 1);
+	assert_owners_consistent(job);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
+/* rebalance = off: drifts never move partitions; dmlctl rebalance does, at once. */
+START_TEST(rebalance_off_and_by_operator)
+{
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+	char err[ERRLEN];
+
+	spec_init(&b);
+	b.s.rebalance = DML_REBALANCE_OFF;
+	jobs = jobs_with(&b, 0, &job);
+	ck_assert_int_eq(dml_jobs_control(jobs, job->id, DML__JOB_ACTION__REBALANCE, 0, err,
+					  sizeof(err)), DML_ESTATE);
+	ck_assert_str_eq(err, "job 1 is pending");
+	start_equal(job, 2, 10, 0);
+	report(job, 1, 1, 0, 300, 1000, 0);
+	report(job, 2, 1, 0, 100, 1000, 0);
+	report(job, 1, 2, 0, 300, 100000, 0);
+	report(job, 2, 2, 0, 100, 100000, 0);
+	ck_assert_uint_eq(job->assignment_version, 1);
+	ck_assert_int_eq(dml_jobs_control(jobs, job->id, DML__JOB_ACTION__REBALANCE, 100001,
+					  err, sizeof(err)), 0);
+	ck_assert_uint_eq(job->assignment_version, 2);
+	ck_assert_uint_eq(npart_of(job, 1), 12);
+	ck_assert_str_eq(last_event(job), "rebalanced by operator (load deviation 50%)");
+	assert_owners_consistent(job);
+	ck_assert_int_eq(dml_jobs_control(jobs, 9, DML__JOB_ACTION__REBALANCE, 0, err,
+					  sizeof(err)), DML_ENOTFOUND);
 	dml_jobs_free(jobs);
 }
 END_TEST
@@ -1948,6 +2027,8 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, a_worker_error_fails_the_job);
 	tcase_add_test(table, report_numbers_are_clamped_and_rates_smoothed);
 	tcase_add_test(table, the_next_reassignment_uses_measured_rates);
+	tcase_add_test(table, a_lasting_drift_rebalances);
+	tcase_add_test(table, rebalance_off_and_by_operator);
 	tcase_add_test(table, operators_pause_resume_and_stop);
 	tcase_add_test(table, one_job_is_active_at_a_time);
 	tcase_add_test(table, assignments_list_each_workers_partitions);

@@ -508,6 +508,12 @@ static int cmd_resume(struct ctl *ctl, int argc, char **argv)
 	return job_control(ctl, "resume", DML__JOB_ACTION__RESUME, "resumed", argc, argv);
 }
 
+static int cmd_rebalance(struct ctl *ctl, int argc, char **argv)
+{
+	return job_control(ctl, "rebalance", DML__JOB_ACTION__REBALANCE,
+			   "partitions split anew by the workers' measured rates", argc, argv);
+}
+
 static int cmd_shardmap(struct ctl *ctl, int argc, char **argv)
 {
 	Dml__Meta req = DML__META__INIT, *reply;
@@ -654,6 +660,8 @@ static const struct command commands[] = {
 	{ "stop", "JOB", "stop a job", cmd_stop, 0 },
 	{ "pause", "JOB", "pause a job at the next clock boundary", cmd_pause, 0 },
 	{ "resume", "JOB", "resume a paused job", cmd_resume, 0 },
+	{ "rebalance", "JOB", "split the job's partitions anew by the workers' measured "
+	  "rates", cmd_rebalance, 0 },
 	{ "top", "[--once]", "live view of the nodes and the running job's workers",
 	  cmd_top, TAKES_ONCE },
 	{ "shardmap", "[JOB]", "which server holds which keys (default: the active job)",

@@ -185,6 +185,7 @@ const char *ctl_action_name(int action)
 	case DML__JOB_ACTION__RESUME: return "resume";
 	case DML__JOB_ACTION__CHECKPOINT_NOW: return "checkpoint";
 	case DML__JOB_ACTION__CHECKPOINT_DROP: return "checkpoint delete";
+	case DML__JOB_ACTION__REBALANCE: return "rebalance";
 	default: return "none";
 	}
 }
