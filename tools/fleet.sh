@@ -43,35 +43,51 @@ fleet_quota_us() { # CORES
 		q = int(c * p + 0.5); if (q < 1000) exit 1; print q }'
 }
 
+fleet_bad_quota() { # TEXT: says why it is not a quota, and fails
+	echo "'$1' is not a CPU quota (cores, at least 0.01, e.g. 0.25)" >&2
+	return 1
+}
+
 # Make GROUP/NAME with a quota of CORES; prints its directory.
 fleet_make() { # GROUP NAME CORES
-	local ctl kind base dir us
+	local ctl kind base dir
 	ctl=$(fleet_controller) || return 1
 	kind=${ctl%% *}
 	base=${ctl#* }
-	us=$(fleet_quota_us "$3") || {
-		echo "'$3' is not a CPU quota (cores, at least 0.01, e.g. 0.25)" >&2
-		return 1
-	}
+	fleet_quota_us "$3" >/dev/null || fleet_bad_quota "$3" || return 1
 	dir=$base/$1/$2
 	mkdir -p "$dir" || {
 		echo "cannot make the cgroup $dir" >&2
 		return 1
 	}
 	if [ "$kind" = v1 ]; then
-		echo "$fleet_period_us" >"$dir/cpu.cfs_period_us" &&
-			echo "$us" >"$dir/cpu.cfs_quota_us"
+		echo "$fleet_period_us" >"$dir/cpu.cfs_period_us" || {
+			echo "cannot set the CPU period of $dir" >&2
+			return 1
+		}
 	else
 		# Controllers pass down one level at a time; an error here means
 		# they are on already or the host forbids it, which cpu.max tells.
 		echo +cpu >"$base/cgroup.subtree_control" 2>/dev/null
 		echo +cpu >"$base/$1/cgroup.subtree_control" 2>/dev/null
-		echo "$us $fleet_period_us" >"$dir/cpu.max"
+	fi
+	fleet_set "$dir" "$3" || return 1
+	printf '%s\n' "$dir"
+}
+
+# Change the quota of DIR (made by fleet_make) to CORES, for processes
+# already in it: a machine that slows down in the middle of a job.
+fleet_set() { # DIR CORES
+	local us
+	us=$(fleet_quota_us "$2") || fleet_bad_quota "$2" || return 1
+	if [ -f "$1/cpu.cfs_quota_us" ]; then
+		echo "$us" >"$1/cpu.cfs_quota_us"
+	else
+		echo "$us $fleet_period_us" >"$1/cpu.max"
 	fi || {
-		echo "cannot set the CPU quota of $dir" >&2
+		echo "cannot set the CPU quota of $1" >&2
 		return 1
 	}
-	printf '%s\n' "$dir"
 }
 
 # Move process PID (and the children it starts later) into DIR.
