@@ -1049,6 +1049,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 		ws[i].reason = (char *)w->reason;
 		ws[i].compute_s = w->compute_s;
 		ws[i].wait_s = w->wait_s;
+		ws[i].rate = w->rate;
 		wp[i] = &ws[i];
 		if (w->live)
 			st.examples_per_s += w->examples_per_s;

@@ -488,6 +488,7 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_str(j, "reason", w->reason);
 	ctl_json_num(j, "compute_s", w->compute_s);
 	ctl_json_num(j, "wait_s", w->wait_s);
+	ctl_json_num(j, "rate", w->rate);
 	ctl_json_close(j, '}');
 }
 
@@ -633,7 +634,7 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 {
 	static const char *const head[] = {
 		"WORKER", "STATE", "CLOCK", "EXAMPLES", "EXAMPLES/S", "LOSS", "PARTITIONS",
-		"REASON"
+		"RATE", "COMPUTING", "REASON"
 	};
 	struct table t;
 
@@ -649,7 +650,11 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 		row[4] = cell_num("%.1f", ctl_trained(w->examples, w->examples_per_s));
 		row[5] = cell_num("%.4g", ctl_trained(w->examples, w->loss));
 		row[6] = cellf("%u", w->partitions);
-		row[7] = cell(w->reason);
+		/* what placement follows, and the share of its time not waiting */
+		row[7] = cell_num("%.1f", w->rate);
+		row[8] = cell_num("%.0f%%", w->compute_s + w->wait_s > 0 ?
+				  100 * w->compute_s / (w->compute_s + w->wait_s) : NAN);
+		row[9] = cell(w->reason);
 	}
 	table_print(&t, out, indent);
 	table_free(&t);
