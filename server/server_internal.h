@@ -213,16 +213,27 @@ enum store_recovered {
 	STORE_RECOVERED_ALL,       /* every row of the map's ranges */
 	STORE_RECOVERED_MOVED_IN,  /* joined at this version: the rows that had
 				    * moved in, ranges in each table's moved_in */
+	STORE_RECOVERED_RESUME,    /* the rows of an older map (and what moved in
+				    * for this one): the move to resume */
 };
+
+/**
+ * When the store holds this run's rows of an older map than map, with no
+ * checkpoint of map (the server died in the middle of the move to it):
+ * that older map, to rebuild the tables from and move on to map (free it
+ * with dml__shard_map__free_unpacked(..., NULL)); else NULL.
+ */
+Dml__ShardMap *dml_server_store_resume_map(struct dml_server *s, const Dml__ShardMap *map);
 
 /**
  * A job's map was installed on new tables: when the log is of this run of
  * the job and covers this map version (its first, the version of the
  * store's checkpoint, or the version the log began at when this server
- * joined the job), load and replay it; else start the log of this run. 0
- * or the error (logged).
+ * joined the job), or when resume (the tables hold the ranges of the map
+ * dml_server_store_resume_map gave too), load and replay it; else start
+ * the log of this run. 0 or the error (logged).
  */
-int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map,
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int resume,
 			 enum store_recovered *recovered);
 
 /** Every row of a remap moved: make the store describe the rows held now. */

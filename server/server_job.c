@@ -1172,6 +1172,60 @@ static int tables_build(struct dml_server *s, const Dml__JobSpec *spec,
 	return 0;
 }
 
+/*
+ * Resuming a move: the tables take the ranges of the older map base too, so
+ * that the log replays into them (a dense table spans both of its ranges).
+ */
+static int tables_widen(struct dml_server *s, const Dml__JobSpec *spec,
+			const Dml__ShardMap *base, struct table_entry *tables)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < spec->n_tables && rc == 0; i++) {
+		struct table_entry *te = &tables[i];
+
+		map_ranges(base, te->info.id, s->conf->node_id, &te->served);
+		if (te->info.dense && te->served.n)
+			rc = dml_table_set_range(te->table, te->served.r[0].begin,
+						 te->served.r[te->served.n - 1].end);
+	}
+	return rc;
+}
+
+/*
+ * The log replayed into widened tables: each holds the ranges of base, and
+ * those of the newer map whose rows had moved in. Then the move goes on as
+ * a remap from base: what base gave this server and the newer map does not
+ * leaves again (an owner that has it already acknowledges it unapplied),
+ * and what has not arrived is pending.
+ */
+static void resume_move(struct dml_server *s, const Dml__Meta *m, const Dml__ShardMap *base)
+{
+	for (size_t i = 0; i < s->ntables; i++) {
+		struct table_entry *te = &s->tables[i];
+		struct key_ranges mine = { 0 };
+
+		dml_server_ranges_clear(&te->served);
+		map_ranges(base, te->info.id, s->conf->node_id, &te->served);
+		map_ranges(m->shard_map, te->info.id, s->conf->node_id, &mine);
+		for (size_t j = 0; j < te->moved_in.n; j++)
+			if (dml_server_ranges_cover(&mine, te->moved_in.r[j].begin,
+						    te->moved_in.r[j].end))
+				dml_server_ranges_add(&te->served, te->moved_in.r[j].begin,
+						      te->moved_in.r[j].end);
+		dml_server_ranges_clear(&te->moved_in);
+		dml_server_ranges_clear(&mine);
+	}
+	dml_info("job %u: resuming the move from map v%llu to v%llu: the store holds this "
+		 "server's rows of v%llu and those that had moved in", base->job,
+		 (unsigned long long)base->version, (unsigned long long)m->shard_map->version,
+		 (unsigned long long)base->version);
+	dml__shard_map__free_unpacked(s->job.map, &copy_allocator);
+	s->job.map = NULL;
+	job_set_map(s, m->job_spec, base);
+	remap(s, m);
+}
+
 static void install_new(struct dml_server *s, const Dml__Meta *m)
 {
 	const Dml__JobSpec *spec = m->job_spec;
@@ -1179,11 +1233,21 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	struct table_entry *tables;
 	struct line l = { 0 };
 	enum store_recovered recovered = STORE_RECOVERED_NONE;
+	Dml__ShardMap *base = dml_server_store_resume_map(s, map);
 	char why[64];
 	int rc;
 
 	rc = tables_build(s, spec, map, &tables, &l);
+	if (rc == 0 && base && (rc = tables_widen(s, spec, base, tables)) != 0) {
+		for (size_t i = 0; i < spec->n_tables; i++) {
+			dml_table_free(tables[i].table);
+			dml_server_ranges_clear(&tables[i].served);
+		}
+		free(tables);
+	}
 	if (rc) {
+		if (base)
+			dml__shard_map__free_unpacked(base, NULL);
 		sched_error(s, m->request_id, rc, "job %u: cannot make its tables: %s", map->job,
 			    dml_strerror(rc));
 		return;
@@ -1208,12 +1272,22 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	dml_server_cut_reset(s);
 	/* The log first: the workers that join the clock set below get their
 	 * push sequences from it. */
-	if ((rc = dml_server_store_job(s, map, &recovered)) != 0) {
+	rc = dml_server_store_job(s, map, base != NULL, &recovered);
+	if (rc) {
+		if (base)
+			dml__shard_map__free_unpacked(base, NULL);
 		sched_error(s, m->request_id, rc, "job %u: its gradient log: %s", map->job,
 			    dml_strerror(rc));
 		return;
 	}
 	dml_server_clock_reset(s, spec->staleness, spec->workers);
+	if (recovered == STORE_RECOVERED_RESUME) {
+		resume_move(s, m, base);
+		dml__shard_map__free_unpacked(base, NULL);
+		return;
+	}
+	if (base)
+		dml__shard_map__free_unpacked(base, NULL);
 	for (size_t i = 0; recovered != STORE_RECOVERED_MOVED_IN && i < s->ntables; i++)
 		dml_server_ranges_clear(&s->tables[i].moved_in);
 	if (map->version > 1 && recovered != STORE_RECOVERED_ALL) {

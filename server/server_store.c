@@ -14,9 +14,12 @@
  * acknowledged without being applied twice. A server that takes its tables
  * from dml-sched does the same when the scheduler installs a job's first
  * map on it again after a restart: the store remembers the run of the job
- * its log belongs to (a new run starts an empty log), and a later map
- * version (rows moved between servers since) is not replayed: such a
- * server waits for the rows from their owners, as one that joins does.
+ * its log belongs to (a new run starts an empty log). Rows that move in
+ * are logged with the range they cover and acknowledged after the commit.
+ * The store keeps the map its rows are of (the log's first, each
+ * checkpoint's), so a server that joined at a version replays its log at
+ * it, and one that died in the middle of a move rebuilds the rows of the
+ * older map and resumes the move (server_job.c).
  *
  * Must never: send a sync ACK before the commit that holds its push
  * returned, keep serving after a failed commit (the tables would hold
@@ -196,7 +199,22 @@ struct pending_ckpt {
 	struct dml_server *s;
 	struct dml_ckpt_info info;
 	uint64_t tag;
+	void *map;                 /* info.map's bytes: the job's map, packed */
 };
+
+/* A map as the store keeps it (malloc'ed), or NULL for none. */
+static void *map_pack(const Dml__ShardMap *map, size_t *len)
+{
+	void *buf;
+
+	*len = 0;
+	if (!map)
+		return NULL;
+	*len = dml__shard_map__get_packed_size(map);
+	buf = dml_xmalloc(*len ? *len : 1);
+	dml__shard_map__pack(map, buf);
+	return buf;
+}
 
 static void snap_done(void *arg, struct dml_ckpt_snapshot *sn, int rc,
 		      const struct server_snap_figures *fig)
@@ -210,9 +228,13 @@ static void snap_done(void *arg, struct dml_ckpt_snapshot *sn, int rc,
 		if (p->tag)
 			dml_server_cut_written(s, p->tag, p->info.clock, rc, 0,
 					       "cannot copy the rows");
+		free(p->map);
 		free(p);
 		return;
 	}
+	/* The writer reads the map's bytes until the snapshot goes. */
+	if (p->map)
+		dml_ckpt_snapshot_keep(sn, p->map);
 	dml_info("store %s: checkpoint: %" PRIu64 " rows copied in %.1f ms over %.1f ms "
 		 "while pushes went on (the longest they waited: %.2f ms; %" PRIu64 " chunks "
 		 "copied ahead of a push); writing them on the writer thread",
@@ -248,6 +270,8 @@ static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep,
 	p->info.next_clock = dml_server_cut_next_clock(s);
 	p->info.lsn = dml_store_log_last(st->store);
 	p->info.clock = clock;
+	p->map = map_pack(s->job.map, &p->info.map_len);
+	p->info.map = p->map;
 	p->info.keep = keep;
 	rc = dml_server_snap_begin(s, snap_done, p);
 	if (rc) {
@@ -632,13 +656,42 @@ int dml_server_store_open(struct dml_server *s)
 	return 0;
 }
 
-int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map,
+Dml__ShardMap *dml_server_store_resume_map(struct dml_server *s, const Dml__ShardMap *map)
+{
+	struct server_store *st = s->store;
+	Dml__ShardMap *base;
+	uint64_t cv, lv;
+	size_t len;
+	void *buf;
+
+	if (!st || !map->run || map->version < 2 || dml_store_run(st->store) != map->run)
+		return NULL;
+	cv = dml_store_checkpoint_version(st->store);
+	lv = dml_store_log_version(st->store);
+	/* Those the store describes as they are (dml_server_store_job). */
+	if (cv == map->version || (cv < map->version && lv == map->version))
+		return NULL;
+	if (dml_store_base_map(st->store, &buf, &len) != 0 || !buf)
+		return NULL;
+	base = dml__shard_map__unpack(NULL, len, buf);
+	free(buf);
+	if (base && (base->job != map->job || base->run != map->run ||
+		     base->version >= map->version)) {
+		dml__shard_map__free_unpacked(base, NULL);
+		base = NULL;
+	}
+	return base;
+}
+
+int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int resume,
 			 enum store_recovered *recovered)
 {
 	struct server_store *st = s->store;
 	const char *path = s->conf->store_path;
 	char err[512] = "";
 	uint64_t cv, lv;
+	size_t map_len;
+	void *packed;
 	int rc;
 
 	*recovered = STORE_RECOVERED_NONE;
@@ -652,13 +705,14 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map,
 		cv = dml_store_checkpoint_version(st->store);
 		lv = dml_store_log_version(st->store);
 		if ((map->version == 1 && cv <= 1) || cv == map->version ||
-		    (cv < map->version && lv == map->version)) {
+		    (cv < map->version && lv == map->version) || resume) {
 			free(st->seqs);
 			st->seqs = NULL;
 			st->nseqs = 0;
 			rc = recover(s, path);
 			if (rc == 0)
-				*recovered = map->version > 1 && cv != map->version ?
+				*recovered = resume ? STORE_RECOVERED_RESUME :
+					     map->version > 1 && cv != map->version ?
 					     STORE_RECOVERED_MOVED_IN : STORE_RECOVERED_ALL;
 			return rc ? rc : track_changes(s);
 		}
@@ -672,7 +726,10 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map,
 	commit_now(s);
 	if (s->store_failed)
 		return DML_EIO;
-	rc = dml_store_start_run(st->store, map->run, map->version, err, sizeof(err));
+	packed = map_pack(map, &map_len);
+	rc = dml_store_start_run(st->store, map->run, map->version, packed, map_len, err,
+				 sizeof(err));
+	free(packed);
 	if (rc)
 		dml_err("store: %s", err);
 	return rc ? rc : track_changes(s);

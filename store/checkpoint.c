@@ -46,6 +46,7 @@ static const char version_key[] = "ckpt_version";
 static const char id_key[] = "ckpt_id";
 static const char next_clock_key[] = "ckpt_next_clock";
 static const char lsn_key[] = "ckpt_lsn";
+static const char map_key[] = "ckpt_map";
 
 /* ---- the environment ------------------------------------------------------- */
 
@@ -68,7 +69,7 @@ static int reset(struct dml_store *c, uint64_t run, char *err, size_t errlen)
 	if ((rc = mdb_drop(txn, c->ckpt, 0)) != 0 || (rc = mdb_drop(txn, c->snaps, 0)) != 0 ||
 	    (rc = drop_meta(c, txn, version_key)) != 0 || (rc = drop_meta(c, txn, id_key)) != 0 ||
 	    (rc = drop_meta(c, txn, next_clock_key)) != 0 ||
-	    (rc = drop_meta(c, txn, lsn_key)) != 0 ||
+	    (rc = drop_meta(c, txn, lsn_key)) != 0 || (rc = drop_meta(c, txn, map_key)) != 0 ||
 	    (rc = store_meta_put_u64(c, txn, store_run_key, run)) != 0) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(c, rc, err, errlen);
@@ -264,6 +265,18 @@ int dml_store_checkpoint_begin(struct dml_store *s, const struct dml_ckpt_info *
 	return 0;
 }
 
+int dml_store_base_map(struct dml_store *s, void **out, size_t *len)
+{
+	int rc;
+
+	if (!s || !out || !len)
+		return DML_EINVAL;
+	/* A checkpoint's rows are of its map; the log's records after it too. */
+	rc = store_meta_u64(s->ck, id_key) ? store_meta_get_bytes(s->ck, map_key, out, len)
+					   : store_meta_get_bytes(s, store_log_map_key, out, len);
+	return rc == 0 || rc == DML_ENOMEM ? rc : DML_EIO;
+}
+
 uint64_t dml_store_checkpoint_version(struct dml_store *s)
 {
 	return s ? store_meta_u64(s->ck, version_key) : 0;
@@ -349,6 +362,8 @@ int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t 
 		rc = store_meta_put_u64(c, txn, next_clock_key, c->info.next_clock);
 	if (!rc)
 		rc = store_meta_put_u64(c, txn, lsn_key, c->info.lsn);
+	if (!rc)
+		rc = store_meta_put_bytes(c, txn, map_key, c->info.map, c->info.map_len);
 	if (!rc && c->info.clock)
 		rc = list(c, txn, c->ckpt_id);
 	if (!rc)

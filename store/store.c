@@ -752,6 +752,44 @@ uint64_t store_meta_u64(struct dml_store *s, const char *key)
 }
 
 static const char log_version_key[] = "log_version";
+const char store_log_map_key[] = "log_map";
+
+int store_meta_put_bytes(struct dml_store *s, MDB_txn *txn, const char *key,
+			 const void *bytes, size_t len)
+{
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
+	MDB_val v = { .mv_size = len, .mv_data = (void *)bytes };
+	int rc;
+
+	if (bytes)
+		return mdb_put(txn, s->meta, &k, &v, 0);
+	rc = mdb_del(txn, s->meta, &k, NULL);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+int store_meta_get_bytes(struct dml_store *s, const char *key, void **out, size_t *len)
+{
+	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
+	MDB_txn *txn;
+	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+
+	*out = NULL;
+	*len = 0;
+	if (rc)
+		return rc;
+	rc = mdb_get(txn, s->meta, &k, &v);
+	if (rc == 0 && v.mv_size) {
+		*out = malloc(v.mv_size);
+		if (*out) {
+			memcpy(*out, v.mv_data, v.mv_size);
+			*len = v.mv_size;
+		} else {
+			rc = DML_ENOMEM;
+		}
+	}
+	mdb_txn_abort(txn);
+	return rc == MDB_NOTFOUND ? 0 : rc;
+}
 
 uint64_t dml_store_run(struct dml_store *s)
 {
@@ -763,8 +801,8 @@ uint64_t dml_store_log_version(struct dml_store *s)
 	return s ? store_meta_u64(s, log_version_key) : 0;
 }
 
-int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version, char *err,
-			size_t errlen)
+int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version,
+			const void *map, size_t map_len, char *err, size_t errlen)
 {
 	MDB_txn *txn;
 	int rc;
@@ -777,7 +815,8 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version, cha
 		return store_commit_fail(s, rc, err, errlen);
 	if ((rc = mdb_drop(txn, s->log, 0)) != 0 || (rc = mdb_drop(txn, s->dedupe, 0)) != 0 ||
 	    (rc = store_meta_put_u64(s, txn, store_run_key, run)) != 0 ||
-	    (rc = store_meta_put_u64(s, txn, log_version_key, version)) != 0) {
+	    (rc = store_meta_put_u64(s, txn, log_version_key, version)) != 0 ||
+	    (rc = store_meta_put_bytes(s, txn, store_log_map_key, map, map_len)) != 0) {
 		mdb_txn_abort(txn);
 		return store_commit_fail(s, rc, err, errlen);
 	}

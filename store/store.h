@@ -119,14 +119,23 @@ int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r,
 uint64_t dml_store_run(struct dml_store *s);
 
 /**
- * Start the log of another run, at map version `version`: drop every
- * record, the dedupe state, the batch and the checkpoints, and name run. 0, or DML_EIO with err naming
+ * Start the log of another run, at map version `version` (map: that map,
+ * packed, or NULL): drop every record, the dedupe state, the batch and the
+ * checkpoints, and name run. 0, or DML_EIO with err naming
  * the path and the cause (the log's part is one transaction, the
  * checkpoints' another: a crash between leaves checkpoints of the old run,
  * which the next open drops).
  */
-int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version, char *err,
-			size_t errlen);
+int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version,
+			const void *map, size_t map_len, char *err, size_t errlen);
+
+/**
+ * The shard map (packed) the stored rows start from: the newest
+ * checkpoint's, else the one the log began at (start_run's). *out is
+ * malloc'ed for the caller, NULL (with 0) when none was stored.
+ * 0 or DML_EIO.
+ */
+int dml_store_base_map(struct dml_store *s, void **out, size_t *len);
 
 /**
  * The map version the run's log began at (start_run's version): rows that
@@ -159,6 +168,8 @@ struct dml_ckpt_info {
 	uint64_t lsn;              /* the last log record they hold (dml_store_log_last) */
 	uint64_t clock;            /* listed under this clock; 0: not listed */
 	uint32_t keep;             /* listed ones kept, the newest (>= 1 when listed) */
+	const void *map;           /* the shard map its rows are of (packed), or NULL; */
+	size_t map_len;            /* it must stay valid until the end */
 };
 
 /**

@@ -93,6 +93,12 @@ uint64_t store_ckpt_lsn(struct dml_store *s);
 /** The u64 (little-endian) under key in "meta" within txn; 0 when there is none. */
 int store_meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out);
 int store_meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t value);
+/* meta[key] = len bytes, or deleted when bytes is NULL. */
+int store_meta_put_bytes(struct dml_store *s, MDB_txn *txn, const char *key,
+			 const void *bytes, size_t len);
+/* A malloc'ed copy of meta[key] (NULL, 0: none). 0, DML_ENOMEM or an LMDB code. */
+int store_meta_get_bytes(struct dml_store *s, const char *key, void **out, size_t *len);
+extern const char store_log_map_key[];
 
 /** The u64 (little-endian) under key in "meta"; 0 when there is none. */
 uint64_t store_meta_u64(struct dml_store *s, const char *key);

@@ -1063,6 +1063,34 @@ static struct dml_test_server *start_store_server(struct dml_test_env *env,
 	return s;
 }
 
+/* Servers 1 and 2 with a [store], job j (of run) installed at v1 on both. */
+static void stores_at_v1(struct dml_test_env **env, struct dml_fake_sched **f,
+			 struct job *j, struct dml_test_server **s, uint64_t run)
+{
+	const uint32_t ids2[] = { 1, 2 };
+
+	ck_assert_int_eq(dml_test_env_new(env), 0);
+	ck_assert_int_eq(dml_fake_sched_start(dml_test_env_secret(*env), f), 0);
+	job_init(j, JOB);
+	j->map.run = run;
+	s[0] = start_store_server(*env, *f, 1, j->addr[1], sizeof(j->addr[1]));
+	s[1] = start_store_server(*env, *f, 2, j->addr[2], sizeof(j->addr[2]));
+	job_map(j, 1, ids2, 2, v1_ranges, 4);
+	install_all(*f, j, ids2, 2, 0);
+}
+
+/* SIGKILL server id (s) and start it again; its log's size before. */
+static size_t crash_restart(struct dml_fake_sched *f, struct dml_test_server *s, uint32_t id)
+{
+	size_t from = dml_test_server_log_size(s);
+
+	dml_test_server_kill(s);
+	ck_assert_int_eq(dml_test_server_restart(s), 0);
+	ck_assert_int_eq(dml_fake_sched_wait_registered(f, DML__ROLE__SERVER, id, WAIT_MS, NULL,
+							0), 0);
+	return from;
+}
+
 /*
  * A server that joins a job with a [store] logs the rows that move in, and
  * acknowledges them once they are on disk (their senders free them then):
@@ -1075,7 +1103,7 @@ START_TEST(test_joiner_restart_keeps_moved_rows)
 	static struct model md;
 	static float before_d[DKEYS * DW], before_s[NSPARSE * SW];
 	static float after_d[DKEYS * DW], after_s[NSPARSE * SW];
-	const uint32_t ids2[] = { 1, 2 }, ids3[] = { 1, 2, 3 }, id3[] = { 3 };
+	const uint32_t ids3[] = { 1, 2, 3 }, id3[] = { 3 };
 	struct dml_test_env *env;
 	struct dml_fake_sched *f;
 	struct dml_test_server *s[3];
@@ -1084,14 +1112,7 @@ START_TEST(test_joiner_restart_keeps_moved_rows)
 	dml_t *d;
 	size_t from;
 
-	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	ck_assert_int_eq(dml_fake_sched_start(dml_test_env_secret(env), &f), 0);
-	job_init(&j, JOB);
-	j.map.run = 0x5eed;
-	s[0] = start_store_server(env, f, 1, j.addr[1], sizeof(j.addr[1]));
-	s[1] = start_store_server(env, f, 2, j.addr[2], sizeof(j.addr[2]));
-	job_map(&j, 1, ids2, 2, v1_ranges, 4);
-	install_all(f, &j, ids2, 2, 0);
+	stores_at_v1(&env, &f, &j, s, 0x5eed);
 	first_steps(env, s, 2, &md, 12345, NULL, NULL);
 
 	/* Server 3 joins: rows of both servers move to it; then a step. */
@@ -1106,11 +1127,7 @@ START_TEST(test_joiner_restart_keeps_moved_rows)
 	dml_opts_free(o);
 
 	/* It dies; started again, the same map is ACKed from its log alone. */
-	from = dml_test_server_log_size(s[2]);
-	dml_test_server_kill(s[2]);
-	ck_assert_int_eq(dml_test_server_restart(s[2]), 0);
-	ck_assert_int_eq(dml_fake_sched_wait_registered(f, DML__ROLE__SERVER, 3, WAIT_MS, NULL,
-							0), 0);
+	from = crash_restart(f, s[2], 3);
 	install_all(f, &j, id3, 1, 0);
 	{
 		const char *const held[] = { "the log held them", NULL };
@@ -1119,6 +1136,48 @@ START_TEST(test_joiner_restart_keeps_moved_rows)
 	}
 	kept_then_step(env, s, 3, &md, before_d, before_s, after_d, after_s, 3,
 		       "after the restart");
+	all_down(s, 3, f, env);
+}
+END_TEST
+
+/*
+ * A server with a [store] that dies in the middle of a move it gives rows
+ * in: servers 1 and 2 get v2 and trade rows, but server 3, which is to
+ * receive from both, does not have v2 yet, so their rows for it wait.
+ * Server 1 is SIGKILLed; started again and given v2, it rebuilds its rows
+ * of v1 and what moved in from its log, ACKs v2 at once and sends server 3
+ * its share (and server 2 again what it already has, which server 2
+ * acknowledges unapplied). Every value arrives bit for bit.
+ */
+START_TEST(test_sender_restart_resumes_its_move)
+{
+	static struct model md;
+	static float p1d[DKEYS * DW], p1s[NSPARSE * SW], p2d[DKEYS * DW], p2s[NSPARSE * SW];
+	const uint32_t ids2[] = { 1, 2 }, ids3[] = { 1, 2, 3 };
+	const char *const resumed[] = { "resuming the move from map v1 to v2", NULL };
+	struct dml_test_env *env;
+	struct dml_fake_sched *f;
+	struct dml_test_server *s[3];
+	struct job j;
+	size_t from;
+
+	stores_at_v1(&env, &f, &j, s, 0xbeef);
+	first_steps(env, s, 2, &md, 4242, p1d, p1s);
+
+	/* v2 on servers 1 and 2 only: server 3 is up but has no job yet. */
+	s[2] = start_store_server(env, f, 3, j.addr[3], sizeof(j.addr[3]));
+	job_map(&j, 2, ids3, 3, v2_ranges, 6);
+	install_all(f, &j, ids2, 2, 0);
+	expect_log(s[0], "job 7: map v2: giving");
+
+	from = crash_restart(f, s[0], 1);
+	install_all(f, &j, ids2, 1, 0);
+	ck_assert_int_ge(dml_test_server_log_wait(s[0], from, resumed, WAIT_MS), 0);
+
+	/* Server 3 gets v2 at last: both send it its rows. */
+	install_all(f, &j, ids3 + 2, 1, 0);
+	expect_log(s[2], "job 7: map v2 complete in ");
+	kept_then_step(env, s, 3, &md, p1d, p1s, p2d, p2s, 2, "after the resumed move");
 	all_down(s, 3, f, env);
 }
 END_TEST
@@ -1135,6 +1194,7 @@ static Suite *remap_suite(void)
 	tcase_add_test(tc, test_remap_newer_map_midway);
 	tcase_add_test(tc, test_remap_held_pulls);
 	tcase_add_test(tc, test_joiner_restart_keeps_moved_rows);
+	tcase_add_test(tc, test_sender_restart_resumes_its_move);
 	suite_add_tcase(s, tc);
 	return s;
 }

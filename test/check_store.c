@@ -770,7 +770,7 @@ static void checkpoint_rows(struct dml_store *s, const struct dml_ckpt_info *inf
 /* Unlisted, map version 7, next clock 12, holding the whole log. */
 static void checkpoint_two_chunks(struct dml_store *s, int commit)
 {
-	struct dml_ckpt_info info = { 7, 12, dml_store_log_last(s), 0, 0 };
+	struct dml_ckpt_info info = { 7, 12, dml_store_log_last(s), 0, 0, "m7", 2 };
 
 	checkpoint_rows(s, &info, commit);
 }
@@ -798,6 +798,15 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	checkpoint_two_chunks(s, 1);
 	ck_assert_uint_eq(dml_store_log_count(s), 0);
 	ck_assert_uint_eq(dml_store_checkpoint_version(s), 7);
+	{
+		void *m;
+		size_t n;
+
+		/* The checkpoint's map, not the log's first. */
+		ck_assert_int_eq(dml_store_base_map(s, &m, &n), 0);
+		ck_assert(n == 2 && memcmp(m, "m7", 2) == 0);
+		free(m);
+	}
 	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 12);
 	dml_store_close(s);
 	s = open_ok(1, 0);
@@ -809,9 +818,18 @@ START_TEST(test_checkpoint_empties_log_and_reads_back)
 	ck_assert_int_eq(dml_store_checkpoint_each(s, ck_fn, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(c.chunks, 2);
 	/* A new run drops it. */
-	ck_assert_int_eq(dml_store_start_run(s, 42, 1, err, sizeof(err)), 0);
+	ck_assert_int_eq(dml_store_start_run(s, 42, 1, "m1", 2, err, sizeof(err)), 0);
 	ck_assert_uint_eq(dml_store_run(s), 42);
 	ck_assert_uint_eq(dml_store_log_version(s), 1);
+	{
+		void *m;
+		size_t n;
+
+		/* No checkpoint of the run: the map the log began at. */
+		ck_assert_int_eq(dml_store_base_map(s, &m, &n), 0);
+		ck_assert(n == 2 && memcmp(m, "m1", 2) == 0);
+		free(m);
+	}
 	ck_assert_uint_eq(dml_store_checkpoint_version(s), 0);
 	ck_assert_uint_eq(dml_store_checkpoint_next_clock(s), 0);
 	memset(&c, 0, sizeof(c));
@@ -849,7 +867,7 @@ END_TEST
 /* A checkpoint of two chunks listed under clock, keeping keep. */
 static void checkpoint_listed(struct dml_store *s, uint64_t clock, uint32_t keep)
 {
-	struct dml_ckpt_info info = { 3, 0, dml_store_log_last(s), clock, keep };
+	struct dml_ckpt_info info = { 3, 0, dml_store_log_last(s), clock, keep, NULL, 0 };
 
 	checkpoint_rows(s, &info, 1);
 }
@@ -941,7 +959,7 @@ START_TEST(test_listed_checkpoints_keep_the_newest)
 	checkpoint_listed(s, 50, 1);
 	listed_expect(s, "50");
 	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 2);
-	ck_assert_int_eq(dml_store_start_run(s, 43, 2, err, sizeof(err)), 0);
+	ck_assert_int_eq(dml_store_start_run(s, 43, 2, NULL, 0, err, sizeof(err)), 0);
 	listed_expect(s, "");
 	ck_assert_uint_eq(raw_count("ckpt/ckpt"), 0);
 	dml_store_close(s);
@@ -956,7 +974,7 @@ END_TEST
 START_TEST(test_checkpoint_holds_records_up_to_its_lsn)
 {
 	struct dml_store *s;
-	struct dml_ckpt_info info = { 1, 0, 2, 0, 0 };
+	struct dml_ckpt_info info = { 1, 0, 2, 0, 0, NULL, 0 };
 
 	values_init();
 	s = open_ok(1, 0);
@@ -1022,7 +1040,7 @@ START_TEST(test_writer_thread)
 	struct dml_ckpt_writer *w;
 	struct dml_ckpt_snapshot *sn;
 	struct dml_ckpt_result r;
-	struct dml_ckpt_info info = { 3, 0, 0, 10, 2 };
+	struct dml_ckpt_info info = { 3, 0, 0, 10, 2, NULL, 0 };
 	float *rows = malloc(10 * sizeof(float));
 	uint64_t *keys = malloc(sizeof(sparse_keys));
 	float *srows = malloc(12 * sizeof(float));
