@@ -1112,6 +1112,16 @@ static void remap(struct dml_server *s, const Dml__Meta *m)
 
 /* ---- a new job ----------------------------------------------------------------- */
 
+/* Free tables built by tables_build (not installed). */
+static void tables_discard(struct table_entry *tables, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		dml_table_free(tables[i].table);
+		dml_server_ranges_clear(&tables[i].served);
+	}
+	free(tables);
+}
+
 /* The job's tables, holding what the map gives this server. */
 static int tables_build(struct dml_server *s, const Dml__JobSpec *spec,
 			const Dml__ShardMap *map, struct table_entry **out, struct line *l)
@@ -1161,11 +1171,7 @@ static int tables_build(struct dml_server *s, const Dml__JobSpec *spec,
 		}
 	}
 	if (rc) {
-		for (size_t i = 0; i < spec->n_tables; i++) {
-			dml_table_free(tables[i].table);
-			dml_server_ranges_clear(&tables[i].served);
-		}
-		free(tables);
+		tables_discard(tables, spec->n_tables);
 		return rc;
 	}
 	*out = tables;
@@ -1226,28 +1232,21 @@ static void resume_move(struct dml_server *s, const Dml__Meta *m, const Dml__Sha
 	remap(s, m);
 }
 
-static void install_new(struct dml_server *s, const Dml__Meta *m)
+/* A new job's map; base: the older map to resume a move from, or NULL. */
+static void install_from(struct dml_server *s, const Dml__Meta *m, const Dml__ShardMap *base)
 {
 	const Dml__JobSpec *spec = m->job_spec;
 	const Dml__ShardMap *map = m->shard_map;
 	struct table_entry *tables;
 	struct line l = { 0 };
 	enum store_recovered recovered = STORE_RECOVERED_NONE;
-	Dml__ShardMap *base = dml_server_store_resume_map(s, map);
 	char why[64];
 	int rc;
 
 	rc = tables_build(s, spec, map, &tables, &l);
-	if (rc == 0 && base && (rc = tables_widen(s, spec, base, tables)) != 0) {
-		for (size_t i = 0; i < spec->n_tables; i++) {
-			dml_table_free(tables[i].table);
-			dml_server_ranges_clear(&tables[i].served);
-		}
-		free(tables);
-	}
+	if (rc == 0 && base && (rc = tables_widen(s, spec, base, tables)) != 0)
+		tables_discard(tables, spec->n_tables);
 	if (rc) {
-		if (base)
-			dml__shard_map__free_unpacked(base, NULL);
 		sched_error(s, m->request_id, rc, "job %u: cannot make its tables: %s", map->job,
 			    dml_strerror(rc));
 		return;
@@ -1274,8 +1273,6 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	 * push sequences from it. */
 	rc = dml_server_store_job(s, map, base != NULL, &recovered);
 	if (rc) {
-		if (base)
-			dml__shard_map__free_unpacked(base, NULL);
 		sched_error(s, m->request_id, rc, "job %u: its gradient log: %s", map->job,
 			    dml_strerror(rc));
 		return;
@@ -1283,11 +1280,8 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 	dml_server_clock_reset(s, spec->staleness, spec->workers);
 	if (recovered == STORE_RECOVERED_RESUME) {
 		resume_move(s, m, base);
-		dml__shard_map__free_unpacked(base, NULL);
 		return;
 	}
-	if (base)
-		dml__shard_map__free_unpacked(base, NULL);
 	for (size_t i = 0; recovered != STORE_RECOVERED_MOVED_IN && i < s->ntables; i++)
 		dml_server_ranges_clear(&s->tables[i].moved_in);
 	if (map->version > 1 && recovered != STORE_RECOVERED_ALL) {
@@ -1326,6 +1320,15 @@ static void install_new(struct dml_server *s, const Dml__Meta *m)
 		 map->job, (unsigned long long)map->version, line_text(&l),
 		 (long long)spec->staleness, spec->workers);
 	sched_ack(s, m->request_id);
+}
+
+static void install_new(struct dml_server *s, const Dml__Meta *m)
+{
+	Dml__ShardMap *base = dml_server_store_resume_map(s, m->shard_map);
+
+	install_from(s, m, base);
+	if (base)
+		dml__shard_map__free_unpacked(base, NULL);
 }
 
 /* ---- frames from the scheduler and from peers --------------------------------- */

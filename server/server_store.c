@@ -656,20 +656,33 @@ int dml_server_store_open(struct dml_server *s)
 	return 0;
 }
 
+/*
+ * What the store of map's run holds of map as it is: every row of its ranges
+ * (its first version, or a checkpoint of it), the rows that moved in (the
+ * log began at it: the server joined there), or nothing here (NONE: the rows
+ * of a later version are in a checkpoint of it, taken once its moves were
+ * done, or nowhere here).
+ */
+static enum store_recovered store_describes(struct dml_store *store, const Dml__ShardMap *map)
+{
+	uint64_t cv = dml_store_checkpoint_version(store);
+
+	if ((map->version == 1 && cv <= 1) || cv == map->version)
+		return STORE_RECOVERED_ALL;
+	if (cv < map->version && dml_store_log_version(store) == map->version)
+		return STORE_RECOVERED_MOVED_IN;
+	return STORE_RECOVERED_NONE;
+}
+
 Dml__ShardMap *dml_server_store_resume_map(struct dml_server *s, const Dml__ShardMap *map)
 {
 	struct server_store *st = s->store;
 	Dml__ShardMap *base;
-	uint64_t cv, lv;
 	size_t len;
 	void *buf;
 
-	if (!st || !map->run || map->version < 2 || dml_store_run(st->store) != map->run)
-		return NULL;
-	cv = dml_store_checkpoint_version(st->store);
-	lv = dml_store_log_version(st->store);
-	/* Those the store describes as they are (dml_server_store_job). */
-	if (cv == map->version || (cv < map->version && lv == map->version))
+	if (!st || !map->run || map->version < 2 || dml_store_run(st->store) != map->run ||
+	    store_describes(st->store, map) != STORE_RECOVERED_NONE)
 		return NULL;
 	if (dml_store_base_map(st->store, &buf, &len) != 0 || !buf)
 		return NULL;
@@ -689,7 +702,7 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int res
 	struct server_store *st = s->store;
 	const char *path = s->conf->store_path;
 	char err[512] = "";
-	uint64_t cv, lv;
+	enum store_recovered how;
 	size_t map_len;
 	void *packed;
 	int rc;
@@ -700,26 +713,21 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int res
 	/* What is written now is of the tables being replaced. */
 	dml_ckpt_writer_drain(st->writer);
 	if (map->run && dml_store_run(st->store) == map->run) {
-		/* The rows of a later version are in a checkpoint of it (taken
-		 * once its moves were done) or nowhere here. */
-		cv = dml_store_checkpoint_version(st->store);
-		lv = dml_store_log_version(st->store);
-		if ((map->version == 1 && cv <= 1) || cv == map->version ||
-		    (cv < map->version && lv == map->version) || resume) {
+		how = resume ? STORE_RECOVERED_RESUME : store_describes(st->store, map);
+		if (how != STORE_RECOVERED_NONE) {
 			free(st->seqs);
 			st->seqs = NULL;
 			st->nseqs = 0;
 			rc = recover(s, path);
 			if (rc == 0)
-				*recovered = resume ? STORE_RECOVERED_RESUME :
-					     map->version > 1 && cv != map->version ?
-					     STORE_RECOVERED_MOVED_IN : STORE_RECOVERED_ALL;
+				*recovered = how;
 			return rc ? rc : track_changes(s);
 		}
 		dml_warn("store %s: job %u is at map v%llu, the store's checkpoint at v%llu and "
 			 "its log began at v%llu: not replayed; waiting for the rows from their "
 			 "owners", path, map->job, (unsigned long long)map->version,
-			 (unsigned long long)cv, (unsigned long long)lv);
+			 (unsigned long long)dml_store_checkpoint_version(st->store),
+			 (unsigned long long)dml_store_log_version(st->store));
 		return track_changes(s);
 	}
 	/* Commit what the previous job left waiting before its log goes. */
