@@ -40,6 +40,7 @@
 #define MAX_U32 4294967295.0
 
 const char *const dml_rebalance_names[] = { "auto", "off", NULL };
+const char *const dml_batch_split_names[] = { "auto", "equal", "rate", NULL };
 /* What dml-worker's apps can hold in one batch: 1 GiB of floats. */
 #define APP_BATCH_FLOATS_MAX (UINT64_C(1) << 28)
 /* mlp: the widest layer, so that a weight row (inputs + bias) fits a key. */
@@ -83,6 +84,7 @@ struct job_file {
 	int rebalance;             /* index into dml_rebalance_names */
 	double rebalance_threshold;
 	uint32_t rebalance_hold_ms;
+	int batch_split;           /* index into dml_batch_split_names */
 	struct job_file_table *tables;
 	size_t ntables;
 };
@@ -389,6 +391,11 @@ static const struct dml_conf_option job_options[] = {
 	  "than its rate calls for) that counts as drift" },
 	{ "job", "rebalance_hold_ms", DML_CONF_U32, J(rebalance_hold_ms), "5000", 1, MAX_U32,
 	  NULL, NULL, "how long a drift must last before the partitions move" },
+	{ "job", "batch_split", DML_CONF_ENUM, J(batch_split), "auto", 0, 0,
+	  dml_batch_split_names, NULL, "rate: each clock's batch_size x workers examples "
+	  "split by the workers' measured speeds, so a slow worker takes a smaller batch "
+	  "(LB-BSP); equal: batch_size each; auto: rate under BSP and SSP, equal when "
+	  "asynchronous" },
 	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
 	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
 	{ "job", "checkpoint_every_s", DML_CONF_U32, J(checkpoint_every_s), "0", 0, 604800, NULL,
@@ -510,6 +517,7 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->rebalance = (uint32_t)f->rebalance;
 	s->rebalance_threshold = f->rebalance_threshold;
 	s->rebalance_hold_ms = f->rebalance_hold_ms;
+	s->batch_split = (uint32_t)f->batch_split;
 	if (f->ntables) {
 		v->tables = dml_xcalloc(f->ntables, sizeof(*v->tables));
 		v->table_ptrs = dml_xcalloc(f->ntables, sizeof(*v->table_ptrs));
@@ -700,6 +708,43 @@ static const Dml__TableSpec *table_find(const Dml__JobSpec *s, uint32_t id)
 	return NULL;
 }
 
+/*
+ * A batch of the largest size a worker may be given, times width floats
+ * per example, must fit what an app's batch may hold. app and what name
+ * them in the message ("lsq", "dim").
+ */
+static int batch_fits(const Dml__JobSpec *s, const char *app, const char *what,
+		      uint32_t width, char *err, size_t errlen)
+{
+	uint64_t most = dml_job_batch_max(s);
+	char by_rate[160] = "";
+
+	if (most > s->batch_size)
+		snprintf(by_rate, sizeof(by_rate), " (x %d: the largest batch one worker is "
+			 "given when batches follow rates; batch_split = equal keeps batch_size)",
+			 DML_BATCH_CAP_FACTOR);
+	if (most > INT_MAX)
+		return fail(err, errlen, "app %s: batch_size %" PRIu32 " out of range 1..%d%s",
+			    app, s->batch_size, INT_MAX, by_rate);
+	if (most * width > APP_BATCH_FLOATS_MAX)
+		return fail(err, errlen, "app %s: batch_size %" PRIu32 " x %s %" PRIu32 " is "
+			    "more than %" PRIu64 " floats a batch may hold%s", app,
+			    s->batch_size, what, width, APP_BATCH_FLOATS_MAX, by_rate);
+	return 0;
+}
+
+int dml_job_batch_by_rate(const Dml__JobSpec *s)
+{
+	if (s->batch_split == DML_BATCH_AUTO)
+		return s->staleness >= 0;
+	return s->batch_split == DML_BATCH_RATE;
+}
+
+uint64_t dml_job_batch_max(const Dml__JobSpec *s)
+{
+	return (uint64_t)s->batch_size * (dml_job_batch_by_rate(s) ? DML_BATCH_CAP_FACTOR : 1);
+}
+
 /* What the lsq app of dml-worker needs (the rules of its own check in
  * worker/app_lsq.c): synthetic data, the loss metric, batches it can hold,
  * and w of dim features in dense table 0. */
@@ -716,13 +761,8 @@ static int check_app_lsq(const Dml__JobSpec *s, char *err, size_t errlen)
 	if (s->dim < 1 || s->dim > INT_MAX)
 		return fail(err, errlen, "app lsq: dim %" PRIu32 " out of range 1..%d", s->dim,
 			    INT_MAX);
-	if (s->batch_size > INT_MAX)
-		return fail(err, errlen, "app lsq: batch_size %" PRIu32 " out of range 1..%d",
-			    s->batch_size, INT_MAX);
-	if ((uint64_t)s->batch_size * s->dim > APP_BATCH_FLOATS_MAX)
-		return fail(err, errlen, "app lsq: batch_size %" PRIu32 " x dim %" PRIu32
-			    " is more than %" PRIu64 " floats a batch may hold", s->batch_size,
-			    s->dim, APP_BATCH_FLOATS_MAX);
+	if (batch_fits(s, "lsq", "dim", s->dim, err, errlen))
+		return DML_EINVAL;
 	if (s->examples < 1)
 		return fail(err, errlen, "app lsq: synthetic data needs examples >= 1");
 	if (!t || !t->dense || t->keys != s->dim || t->width != 1)
@@ -865,12 +905,7 @@ static int check_app_mlp(const Dml__JobSpec *s, char *err, size_t errlen)
 		widest = sizes[l + 1] > widest ? sizes[l + 1] : widest;
 		widest = sizes[l] > widest ? sizes[l] : widest;
 	}
-	if (s->batch_size > INT_MAX ||
-	    (uint64_t)s->batch_size * widest > APP_BATCH_FLOATS_MAX)
-		return fail(err, errlen, "app mlp: batch_size %" PRIu32 " x the widest layer "
-			    "(%" PRIu32 ") is more than %" PRIu64 " floats a batch may hold",
-			    s->batch_size, widest, APP_BATCH_FLOATS_MAX);
-	return 0;
+	return batch_fits(s, "mlp", "the widest layer", widest, err, errlen);
 }
 
 /*
@@ -906,12 +941,7 @@ static int check_app_sparse_lr(const Dml__JobSpec *s, char *err, size_t errlen)
 	if (synth && t->width != 1)
 		return fail(err, errlen, "app sparse_lr: synthetic data is binary: table 0 "
 			    "needs width 1, not %" PRIu32, t->width);
-	if (s->batch_size > INT_MAX ||
-	    (uint64_t)s->batch_size * t->width > APP_BATCH_FLOATS_MAX)
-		return fail(err, errlen, "app sparse_lr: batch_size %" PRIu32 " x width %"
-			    PRIu32 " is more than %" PRIu64 " floats a batch may hold",
-			    s->batch_size, t->width, APP_BATCH_FLOATS_MAX);
-	return 0;
+	return batch_fits(s, "sparse_lr", "width", t->width, err, errlen);
 }
 
 /*
@@ -942,12 +972,7 @@ static int check_app_mf(const Dml__JobSpec *s, char *err, size_t errlen)
 	    strcmp(str_or_empty(v->init), "zeros") == 0)
 		return fail(err, errlen, "app mf: tables 0 and 1 both start at zeros, where "
 			    "every gradient is zero: give them init = normal (scale 0.1, say)");
-	if (s->batch_size > INT_MAX ||
-	    (uint64_t)s->batch_size * u->width > APP_BATCH_FLOATS_MAX)
-		return fail(err, errlen, "app mf: batch_size %" PRIu32 " x width %" PRIu32
-			    " is more than %" PRIu64 " floats a batch may hold", s->batch_size,
-			    u->width, APP_BATCH_FLOATS_MAX);
-	return 0;
+	return batch_fits(s, "mf", "width", u->width, err, errlen);
 }
 
 /* Metric with a target: a stop condition (the same test as jobs.c makes). */
@@ -992,9 +1017,11 @@ static int check_job(const Dml__JobSpec *s, char *err, size_t errlen)
 	if (!(isfinite(s->rebalance_threshold) && s->rebalance_threshold >= 0))
 		return fail(err, errlen, "rebalance_threshold %g must be finite and >= 0",
 			    s->rebalance_threshold);
-	if (s->rebalance > DML_REBALANCE_OFF || s->stale_scaling > DML_STALE_INVERSE)
-		return fail(err, errlen, "rebalance %u or stale_scaling %u is not one this "
-			    "build knows", s->rebalance, s->stale_scaling);
+	if (s->rebalance > DML_REBALANCE_OFF || s->stale_scaling > DML_STALE_INVERSE ||
+	    s->batch_split > DML_BATCH_RATE)
+		return fail(err, errlen, "rebalance %u, stale_scaling %u or batch_split %u is "
+			    "not one this build knows", s->rebalance, s->stale_scaling,
+			    s->batch_split);
 	if (s->target > 0 && !*str_or_empty(s->metric))
 		return fail(err, errlen, "target %g needs a metric", s->target);
 	if (s->max_clocks == 0 && s->max_epochs == 0 && !metric_stops(s))

@@ -82,6 +82,20 @@ void dml_job_spec_free(Dml__JobSpec *spec);
 enum dml_rebalance { DML_REBALANCE_AUTO, DML_REBALANCE_OFF };
 extern const char *const dml_rebalance_names[];
 
+/* JobSpec.batch_split: how the global batch is shared out each clock. */
+enum dml_batch_split { DML_BATCH_AUTO, DML_BATCH_EQUAL, DML_BATCH_RATE };
+extern const char *const dml_batch_split_names[];
+
+/* Under a split by rate, a worker's batch is at most this many times
+ * batch_size: its buffers are sized for it. */
+#define DML_BATCH_CAP_FACTOR 4
+
+/** 1 when the job's per-worker batches follow compute rates (LB-BSP). */
+int dml_job_batch_by_rate(const Dml__JobSpec *s);
+
+/** The largest batch a worker of the job may be given. */
+uint64_t dml_job_batch_max(const Dml__JobSpec *s);
+
 /** Job state names: "pending", "running", ...; "unknown" otherwise. */
 const char *dml_job_state_name(int state);
 

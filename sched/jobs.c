@@ -12,7 +12,18 @@
  * as much as the new counts require.
  *
  * Worker rates: the candidate's rate when it joins; once it reports a
- * positive examples/s, an exponential moving average of its reports. The
+ * positive examples/s, an exponential moving average of its reports; and
+ * its speed, examples per second of its own work (computing, and waiting
+ * for its own requests: wait_s less held_s, the time its pulls were held
+ * for other workers' clocks), from the growth of those between reports,
+ * averaged the same way. Under BSP a worker's examples/s is the job's
+ * pace, not its speed: a job whose batches follow the rates (LB-BSP,
+ * dml_job_batch_by_rate) weighs its workers by speed, for batches and
+ * partitions alike; any other by examples/s, with batch_size for everyone.
+ * A step's own communication costs a slow worker more, and does not shrink
+ * with its batch: a speed that counts it makes the batches converge to
+ * equal step times (b_i / speed_i), where computing alone left the slow
+ * worker the last to every clock. The
  * rate matters at the next reassignment: a loss, a join, `dmlctl
  * rebalance`, or (rebalance = auto) a drift: once every live worker measured
  * its rate, the load deviation of the partitions held from those the rates
@@ -48,6 +59,7 @@
 #include "util.h"
 
 #define RATE_ALPHA 0.3             /* weight of a new report in the rate average */
+#define SPEED_SAMPLE_S 0.05        /* seconds of work a measure of speed spans */
 #define REBALANCE_THRESHOLD 0.25   /* rebalance = auto: the default drift, */
 #define REBALANCE_HOLD_MS 5000u    /* and how long it must last */
 #define LIST_MAX 72                /* bytes of a number list inside an event line */
@@ -57,6 +69,10 @@
 /* What jobs.c keeps about a worker beyond the public struct. */
 struct worker_priv {
 	int rate_measured;         /* rate is the average of its reports */
+	int speed_measured;        /* speed is the average of its reports */
+	uint64_t mark_examples;    /* examples and work seconds of its report */
+	double mark_work_s;        /* when speed was last measured */
+	int last_move;             /* its batch's last change: -1, 0 (none) or 1 */
 	int has_loss;              /* it reported a loss at least once */
 	uint64_t examples_raw;     /* examples in its latest report */
 };
@@ -69,6 +85,9 @@ struct job_impl {
 	 * and the assignment version that was in force then */
 	uint64_t drift_since_ms;
 	uint64_t drift_version;
+	/* the last split weighed a live worker by its profile or a stand-in,
+	 * not by what it measured in this job */
+	int guessed;
 };
 
 struct dml_jobs {
@@ -260,29 +279,119 @@ static struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
 	job->nworkers++;
 	w->node_id = node_id;
 	w->live = 1;
-	w->rate = rate_ok(rate);
+	w->rate = w->speed = rate_ok(rate);
+	w->batch = job->spec->batch_size;
 	w->clock = clock;
 	return w;
 }
 
+/* What worker i's share follows, and whether it was measured yet. */
+static double worker_weight(const struct dml_job *job, size_t i, int *measured)
+{
+	const struct dml_job_worker *w = &job->workers[i];
+	const struct worker_priv *wp = &impl_c(job)->priv[i];
+
+	if (dml_job_batch_by_rate(job->spec)) {
+		*measured = wp->speed_measured;
+		return rate_ok(w->speed);
+	}
+	*measured = wp->rate_measured;
+	return rate_ok(w->rate);
+}
+
 /*
- * The partition counts the live workers' rates call for (counts: nworkers
- * entries); the number of live workers (0: counts are all 0).
+ * Whether a live worker's weight is not a measure of this job: its profile
+ * (another job's examples/s on that machine) or a stand-in.
  */
-static size_t ideal_counts(const struct dml_job *job, uint64_t *counts)
+static int split_guessed(const struct dml_job *job)
+{
+	for (size_t i = 0; i < job->nworkers; i++) {
+		int measured;
+
+		worker_weight(job, i, &measured);
+		if (job->workers[i].live && !measured)
+			return 1;
+	}
+	return 0;
+}
+
+/* -1, 0 or 1: the sign of b - a. */
+static int direction(uint64_t a, uint64_t b)
+{
+	return (b > a) - (b < a);
+}
+
+/*
+ * The batches of a split by speed (LB-BSP) from the speeds in rates (the
+ * dead at 0), into batches. With step (a reassignment, not a measure), a
+ * worker whose batch would move back the way it came goes only half way: a
+ * worker under a CPU quota is fast while its step fits in its quota and
+ * slow beyond, so its speed depends on its batch, and full steps swung a
+ * slow worker's batch 512 -> 122 -> 268 -> 142; halving after a reversal
+ * settles at the balance, while a move that keeps its direction stays
+ * whole (it was 4 holds from 512 to 156 when every move was halved).
+ */
+static void split_batches(const struct dml_job *job, double *rates, const bool *live,
+			  size_t nlive, int step, uint64_t *batches)
+{
+	const struct worker_priv *priv = impl_c(job)->priv;
+	uint64_t total = (uint64_t)job->spec->batch_size * nlive;
+	uint64_t cap = dml_job_batch_max(job->spec);
+	uint32_t n = (uint32_t)job->nworkers;
+	int halved = 0;
+
+	/* every argument is ours and valid: the calls cannot refuse them */
+	dml_assign_batch_sizes(total, rates, live, n, cap, batches);
+	for (uint32_t i = 0; step && i < n; i++) {
+		uint64_t now = job->workers[i].batch;
+
+		rates[i] = live[i] ? (double)batches[i] : 0;
+		if (live[i] && priv[i].last_move &&
+		    direction(now, batches[i]) == -priv[i].last_move) {
+			rates[i] = ((double)now + (double)batches[i]) / 2;
+			halved = 1;
+		}
+	}
+	if (halved)
+		dml_assign_batch_sizes(total, rates, live, n, cap, batches);
+	for (uint32_t i = 0; i < n; i++)
+		rates[i] = (double)batches[i];
+}
+
+/*
+ * The partition counts and batch sizes the live workers' weights call for
+ * (counts, batches: nworkers entries each); the number of live workers (0:
+ * all are 0). *measured: 0 when a live worker's weight is a stand-in (no
+ * report yet). When batches follow rates (LB-BSP), partitions follow the
+ * batches, so each worker walks its share of an epoch at its pace. step:
+ * for a reassignment (split_batches), not to measure.
+ */
+static size_t ideal_shares(const struct dml_job *job, uint64_t *counts, uint64_t *batches,
+			   int *measured, int step)
 {
 	size_t n = job->nworkers, nlive = 0;
 	double *rates = dml_xcalloc(n ? n : 1, sizeof(*rates));
 	bool *live = dml_xcalloc(n ? n : 1, sizeof(*live));
 
+	*measured = 1;
 	for (size_t i = 0; i < n; i++) {
+		int m = 1;
+
 		live[i] = job->workers[i].live != 0;
-		rates[i] = live[i] ? rate_ok(job->workers[i].rate) : 0;
+		rates[i] = live[i] ? worker_weight(job, i, &m) : 0;
+		if (live[i] && !m)
+			*measured = 0;
 		nlive += live[i];
 		counts[i] = 0;
+		batches[i] = live[i] ? job->spec->batch_size : 0;
 	}
-	/* every argument is ours and valid: the call cannot refuse it */
-	if (nlive)
+	/* Partitions after batches: at least one for every worker with a batch,
+	 * or it would train on nothing (when there are enough of them). */
+	if (nlive && dml_job_batch_by_rate(job->spec))
+		split_batches(job, rates, live, nlive, step, batches);
+	if (nlive && (!dml_job_batch_by_rate(job->spec) ||
+		      dml_assign_batch_sizes(job->num_partitions, rates, live, (uint32_t)n,
+					     job->num_partitions, counts) != 0))
 		dml_assign_partition_counts(job->num_partitions, rates, live, (uint32_t)n,
 					    counts);
 	free(rates);
@@ -302,9 +411,11 @@ static void job_reassign(struct dml_job *job, const char *cause, uint32_t subjec
 	size_t n = job->nworkers;
 	uint64_t npart = job->num_partitions;
 	uint64_t *counts = dml_xcalloc(n ? n : 1, sizeof(*counts));
+	uint64_t *batches = dml_xcalloc(n ? n : 1, sizeof(*batches));
 	uint32_t *owner = dml_xmalloc(npart * sizeof(*owner));
+	int measured;
 
-	if (ideal_counts(job, counts) == 0) {
+	if (ideal_shares(job, counts, batches, &measured, 1) == 0) {
 		for (uint64_t p = 0; p < npart; p++)
 			owner[p] = DML_ASSIGN_NONE;
 	} else {
@@ -327,34 +438,46 @@ static void job_reassign(struct dml_job *job, const char *cause, uint32_t subjec
 			}
 		}
 		w->npart = counts[i];
+		if (w->live) {
+			impl(job)->priv[i].last_move = direction(w->batch, batches[i]);
+			w->batch = (uint32_t)batches[i];
+		}
 	}
 	free(job->owner);
 	job->owner = owner;
+	impl(job)->guessed = split_guessed(job);
 	job->assignment_version++;
 	free(counts);
+	free(batches);
 }
 
 /*
- * The load deviation of the partitions held from those the rates call for
- * (dml_assign_load_deviation); -1 while a live worker has not measured its
- * rate yet (its rate is a stand-in) or nothing is to be split.
+ * The load deviation of the partitions held from those the weights call
+ * for, and of the batches given from those they call for when batches
+ * follow rates: the larger (dml_assign_load_deviation). -1 while a live
+ * worker has not measured its weight yet (it is a stand-in) or nothing is
+ * to be split.
  */
 static double load_deviation(const struct dml_job *job)
 {
 	size_t n = job->nworkers;
-	uint64_t *ideal = dml_xcalloc(n ? n : 1, sizeof(*ideal));
-	uint64_t *held = dml_xcalloc(n ? n : 1, sizeof(*held));
-	double dev = -1;
+	uint64_t *ideal = dml_xcalloc(2 * (n ? n : 1), sizeof(*ideal));
+	uint64_t *held = dml_xcalloc(2 * (n ? n : 1), sizeof(*held));
+	uint64_t *ideal_batch = ideal + n, *held_batch = held + n;
+	double dev = -1, dev_batch = 0;
+	int measured;
 
 	for (size_t i = 0; i < n; i++) {
-		if (job->workers[i].live && !impl_c(job)->priv[i].rate_measured)
-			goto out;
 		held[i] = job->workers[i].npart;
+		held_batch[i] = job->workers[i].live ? job->workers[i].batch : 0;
 	}
-	if (ideal_counts(job, ideal) && dml_assign_load_deviation(held, ideal, (uint32_t)n,
-								  &dev) != 0)
+	if (!ideal_shares(job, ideal, ideal_batch, &measured, 0) || !measured ||
+	    dml_assign_load_deviation(held, ideal, (uint32_t)n, &dev) != 0)
 		dev = -1;
-out:
+	else if (dml_job_batch_by_rate(job->spec) &&
+		 dml_assign_load_deviation(held_batch, ideal_batch, (uint32_t)n,
+					   &dev_batch) == 0 && dev_batch > dev)
+		dev = dev_batch;
 	free(ideal);
 	free(held);
 	return dev;
@@ -378,6 +501,18 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 	if (sp->rebalance != DML_REBALANCE_AUTO || job->state != DML__JOB_STATE__RUNNING)
 		return 0;
 	dev = load_deviation(job);
+	/* A split from profiles was a guess: the first measures of this job
+	 * replace it at once (dev >= 0: every worker measured) where they
+	 * call for it; later drifts must last. */
+	if (ji->guessed && dev >= 0 && !(dev > threshold))
+		ji->guessed = 0;
+	if (ji->guessed && dev > threshold) {
+		job_reassign(job, "first measures", 0, NULL);
+		job_event(job, "split by the workers' first measured rates (load deviation "
+			  "%.0f%%)", isinf(dev) ? 999 : dev * 100);
+		ji->drift_since_ms = 0;
+		return 1;
+	}
 	if (!(dev > threshold) || ji->drift_version != job->assignment_version) {
 		/* no drift, or a new plan since it began: start over */
 		ji->drift_since_ms = dev > threshold ? now : 0;
@@ -763,6 +898,8 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
 		w->clock = clock;
 		if (!impl(job)->priv[i].rate_measured)
 			w->rate = rate_ok(c->rate);
+		if (!impl(job)->priv[i].speed_measured)
+			w->speed = rate_ok(c->rate);
 		how = "rejoined";
 	} else {
 		if (!job_recruits(job, c->node_id))
@@ -785,14 +922,45 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
 
 /* ---- progress ---------------------------------------------------------- */
 
+/*
+ * A worker's examples per second of its own work (work_s: computing, and
+ * waiting for its own requests), averaged in once it worked
+ * SPEED_SAMPLE_S since the last measure: a fast worker computes a few ms
+ * between two reports, too little to tell its speed from the noise.
+ */
+static void worker_speed(struct dml_job_worker *w, struct worker_priv *wp,
+			 uint64_t examples, double work_s)
+{
+	double sample;
+
+	/* a count that went down is a restarted worker counting from 0 again */
+	if (examples < wp->mark_examples || work_s < wp->mark_work_s) {
+		wp->mark_examples = examples;
+		wp->mark_work_s = work_s;
+		return;
+	}
+	if (work_s - wp->mark_work_s < SPEED_SAMPLE_S)
+		return;
+	sample = (double)(examples - wp->mark_examples) / (work_s - wp->mark_work_s);
+	wp->mark_examples = examples;
+	wp->mark_work_s = work_s;
+	if (!(sample > 0) || !isfinite(sample))
+		return;
+	w->speed = wp->speed_measured ? RATE_ALPHA * sample + (1 - RATE_ALPHA) * w->speed
+				      : sample;
+	wp->speed_measured = 1;
+}
+
 static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 			  uint64_t now)
 {
 	struct dml_job_worker *w = &job->workers[i];
 	struct worker_priv *wp = &impl(job)->priv[i];
-	double rate = clamp_num(p->examples_per_s);
+	double rate = clamp_num(p->examples_per_s), compute_s = clamp_num(p->compute_s);
+	double wait_s = clamp_num(p->wait_s), held_s = clamp_num(p->held_s);
 
 	w->clock = p->clock;
+	worker_speed(w, wp, p->examples, compute_s + (held_s < wait_s ? wait_s - held_s : 0));
 	/* a count that went down is a restarted worker counting from 0 again */
 	w->examples += p->examples >= wp->examples_raw ? p->examples - wp->examples_raw
 						       : p->examples;
@@ -808,8 +976,9 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 		w->loss = clamp_num(p->loss);
 		wp->has_loss = 1;
 	}
-	w->compute_s = clamp_num(p->compute_s);
-	w->wait_s = clamp_num(p->wait_s);
+	w->compute_s = compute_s;
+	w->wait_s = wait_s;
+	w->held_s = held_s;
 	w->finished = p->finished != 0;
 	w->last_report_ms = now;
 	if (p->data_examples)
@@ -977,6 +1146,8 @@ void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assign
 	a->n_partitions = 0;
 	a->partitions = NULL;
 	i = worker_index(job, node_id);
+	if (i != NO_WORKER)
+		a->batch_size = job->workers[i].batch;
 	if (i == NO_WORKER || !job->workers[i].live || !job->workers[i].npart || !job->owner)
 		return;
 	v = dml_xmalloc(job->workers[i].npart * sizeof(*v));
@@ -1050,6 +1221,9 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 		ws[i].compute_s = w->compute_s;
 		ws[i].wait_s = w->wait_s;
 		ws[i].rate = w->rate;
+		ws[i].batch_size = w->batch;
+		ws[i].held_s = w->held_s;
+		ws[i].speed = w->speed;
 		wp[i] = &ws[i];
 		if (w->live)
 			st.examples_per_s += w->examples_per_s;
@@ -1178,12 +1352,19 @@ Dml__JobRecord *dml_job_record(const struct dml_job *job, uint64_t now)
 	r->finished = dml_xcalloc(n + 1, sizeof(*r->finished));
 	r->has_loss = dml_xcalloc(n + 1, sizeof(*r->has_loss));
 	r->examples_raw = dml_xcalloc(n + 1, sizeof(*r->examples_raw));
+	r->n_speed = r->n_speed_measured = r->n_batch = n;
+	r->speed = dml_xcalloc(n + 1, sizeof(*r->speed));
+	r->speed_measured = dml_xcalloc(n + 1, sizeof(*r->speed_measured));
+	r->batch = dml_xcalloc(n + 1, sizeof(*r->batch));
 	for (size_t i = 0; i < n; i++) {
 		r->rate[i] = job->workers[i].rate;
 		r->rate_measured[i] = ji->priv[i].rate_measured;
 		r->finished[i] = job->workers[i].finished;
 		r->has_loss[i] = ji->priv[i].has_loss;
 		r->examples_raw[i] = ji->priv[i].examples_raw;
+		r->speed[i] = job->workers[i].speed;
+		r->speed_measured[i] = ji->priv[i].speed_measured;
+		r->batch[i] = job->workers[i].batch;
 	}
 	return r;
 }
@@ -1199,7 +1380,16 @@ void dml_job_record_free(Dml__JobRecord *r)
 	free(r->finished);
 	free(r->has_loss);
 	free(r->examples_raw);
+	free(r->speed);
+	free(r->speed_measured);
+	free(r->batch);
 	free(r);
+}
+
+/* A per-worker list of a later release: absent from older records, or whole. */
+static int list_fits(size_t len, size_t n)
+{
+	return len == 0 || len == n;
 }
 
 /* Everything a record says that restore relies on, checked. */
@@ -1221,7 +1411,9 @@ static int record_check(const struct dml_jobs *jobs, const Dml__JobRecord *r, ch
 		return rc;
 	n = st->n_workers;
 	if (r->n_rate != n || r->n_rate_measured != n || r->n_finished != n ||
-	    r->n_has_loss != n || r->n_examples_raw != n || n >= DML_ASSIGN_NONE - 1)
+	    r->n_has_loss != n || r->n_examples_raw != n || n >= DML_ASSIGN_NONE - 1 ||
+	    !list_fits(r->n_speed, n) || !list_fits(r->n_speed_measured, n) ||
+	    !list_fits(r->n_batch, n))
 		return fail_with(err, errlen, DML_EINVAL, "%zu workers but per-worker lists "
 				 "of other lengths", n);
 	if (r->num_partitions > UINT32_MAX ||
@@ -1285,12 +1477,19 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 		w->loss = clamp_num(ws->loss);
 		w->compute_s = clamp_num(ws->compute_s);
 		w->wait_s = clamp_num(ws->wait_s);
+		w->held_s = clamp_num(ws->held_s);
 		w->finished = r->finished[i];
 		w->last_report_ms = now;
 		text_set(w->reason, "%s", ws->reason ? ws->reason : "");
 		wp->rate_measured = r->rate_measured[i];
 		wp->has_loss = r->has_loss[i];
 		wp->examples_raw = r->examples_raw[i];
+		if (r->n_speed) {
+			w->speed = rate_ok(r->speed[i]);
+			wp->speed_measured = r->speed_measured[i];
+		}
+		if (r->n_batch && r->batch[i] >= 1 && r->batch[i] <= dml_job_batch_max(job->spec))
+			w->batch = r->batch[i];
 	}
 	if (r->n_owner) {
 		job->owner = dml_xmalloc(r->n_owner * sizeof(*job->owner));

@@ -50,12 +50,18 @@ struct dml_job_candidate {
 struct dml_job_worker {
 	uint32_t node_id;
 	int live;                  /* taking part now */
-	double rate;               /* weight for partitions: profile rate, then the
-				    * smoothed examples/s it reports */
+	double rate;               /* profile rate, then the smoothed examples/s it
+				    * reports: the weight of its partitions */
+	double speed;              /* profile rate, then the smoothed examples per
+				    * second of its own work (computing and its own
+				    * communication): the weight of its batch and
+				    * partitions when batches follow rates */
+	uint32_t batch;            /* examples per clock it is given */
 	uint64_t npart;            /* partitions it holds now */
 	uint64_t clock;            /* from its reports */
 	uint64_t examples;
 	double examples_per_s, loss, compute_s, wait_s;
+	double held_s;             /* of wait_s: pulls held for other workers */
 	int finished;              /* reported its stop condition met */
 	uint64_t last_report_ms;
 	char reason[DML_JOB_REASON_MAX + 1]; /* why it last gained or lost work */

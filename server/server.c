@@ -245,9 +245,10 @@ static void release_pin(const void *data, size_t len, void *token)
 	dml_table_unpin(token);
 }
 
+/* held_ns: how long the pull waited for the staleness bound (the reply says). */
 static void answer_pull(struct session *ss, uint64_t request_id, struct table_entry *te,
 			int dense, uint64_t begin, uint64_t end, const uint64_t *keys,
-			uint32_t nkeys)
+			uint32_t nkeys, uint64_t held_ns)
 {
 	struct dml_server *s = ss->srv;
 	uint32_t w = te->info.width;
@@ -295,6 +296,7 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 	m.key_end = end;
 	m.num_keys = dense ? 0 : nkeys;
 	m.min_clock = dml_ssp_min_clock(&s->ssp);
+	m.held_us = held_ns / 1000;
 	s->st.pulls++;
 	if (pin)
 		rc = dml_conn_send_pinned(ss->peer.conn, &m, values, floats * sizeof(float),
@@ -321,7 +323,7 @@ static void release_held(struct dml_server *s)
 		*pp = h->next;
 		dml_histogram_observe_since(s->held_wait, h->received_ns);
 		answer_pull(h->sess, h->request_id, h->te, h->dense, h->begin, h->end, h->keys,
-			    h->nkeys);
+			    h->nkeys, dml_now_ns() - h->received_ns);
 		dml_histogram_observe_since(s->pull_latency, h->received_ns);
 		free(h->keys);
 		free(h);
@@ -627,7 +629,7 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		return 0;
 	if (!ss->worker || dml_ssp_ready(&s->ssp, m->clock)) {
 		answer_pull(ss, m->request_id, te, m->dense, m->key_begin, m->key_end, keys,
-			    m->num_keys);
+			    m->num_keys, 0);
 		return 0;
 	}
 	h = dml_xcalloc(1, sizeof(*h));

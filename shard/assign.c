@@ -160,34 +160,102 @@ static bool finite_nonneg(double x)
 	return isfinite(x) && x >= 0;
 }
 
-int dml_assign_partition_counts(uint64_t npart, const double *rates, const bool *live,
-				uint32_t nworkers, uint64_t *counts)
+/*
+ * The integer weights of the live workers' rates (0 for the dead); NULL
+ * after DML_EINVAL: a live rate that is not finite and >= 0, or none live.
+ * A rate of 0 counts as 1 unit when every live rate is 0 (an equal split).
+ */
+static uint64_t *live_units(const double *rates, const bool *live, uint32_t n,
+			    uint32_t *nlive)
 {
 	double rmax = 0;
-	uint32_t nlive = 0;
 	uint64_t *u;
 
-	if (!npart || !nworkers || !rates || !counts)
-		return DML_EINVAL;
-	for (uint32_t i = 0; i < nworkers; i++) {
+	*nlive = 0;
+	for (uint32_t i = 0; i < n; i++) {
 		if (live && !live[i])
 			continue;
 		if (!finite_nonneg(rates[i]))
-			return DML_EINVAL;
+			return NULL;
 		if (rates[i] > rmax)
 			rmax = rates[i];
-		nlive++;
+		(*nlive)++;
 	}
-	if (!nlive)
-		return DML_EINVAL;
-	u = dml_xmalloc((size_t)nworkers * sizeof(*u));
-	for (uint32_t i = 0; i < nworkers; i++) {
+	if (!*nlive)
+		return NULL;
+	u = dml_xmalloc((size_t)n * sizeof(*u));
+	for (uint32_t i = 0; i < n; i++) {
 		if (live && !live[i])
 			u[i] = 0;
 		else
 			u[i] = rmax > 0 ? weight_units(rates[i], rmax) : 1;
 	}
+	return u;
+}
+
+int dml_assign_partition_counts(uint64_t npart, const double *rates, const bool *live,
+				uint32_t nworkers, uint64_t *counts)
+{
+	uint32_t nlive;
+	uint64_t *u;
+
+	if (!npart || !nworkers || !rates || !counts)
+		return DML_EINVAL;
+	if (!(u = live_units(rates, live, nworkers, &nlive)))
+		return DML_EINVAL;
 	apportion(npart, u, nworkers, 0, counts);
+	free(u);
+	return 0;
+}
+
+int dml_assign_batch_sizes(uint64_t total, const double *rates, const bool *live,
+			   uint32_t nworkers, uint64_t cap, uint64_t *sizes)
+{
+	uint32_t nlive, nfree;
+	uint64_t *u, *split;
+
+	if (!total || !nworkers || !rates || !sizes || !cap)
+		return DML_EINVAL;
+	if (!(u = live_units(rates, live, nworkers, &nlive)))
+		return DML_EINVAL;
+	if (total < nlive) {
+		free(u);
+		return DML_EINVAL;
+	}
+	/* a live worker at rate 0 still takes the least batch, 1 */
+	for (uint32_t i = 0; i < nworkers; i++)
+		if ((!live || live[i]) && !u[i])
+			u[i] = 1;
+	/*
+	 * Water-filling: split what is left over the workers not capped yet;
+	 * whoever gets more than cap is held at cap and the rest split again.
+	 * A capped worker had more than cap, so what is left still gives
+	 * every other worker at least 1.
+	 */
+	split = dml_xmalloc((size_t)nworkers * sizeof(*split));
+	for (uint32_t i = 0; i < nworkers; i++)
+		sizes[i] = 0;
+	for (nfree = nlive; nfree > 0;) {
+		uint32_t capped = 0;
+
+		apportion(total, u, nworkers, 1, split);
+		for (uint32_t i = 0; i < nworkers; i++) {
+			if (u[i] && split[i] > cap) {
+				sizes[i] = cap;
+				total -= cap;
+				u[i] = 0;
+				capped++;
+			}
+		}
+		if (!capped) {
+			for (uint32_t i = 0; i < nworkers; i++)
+				if (u[i])
+					sizes[i] = split[i];
+			break;
+		}
+		nfree -= capped;
+	}
+	free(split);
 	free(u);
 	return 0;
 }

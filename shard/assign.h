@@ -58,6 +58,29 @@ int dml_assign_partition_counts(uint64_t npart, const double *rates, const bool 
 				uint32_t nworkers, uint64_t *counts);
 
 /**
+ * Per-worker batch sizes for a clock (LB-BSP): a global batch of total
+ * examples split in proportion to the workers' compute rates, so that every
+ * worker's step takes about as long.
+ *
+ * The split is the largest-remainder rounding of dml_assign_partition_counts
+ * with two bounds: every live worker gets at least 1 example, and none more
+ * than cap (its buffers must hold the batch); what a capped worker cannot
+ * take goes to the others in proportion to their rates, so the sizes sum to
+ * total unless every live worker is capped (then to cap x live workers).
+ *
+ * @param total    global batch, at least the number of live workers
+ * @param rates    as for dml_assign_partition_counts (0 for all: equal split)
+ * @param live     nworkers flags, false for a dead worker; NULL: all live
+ * @param nworkers number of workers, at least 1
+ * @param cap      largest batch of one worker, at least 1
+ * @param sizes    out: nworkers sizes; dead workers get 0
+ * @return 0, or DML_EINVAL as dml_assign_partition_counts, or for cap 0 or
+ *         total below the number of live workers.
+ */
+int dml_assign_batch_sizes(uint64_t total, const double *rates, const bool *live,
+			   uint32_t nworkers, uint64_t cap, uint64_t *sizes);
+
+/**
  * Which partitions each worker gets, given how many (from
  * dml_assign_partition_counts) and who held what before.
  *

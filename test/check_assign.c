@@ -125,6 +125,71 @@ START_TEST(counts_reject_bad_input)
 }
 END_TEST
 
+/* dml_assign_batch_sizes(total, rates, live, n, cap) must give expect. */
+static void check_batches(uint64_t total, const double *rates, const bool *live, uint32_t n,
+			  uint64_t cap, const uint64_t *expect)
+{
+	uint64_t got[16];
+
+	ck_assert_uint_le(n, 16);
+	ck_assert_int_eq(dml_assign_batch_sizes(total, rates, live, n, cap, got), 0);
+	for (uint32_t i = 0; i < n; i++)
+		ck_assert_msg(got[i] == expect[i], "total %llu cap %llu worker %u: got %llu, "
+			      "want %llu", (unsigned long long)total, (unsigned long long)cap,
+			      i, (unsigned long long)got[i], (unsigned long long)expect[i]);
+}
+
+START_TEST(batches_proportional_to_compute_rate)
+{
+	bool live[] = { true, false, true };
+
+	/* The fleet: 0.6, 0.6 and 0.15 of a core, batch 64 each. */
+	check_batches(192, (double[]){ 0.6, 0.6, 0.15 }, NULL, 3, 256,
+		      (uint64_t[]){ 86, 85, 21 });
+	check_batches(100, (double[]){ 1, 2, 3, 4 }, NULL, 4, 400,
+		      (uint64_t[]){ 10, 20, 30, 40 });
+	/* Equal rates, or none measured: batch_size each, as before. */
+	check_batches(192, (double[]){ 5, 5, 5 }, NULL, 3, 256, (uint64_t[]){ 64, 64, 64 });
+	check_batches(192, (double[]){ 0, 0, 0 }, NULL, 3, 256, (uint64_t[]){ 64, 64, 64 });
+	/* The dead get nothing, whatever their rate says. */
+	check_batches(128, (double[]){ 1, NAN, 3 }, live, 3, 256, (uint64_t[]){ 32, 0, 96 });
+}
+END_TEST
+
+START_TEST(batches_at_least_one_and_capped)
+{
+	/* A worker at (almost) zero rate still takes one example a clock. */
+	check_batches(192, (double[]){ 1, 1, 1e-300 }, NULL, 3, 256,
+		      (uint64_t[]){ 96, 95, 1 });
+	check_batches(3, (double[]){ 1, 0, 0 }, NULL, 3, 8, (uint64_t[]){ 1, 1, 1 });
+	/* One worker far faster than the rest is held at the cap; what it
+	 * cannot take goes to the others by their rates. */
+	check_batches(256, (double[]){ 100, 1, 1, 2 }, NULL, 4, 128,
+		      (uint64_t[]){ 128, 32, 32, 64 });
+	/* Caps that bind in turn: 60 at first wants 3 x 60 but only cap. */
+	check_batches(100, (double[]){ 8, 4, 1, 1 }, NULL, 4, 40,
+		      (uint64_t[]){ 40, 40, 10, 10 });
+	/* Everyone capped: the sum falls short of total. */
+	check_batches(100, (double[]){ 1, 2 }, NULL, 2, 10, (uint64_t[]){ 10, 10 });
+}
+END_TEST
+
+START_TEST(batches_reject_bad_input)
+{
+	double ok[] = { 1, 1 };
+	uint64_t c[2];
+
+	assert_einval(dml_assign_batch_sizes(0, ok, NULL, 2, 8, c));
+	assert_einval(dml_assign_batch_sizes(1, ok, NULL, 2, 8, c));
+	assert_einval(dml_assign_batch_sizes(8, ok, NULL, 2, 0, c));
+	assert_einval(dml_assign_batch_sizes(8, ok, NULL, 0, 8, c));
+	assert_einval(dml_assign_batch_sizes(8, NULL, NULL, 2, 8, c));
+	assert_einval(dml_assign_batch_sizes(8, ok, NULL, 2, 8, NULL));
+	assert_einval(dml_assign_batch_sizes(8, (double[]){ 1, NAN }, NULL, 2, 8, c));
+	assert_einval(dml_assign_batch_sizes(8, ok, (bool[]){ false, false }, 2, 8, c));
+}
+END_TEST
+
 /*
  * Brute force: the smallest sum((c - quota)^2) over every split of total into
  * n parts, each part >= lo (where its weight is > 0) and 0 where weight is 0.
@@ -698,6 +763,9 @@ int main(void)
 	tcase_add_test(counts, counts_all_zero_split_evenly);
 	tcase_add_test(counts, counts_reject_bad_input);
 	tcase_add_test(counts, counts_match_brute_force);
+	tcase_add_test(counts, batches_proportional_to_compute_rate);
+	tcase_add_test(counts, batches_at_least_one_and_capped);
+	tcase_add_test(counts, batches_reject_bad_input);
 	tcase_add_test(assign, assign_fresh_is_contiguous_blocks);
 	tcase_add_test(assign, assign_moves_only_the_surplus);
 	tcase_add_test(assign, assign_dead_worker_and_unowned_partitions);

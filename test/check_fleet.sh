@@ -35,8 +35,10 @@ mkdir -p "$tmp/v2" && echo "cpuset cpu io memory" >"$tmp/v2/cgroup.controllers"
 dir=$(DML_CGROUP_ROOT=$tmp/v2 bash -c ". '$srcdir/tools/fleet.sh' && fleet_make g w1 0.25") ||
 	fail "fleet_make on a v2 tree"
 [ "$dir" = "$tmp/v2/g/w1" ] || fail "v2 group made at $dir"
-[ "$(cat "$tmp/v2/g/w1/cpu.max")" = "25000 100000" ] ||
+[ "$(cat "$tmp/v2/g/w1/cpu.max")" = "2500 10000" ] ||
 	fail "v2 cpu.max is '$(cat "$tmp/v2/g/w1/cpu.max")'"
+# Below 0.1 core the period grows, for the kernel's least quota of 1 ms.
+[ "$(fleet_quota_us 0.02)" = "1000 50000" ] || fail "0.02 core is '$(fleet_quota_us 0.02)'"
 grep -qx +cpu "$tmp/v2/cgroup.subtree_control" || fail "cpu not enabled for v2 children"
 [ "$(fleet_quota_of "$tmp/v2/g/w1")" = 0.25 ] || fail "v2 quota read back"
 for bad in 0.001 -1 abc 1e3; do
@@ -106,6 +108,34 @@ parts2=$(awk '$1 == 2 && $2 == "alive" { print $7 }' "$tmp/job.out")
 [ -n "$parts2" ] && [ "$parts2" -lt 8 ] ||
 	fail "worker 2 holds ${parts2:-?} partitions after the rebalance: $(cat "$tmp/job.out")"
 "${dmlctl[@]}" stop 1 >/dev/null 2>&1 || fail "dmlctl stop 1"
+
+# The same under BSP: batches follow the workers' compute speeds (LB-BSP),
+# so the slow worker takes a smaller batch, and it takes it (its log).
+printf '%s\n' "[job]" "name = lbbsp" "app = lsq" "data = synthetic" \
+	"staleness = 0" "batch_size = 512" "max_clocks = 1000000" "examples = 5000" \
+	"dim = 2048" "rebalance_hold_ms = 1000" "[table]" "id = 0" "keys = 2048" \
+	"optimizer = sgd" "lr = 0.01" >"$tmp/bsp.conf"
+"${dmlctl[@]}" submit "$tmp/bsp.conf" >"$tmp/submit.out" 2>&1 ||
+	fail "submit: $(cat "$tmp/submit.out")"
+batch2=
+for ((i = 0; i < 120; i++)); do
+	"${dmlctl[@]}" status 2 >"$tmp/job.out" 2>&1
+	grep -q "split by the workers' first measured rates\|rebalanced by the workers' rates" \
+		"$tmp/job.out" &&
+		batch2=$(awk '$1 == 2 && $2 == "alive" { print $8 }' "$tmp/job.out") && break
+	sleep 0.5
+done
+parts2=$(awk '$1 == 2 && $2 == "alive" { print $7 }' "$tmp/job.out")
+[ -n "$batch2" ] && [ "$batch2" -lt 256 ] && [ "${parts2:-0}" -ge 1 ] ||
+	fail "BSP: worker 2's batch is ${batch2:-?} (${parts2:-?} partitions) after 60 s:" \
+		"$(cat "$tmp/job.out")"
+for ((i = 0; i < 50; i++)); do
+	grep -q "job 2: .*batch [0-9]* -> $batch2 " "$run/worker2.log" && break
+	sleep 0.2
+done
+grep -q "job 2: .*batch [0-9]* -> $batch2 " "$run/worker2.log" ||
+	fail "worker 2 did not take batch $batch2: $(tail -n 5 "$run/worker2.log")"
+"${dmlctl[@]}" stop 2 >/dev/null 2>&1 || fail "dmlctl stop 2"
 # Its quota back, so that it stops in time (a sanitizer's exit scan alone
 # takes seconds at 0.02 core).
 fleet_set "$base/$group/worker2" 0.25 || fail "cannot give worker 2 its quota back"
@@ -116,4 +146,6 @@ fleet_set "$base/$group/worker2" 0.25 || fail "cannot give worker 2 its quota ba
 [ ! -e "$run/cgroup" ] || fail "down left $run/cgroup"
 echo "PASS: worker cgroups made and removed; a busy loop under 0.1 core throttled" \
 	"$throttled times in 1 s; worker 2 slowed to 0.02 core mid-job:" \
-	"${rebalanced#"${rebalanced%%[! ]*}"}, it holds $parts2 of 16 partitions"
+	"${rebalanced#"${rebalanced%%[! ]*}"}, it holds $parts2 of 16 partitions;" \
+	"under BSP its batch went from 512 to $batch2 of the clock's 1024, with $parts2" \
+	"partition(s)"

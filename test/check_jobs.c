@@ -321,6 +321,9 @@ static void spec_init(struct spec_buf *b)
 	b->s.app = "lsq";
 	b->s.data = "synthetic";
 	b->s.batch_size = 8;
+	/* Partitions follow examples/s; batch_split_follows_speed
+	 * tests the split of batches by compute rate. */
+	b->s.batch_split = DML_BATCH_EQUAL;
 	b->s.max_clocks = 100;
 	b->s.examples = 1000;
 	b->s.dim = 4;
@@ -1359,6 +1362,7 @@ START_TEST(the_next_reassignment_uses_measured_rates)
 	struct spec_buf b;
 
 	spec_init(&b);
+	b.s.rebalance = DML_REBALANCE_OFF;
 	jobs = jobs_with(&b, 0, &job);
 	start_equal(job, 3, 10, 0);   /* 8 each */
 	report(job, 1, 1, 0, 300, 10, 0);
@@ -1374,11 +1378,12 @@ START_TEST(the_next_reassignment_uses_measured_rates)
 END_TEST
 
 /*
- * rebalance = auto: once both workers measured their rates (300 and 100
- * examples/s while holding 8 partitions each), the drift must last the
- * hold time (5 s by default) before the partitions move to 12 and 4; then
- * the same rates call for no more moves, and a worker that slows down
- * later gives its partitions away 5 s after.
+ * rebalance = auto: the first split follows the workers' profiles (10
+ * examples/s each: 8 partitions each); once both measured their rates in
+ * this job (300 and 100 examples/s), the partitions move to 12 and 4 at
+ * once. Then the same rates call for no more moves, and a worker that
+ * slows down later gives its partitions away only once the drift has
+ * lasted the hold time (5 s by default).
  */
 START_TEST(a_lasting_drift_rebalances)
 {
@@ -1390,17 +1395,14 @@ START_TEST(a_lasting_drift_rebalances)
 	jobs = jobs_with(&b, 0, &job);
 	start_equal(job, 2, 10, 0);   /* 8 each */
 	report(job, 1, 1, 0, 300, 1000, 0);
-	report(job, 2, 1, 0, 100, 1000, 0);   /* the drift begins */
-	report(job, 1, 2, 0, 300, 5999, 0);
-	ck_assert_uint_eq(job->assignment_version, 1);
-	report(job, 2, 2, 0, 100, 6000, 1);
+	report(job, 2, 1, 0, 100, 1000, 1);   /* both measured */
 	ck_assert_uint_eq(job->assignment_version, 2);
 	ck_assert_uint_eq(npart_of(job, 1), 12);
 	ck_assert_uint_eq(npart_of(job, 2), 4);
-	ck_assert_msg(strstr(last_event(job), "rebalanced by the workers' rates (load "
-			     "deviation") != NULL, "%s", last_event(job));
+	ck_assert_str_eq(last_event(job), "split by the workers' first measured rates (load "
+			 "deviation 50%)");
 	ck_assert_str_eq(dml_job_worker(job, 1)->reason,
-			 "gained 4 partitions (load deviation 50%)");
+			 "gained 4 partitions (first measures)");
 	assert_owners_consistent(job);
 	report(job, 1, 3, 0, 300, 60000, 0);
 	report(job, 2, 3, 0, 100, 60000, 0);
@@ -1414,6 +1416,8 @@ START_TEST(a_lasting_drift_rebalances)
 	report(job, 1, 5, 0, 300, 66000, 1);
 	ck_assert_uint_eq(job->assignment_version, 3);
 	ck_assert_uint_eq(npart_of(job, 2), 1);
+	ck_assert_msg(strstr(last_event(job), "rebalanced by the workers' rates (load "
+			     "deviation") != NULL, "%s", last_event(job));
 	assert_owners_consistent(job);
 	dml_jobs_free(jobs);
 }
@@ -1833,6 +1837,118 @@ START_TEST(checkpoints_are_listed_kept_and_restored)
 }
 END_TEST
 
+/* A report of a worker's examples and compute seconds so far (BSP: the
+ * same examples/s for everyone, the pace of the job); expect -1: 0 or 1. */
+static void report_compute(struct dml_job *job, uint32_t id, uint64_t clock,
+			   uint64_t examples, double compute_s, uint64_t now, int expect)
+{
+	Dml__Progress p = DML__PROGRESS__INIT;
+
+	p.job = job->id;
+	p.clock = clock;
+	p.examples = examples;
+	p.examples_per_s = 100;
+	p.compute_s = compute_s;
+	p.loss = NAN;
+	if (expect >= 0)
+		ck_assert_int_eq(dml_jobs_progress(job, id, &p, now), expect);
+	else
+		ck_assert_int_ge(dml_jobs_progress(job, id, &p, now), 0);
+}
+
+static uint32_t batch_of(struct dml_job *job, uint32_t id)
+{
+	struct dml_job_worker *w = dml_job_worker(job, id);
+	Dml__Assignment a = DML__ASSIGNMENT__INIT;
+	uint32_t *parts;
+
+	ck_assert_ptr_nonnull(w);
+	dml_job_assignment(job, id, &a, &parts);
+	free(parts);
+	ck_assert_uint_eq(a.batch_size, w->batch);
+	return w->batch;
+}
+
+/*
+ * LB-BSP: under BSP (batch_split = auto) a worker 4 x slower at computing
+ * than two others, all at the same examples/s (the pace of the job), gets a
+ * smaller batch and fewer partitions as soon as every worker measured its
+ * speed: 192 examples a clock split 86 / 85 / 21, and 27 partitions
+ * following the batches 12 / 12 / 3. Then nothing moves while the speeds
+ * hold. The split survives a scheduler restart.
+ * Asynchronous jobs keep batch_size for everyone.
+ */
+START_TEST(batch_split_follows_speed)
+{
+	static const double speed[3] = { 640, 640, 160 };
+	struct dml_jobs *jobs, *back;
+	struct dml_job *job, *b;
+	struct spec_buf sb;
+	Dml__JobRecord *r;
+	uint64_t examples[3] = { 0 }, now = 0, moves = 0;
+	double compute[3] = { 0 };
+
+	spec_init(&sb);
+	sb.s.batch_split = DML_BATCH_AUTO;
+	sb.s.batch_size = 64;
+	sb.s.partitions = 27;
+	jobs = jobs_with(&sb, 0, &job);
+	start_equal(job, 3, 10, 0);
+	for (uint32_t id = 1; id <= 3; id++)
+		ck_assert_uint_eq(batch_of(job, id), 64);
+	/* A clock a second, each worker computing its batch at its speed. */
+	for (uint64_t clock = 1; clock <= 60; clock++) {
+		now += 1000;
+		for (uint32_t id = 1; id <= 3; id++) {
+			uint64_t v = job->assignment_version;
+			uint32_t batch = batch_of(job, id);
+
+			examples[id - 1] += batch;
+			compute[id - 1] += batch / speed[id - 1];
+			report_compute(job, id, clock, examples[id - 1], compute[id - 1], now,
+				       -1);
+			if (job->assignment_version == v)
+				continue;
+			moves++;
+			assert_owners_consistent(job);
+			/* at once when every worker measured its speed, at clock 1 */
+			ck_assert_uint_eq(now, 1000);
+		}
+	}
+	ck_assert_uint_eq(moves, 1);
+	ck_assert_double_eq_tol(dml_job_worker(job, 3)->speed, 160, 1e-6);
+	ck_assert_uint_eq(batch_of(job, 1), 86);
+	ck_assert_uint_eq(batch_of(job, 2), 85);
+	ck_assert_uint_eq(batch_of(job, 3), 21);
+	ck_assert_uint_eq(npart_of(job, 1), 12);
+	ck_assert_uint_eq(npart_of(job, 3), 3);
+
+	r = record_round_trip(job, now);
+	ck_assert_int_eq(dml_jobs_new(&back), 0);
+	restore_ok(back, r, now + 1000);
+	b = dml_jobs_find(back, 1);
+	for (uint32_t id = 1; id <= 3; id++) {
+		ck_assert_uint_eq(batch_of(b, id), batch_of(job, id));
+		ck_assert_double_eq(dml_job_worker(b, id)->speed,
+				    dml_job_worker(job, id)->speed);
+	}
+	dml_job_record_free(r);
+	dml_jobs_free(back);
+	dml_jobs_free(jobs);
+
+	/* Asynchronous: partitions follow examples/s, batches stay equal. */
+	sb.s.staleness = -1;
+	jobs = jobs_with(&sb, 0, &job);
+	start_equal(job, 2, 10, 0);
+	report(job, 1, 1, 64, 300, 1000, 0);
+	report(job, 2, 1, 64, 100, 1000, 1);
+	ck_assert_uint_eq(npart_of(job, 1), 20);
+	ck_assert_uint_eq(batch_of(job, 1), 64);
+	ck_assert_uint_eq(batch_of(job, 2), 64);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 START_TEST(a_saved_job_comes_back_as_it_was)
 {
 	struct dml_jobs *jobs, *back;
@@ -2029,6 +2145,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, the_next_reassignment_uses_measured_rates);
 	tcase_add_test(table, a_lasting_drift_rebalances);
 	tcase_add_test(table, rebalance_off_and_by_operator);
+	tcase_add_test(table, batch_split_follows_speed);
 	tcase_add_test(table, operators_pause_resume_and_stop);
 	tcase_add_test(table, one_job_is_active_at_a_time);
 	tcase_add_test(table, assignments_list_each_workers_partitions);

@@ -95,6 +95,7 @@ START_TEST(test_gradient)
 	struct app_test_sparse t;
 	uint64_t keys[2][IDS];
 	float grad[2][IDS * 3];
+	char err[256];
 
 	app_test_sparse_init(&t, 2, IDS, k);
 	for (int s = 0; s < 2; s++)
@@ -132,6 +133,18 @@ START_TEST(test_gradient)
 					      fd);
 			}
 		}
+	}
+	/* A batch the scheduler gives (LB-BSP) pushes sums over batch_size:
+	 * twice the ratings, each seen twice, twice the gradient. */
+	ck_assert_int_eq(app->set_batch(state, 2 * RATINGS, err, sizeof(err)), 0);
+	step_ok(state, &t, 2 * RATINGS);
+	for (int s = 0; s < 2; s++) {
+		ck_assert_uint_eq(t.npushed[s], s ? 3 : 4);
+		ck_assert_mem_eq(t.pushed_keys[s], keys[s], t.npushed[s] * sizeof(uint64_t));
+		for (size_t i = 0; i < t.npushed[s] * k; i++)
+			ck_assert_msg(fabs(t.pushed[s][i] - 2 * grad[s][i]) <=
+				      1e-5 * (1 + fabs(grad[s][i])), "table %d [%zu]: %g, not "
+				      "2 x %g", s, i, t.pushed[s][i], grad[s][i]);
 	}
 	app_test_sparse_free(&t);
 	app->destroy(state);

@@ -651,6 +651,50 @@ START_TEST(test_mlp_gradient_hidden)
 }
 END_TEST
 
+/*
+ * A batch the scheduler gives (LB-BSP) pushes the summed gradient over
+ * batch_size: with all 16 examples in every step, a batch of 48 sees each
+ * three times and must push three times the gradient of a batch of 16, at
+ * the same mean loss. Beyond 4 x batch_size a batch is refused.
+ */
+START_TEST(test_mlp_batch_split)
+{
+	static const uint32_t sizes[] = { 5, 4, 3 };
+	const struct dml_app *app = &dml_app_mlp;
+	Dml__JobSpec *spec = spec_make(sizes, 3, "synthetic",
+				       "batch_size = 16\nexamples = 16\nseed = 3\n");
+	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
+	void *state = app_test_make(&dml_app_mlp, spec, &env);
+	char err[256];
+	struct tio t;
+	float *grad[TABLES];
+	double loss;
+
+	tio_init(&t, app, state);
+	fill_params(&t, 1.0f);
+	loss = step_ok(app, state, &t, 16);
+	for (size_t i = 0; i < t.ntables; i++) {
+		grad[i] = floats(t.len[i]);
+		memcpy(grad[i], t.g[i], t.len[i] * sizeof(float));
+	}
+	ck_assert_int_eq(app->set_batch(state, 48, err, sizeof(err)), 0);
+	ck_assert(fabs(step_ok(app, state, &t, 48) - loss) < 1e-5);
+	for (size_t i = 0; i < t.ntables; i++)
+		for (size_t j = 0; j < t.len[i]; j++)
+			ck_assert_msg(fabs(t.g[i][j] - 3 * grad[i][j]) <=
+				      1e-5 * (1 + fabs(grad[i][j])), "table %zu [%zu]: %g, "
+				      "not 3 x %g", i, j, t.g[i][j], grad[i][j]);
+	ck_assert_int_eq(app->set_batch(state, 65, err, sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, "outside 1..64") != NULL, "%s", err);
+	for (size_t i = 0; i < t.ntables; i++)
+		free(grad[i]);
+	tio_free(&t);
+	app->destroy(state);
+	dml_backend_cpu.close(env.be_ctx);
+	dml_job_spec_free(spec);
+}
+END_TEST
+
 /* ---- the mlp on a backend that is not unified ---------------------------- */
 
 /*
@@ -814,7 +858,7 @@ START_TEST(test_mlp_refuses_bad_specs)
 	expect_refused(spec, &env, DML_EINVAL, "dim 70000 out of range");
 	spec->dim = 5;
 	spec->batch_size = (1u << 28) / 5 + 1;
-	expect_refused(spec, &env, DML_EINVAL, "batch_size 53687092 x the widest layer (5)");
+	expect_refused(spec, &env, DML_EINVAL, "batch_size 53687092 x the widest layer 5");
 	spec->batch_size = 0;
 	expect_refused(spec, &env, DML_EINVAL, "batch_size must be at least 1");
 	spec->batch_size = 16;
@@ -1315,6 +1359,7 @@ static Suite *mlp_suite(void)
 	tcase_set_timeout(app, 60);
 	tcase_add_test(app, test_mlp_gradient_softmax);
 	tcase_add_test(app, test_mlp_gradient_hidden);
+	tcase_add_test(app, test_mlp_batch_split);
 	tcase_add_test(app, test_mlp_staged_backend);
 	tcase_add_test(app, test_mlp_refuses_bad_specs);
 	tcase_add_test(app, test_mlp_idx_data);

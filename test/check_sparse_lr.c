@@ -347,7 +347,14 @@ START_TEST(test_refuses)
 	expect_refused(spec, DML_EINVAL, "needs exactly one table, id 0, sparse");
 	spec->tables[0]->id = 0;
 	spec->batch_size = 1u << 29;
+	spec->batch_split = DML_BATCH_EQUAL;
 	expect_refused(spec, DML_EINVAL, "batch_size 536870912 x width 1 is more than");
+	/* Batches split by rate must hold 4 x batch_size. */
+	spec->batch_size = 1u << 27;
+	spec->batch_split = DML_BATCH_RATE;
+	expect_refused(spec, DML_EINVAL, "batch_size 134217728 x width 1 is more than "
+		       "268435456 floats a batch may hold (x 4: the largest batch");
+	spec->batch_split = DML_BATCH_AUTO;
 	spec->batch_size = 64;
 	/* Files: missing, bad content, labels the width cannot hold. */
 	snprintf(path, sizeof(path), "%s/no-such.svm", dml_test_tmpdir());

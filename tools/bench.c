@@ -33,6 +33,7 @@
 
 #include "bench.h"
 #include "bench_clicks.h"
+#include "bench_hetero.h"
 #include "bench_recovery.h"
 #include "bench_server.h"
 #include "bench_sparse.h"
@@ -1490,7 +1491,6 @@ out:
 
 /* ---- subcommands ----------------------------------------------------- */
 
-/* hetero joins this table when it is written. */
 static const struct bench_cmd {
 	const char *name;
 	const char *summary;
@@ -1508,6 +1508,8 @@ static const struct bench_cmd {
 	  bench_sparse_usage },
 	{ "recovery", "a crashed dml-server's time to serve its logged state again",
 	  bench_recovery_main, bench_recovery_usage },
+	{ "hetero", "time to accuracy on unequal workers, with and without placement "
+		    "by measured speed", bench_hetero_main, bench_hetero_usage },
 };
 
 static void bench_usage(FILE *out)

@@ -338,7 +338,8 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 {
 	char nservers[16], nworkers[16];
 	const char *argv[] = { k->dml_local, "up", "--dir", k->run, "--servers", nservers,
-			       "--workers", nworkers, "--build", build, NULL };
+			       "--workers", nworkers, "--build", build,
+			       k->cpus ? "--cpus" : NULL, k->cpus, NULL };
 	int rc;
 
 	if (bench_path(k->dml_local, sizeof(k->dml_local), src, "tools/dml-local") ||
@@ -355,6 +356,22 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 	if (bench_exec_logged(argv, k->out, BENCH_CLUSTER_OUT_MAX))
 		return DML_ECONN;
 	return cluster_env_load(k);
+}
+
+int bench_cluster_set_cpus(struct bench_cluster *k, unsigned worker, const char *cores)
+{
+	char script[PATH_MAX * 2 + 256];
+	const char *argv[] = { "/bin/bash", "-c", script, NULL };
+	/* fleet.sh lies next to dml-local, in the source tree's tools/ */
+	int tools = (int)(strrchr(k->dml_local, '/') - k->dml_local);
+	int n = snprintf(script, sizeof(script),
+			 ". '%.*s/fleet.sh' && ctl=$(fleet_controller) && "
+			 "fleet_set \"${ctl#* }/$(cat '%s/cgroup')/worker%u\" '%s'",
+			 tools, k->dml_local, k->run, worker, cores);
+
+	if (n < 0 || (size_t)n >= sizeof(script))
+		return DML_EINVAL;
+	return bench_exec_logged(argv, k->out, BENCH_CLUSTER_OUT_MAX) ? DML_EIO : 0;
 }
 
 int bench_cluster_submit(struct bench_cluster *k, const char *job_file)
@@ -387,6 +404,60 @@ static double cluster_json_num(const char *json, const char *key)
 	return d;
 }
 
+/* The first BENCH_POLL_WORKERS objects of the answer's "workers" list. */
+static void cluster_poll_workers(const char *json, struct bench_poll *p)
+{
+	/* the list, not the spec's "workers": N */
+	const char *at = strstr(json, "\"workers\":[");
+	int depth = 0;
+
+	if (!at || !(at = strchr(at, '[')))
+		return;
+	for (const char *c = at + 1; *c && depth >= 0 && p->nw < BENCH_POLL_WORKERS; c++) {
+		struct bench_poll_worker *w = &p->w[p->nw];
+		char v[64];
+		uint64_t u;
+
+		if (*c == '"') {   /* skip strings: a reason may hold brackets */
+			for (c++; *c && *c != '"'; c += c[0] == '\\' && c[1] ? 2 : 1)
+				;
+			if (!*c)
+				return;
+			continue;
+		}
+		if (*c == '[' || (*c == '{' && depth > 0)) {
+			depth++;
+			continue;
+		}
+		if (*c == ']' || *c == '}') {
+			depth--;
+			continue;
+		}
+		if (*c != '{')
+			continue;
+		depth++;
+		memset(w, 0, sizeof(*w));
+		if (bench_json_get(c, "worker", v, sizeof(v)) || dml_parse_u64(v, 1, UINT32_MAX, &u))
+			return;
+		w->id = (uint32_t)u;
+		w->alive = bench_json_get(c, "state", v, sizeof(v)) == 0 &&
+			   strcmp(v, "alive") == 0;
+		if (bench_json_get(c, "clock", v, sizeof(v)) == 0)
+			dml_parse_u64(v, 0, UINT64_MAX, &w->clock);
+		w->compute_s = cluster_json_num(c, "compute_s");
+		w->wait_s = cluster_json_num(c, "wait_s");
+		w->held_s = cluster_json_num(c, "held_s");
+		w->speed = cluster_json_num(c, "speed");
+		if (bench_json_get(c, "batch_size", v, sizeof(v)) == 0 &&
+		    dml_parse_u64(v, 0, UINT32_MAX, &u) == 0)
+			w->batch = (uint32_t)u;
+		if (bench_json_get(c, "partitions", v, sizeof(v)) == 0 &&
+		    dml_parse_u64(v, 0, UINT32_MAX, &u) == 0)
+			w->partitions = (uint32_t)u;
+		p->nw++;
+	}
+}
+
 int bench_cluster_poll(struct bench_cluster *k, struct bench_poll **out)
 {
 	const char *argv[] = { k->dmlctl, "--json", "status", k->job_arg, NULL };
@@ -410,6 +481,10 @@ int bench_cluster_poll(struct bench_cluster *k, struct bench_poll **out)
 	    dml_parse_u64(v, 0, UINT64_MAX, &p.data_examples))
 		p.data_examples = 0;
 	p.rate = cluster_json_num(k->out, "examples_per_s");
+	if (bench_json_get(k->out, "assignment_version", v, sizeof(v)) ||
+	    dml_parse_u64(v, 0, UINT64_MAX, &p.assignment))
+		p.assignment = 0;
+	cluster_poll_workers(k->out, &p);
 	p.metric = NAN;
 	if (bench_json_get(k->out, "has_metric", v, sizeof(v)) == 0 &&
 	    strcmp(v, "true") == 0)

@@ -67,6 +67,21 @@ int bench_src_find(const char *build, char *out, size_t len);
  */
 unsigned bench_cluster_worker_threads(const char *src);
 
+/* Workers whose figures a poll keeps, the first in the job's order. */
+#define BENCH_POLL_WORKERS 8
+
+/** One worker of a status answer. */
+struct bench_poll_worker {
+	uint32_t id;
+	int alive;
+	uint64_t clock;
+	double compute_s;        /* seconds computing training steps, so far */
+	double wait_s, held_s;   /* seconds waiting; of them, held for others */
+	double speed;            /* examples per second of its own work (smoothed) */
+	uint32_t batch;          /* examples per clock it is given */
+	uint32_t partitions;
+};
+
 /** One `dmlctl --json status JOB` answer. */
 struct bench_poll {
 	uint64_t ns;             /* when it arrived (dml_now_ns) */
@@ -75,12 +90,16 @@ struct bench_poll {
 	double rate;             /* the job's examples_per_s; NaN when absent */
 	char state[16];
 	double metric;           /* NaN when the job has evaluated nothing yet */
+	uint64_t assignment;     /* the assignment version */
+	struct bench_poll_worker w[BENCH_POLL_WORKERS];
+	unsigned nw;
 };
 
 /** A local cluster of tools/dml-local running one job. */
 struct bench_cluster {
 	char run[PATH_MAX];      /* dml-local's directory, made by us */
 	char dml_local[PATH_MAX], dmlctl[PATH_MAX];
+	const char *cpus;        /* dml-local up --cpus LIST, or NULL; set before up */
 	char sched[320], secret[PATH_MAX];
 	int have_run, up, ended;
 	uint32_t job;            /* 0 until submitted */
@@ -107,6 +126,13 @@ void bench_cluster_free(struct bench_cluster *k);
  */
 int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *src,
 		     const char *build, unsigned servers, unsigned workers);
+
+/**
+ * Change worker `worker`'s (1, 2, ...) CPU quota to cores while it runs,
+ * through tools/fleet.sh's fleet_set on the cgroup dml-local up made for
+ * it (k->cpus must have been set). 0 or DML_EIO (logged).
+ */
+int bench_cluster_set_cpus(struct bench_cluster *k, unsigned worker, const char *cores);
 
 /** `dmlctl --json submit FILE`: k->job and k->job_arg. 0 or DML_EIO (logged). */
 int bench_cluster_submit(struct bench_cluster *k, const char *job_file);

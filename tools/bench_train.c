@@ -85,6 +85,11 @@ struct train_opts {
 	unsigned workers, servers, threads;
 	double target, max_seconds;
 	int skip_cluster, skip_single, keep, verbose;
+	/* bench_train_cluster_run(): the fleet and its slowdown */
+	const char *cpus;
+	double slow_after_s;
+	unsigned slow_worker;
+	const char *slow_cpus;
 };
 
 void bench_train_usage(FILE *out)
@@ -129,15 +134,10 @@ static int train_usage_error(const char *opt, const char *value, const char *wan
 	return bench_usage_error("train", opt, value, want);
 }
 
-static int train_parse_count(const char *opt, const char *a, uint64_t min, uint64_t max,
+static int train_parse_count(const char *opt, const char *a, unsigned min, unsigned max,
 			     unsigned *out)
 {
-	uint64_t v;
-	int rc = bench_parse_count("train", opt, a, min, max, &v);
-
-	if (rc == 0)
-		*out = (unsigned)v;
-	return rc;
+	return bench_parse_unsigned("train", opt, a, min, max, out);
 }
 
 /* Returns 0, or the exit status to end with (0 after --help). */
@@ -391,6 +391,7 @@ struct train_result {
 	size_t snaps;        /* copies taken since time zero */
 	char every[48];      /* how often snapshots were taken */
 	char t0[160];        /* cluster: how time zero was found */
+	uint64_t t0_ns;      /* cluster: time zero (dml_now_ns) */
 	double watch_cpu_s;  /* cluster: CPU the copies and polls cost, dmlctl's too */
 	double watch_s;      /* over this long */
 	char note[160];      /* cluster: the job's own last evaluation */
@@ -544,6 +545,10 @@ struct train_ctx {
 	struct dml_app_env env;
 	struct train_layout layout;
 	struct train_eval eval;
+	Dml__JobSpec *own_spec;  /* spec, to free */
+	/* the cluster's polls, handed over when not NULL */
+	struct bench_poll **polls;
+	size_t *npolls;
 };
 
 static double train_epoch_limit(const Dml__JobSpec *spec)
@@ -848,7 +853,7 @@ static int train_cluster_watch(struct train_cluster *k, struct train_ctx *c,
 	uint64_t start_ns = (uint64_t)BENCH_CLUSTER_START_S * 1000000000u;
 	uint64_t poll_ns = train_ms_ns(BENCH_CLUSTER_POLL_MS);
 	struct train_watch w = { .begin = dml_now_ns(), .state = "pending" };
-	int rc = 0;
+	int rc = 0, slowed = 0;
 
 	w.next_copy = w.next_poll = w.begin;
 	train_series_init(s, c->layout.floats, train_ms_ns(TRAIN_SNAP_MS));
@@ -865,6 +870,13 @@ static int train_cluster_watch(struct train_cluster *k, struct train_ctx *c,
 			w.next_poll = train_next(w.next_poll, now, poll_ns);
 		}
 		now = dml_now_ns();
+		if (rc == 0 && c->o->slow_cpus && !slowed && w.started &&
+		    now - w.started >= (uint64_t)(c->o->slow_after_s * 1e9)) {
+			rc = bench_cluster_set_cpus(&k->b, c->o->slow_worker, c->o->slow_cpus);
+			slowed = 1;
+			dml_info("worker %u slowed to %s cores", c->o->slow_worker,
+				 c->o->slow_cpus);
+		}
 		if (w.started && now - w.started >= max_ns)
 			break;
 		if (rc == 0 && !w.started && now - w.begin >= start_ns) {
@@ -899,6 +911,7 @@ static int train_cluster_figures(struct train_cluster *k, struct train_ctx *c,
 
 	if (rc)
 		return rc;
+	r->t0_ns = t0;
 	for (size_t i = 0; i < s->n; i++)
 		s->v[i].examples =
 			s->v[i].ns < t0 ? 0 : train_polls_examples(k, t0, s->v[i].ns);
@@ -919,6 +932,7 @@ static int train_cluster(struct train_ctx *c, struct train_series *s,
 
 	memset(&k, 0, sizeof(k));
 	bench_cluster_init(&k.b);
+	k.b.cpus = c->o->cpus;
 	rc = bench_cluster_up(&k.b, "dml-bench-train", c->p->src, c->p->build,
 			      c->o->servers, c->o->workers);
 	if (rc == 0)
@@ -939,6 +953,11 @@ static int train_cluster(struct train_ctx *c, struct train_series *s,
 	train_cluster_down(&k, c->o->keep);
 	if (rc == 0)
 		rc = train_cluster_figures(&k, c, s, r);
+	if (c->polls) {
+		*c->polls = k.b.polls;
+		*c->npolls = k.b.npolls;
+		k.b.polls = NULL;
+	}
 	bench_cluster_free(&k.b);
 	return rc;
 }
@@ -1226,33 +1245,56 @@ static int train_measure(struct train_ctx *c, struct train_result *rs,
 	return rc;
 }
 
+/*
+ * c for the options o: the paths (into p), the job spec, the model's layout,
+ * the cpu backend and the evaluator. train_ctx_close() is due whatever it
+ * returns.
+ */
+static int train_ctx_open(struct train_ctx *c, const struct train_opts *o,
+			  struct train_paths *p)
+{
+	Dml__JobSpec *spec = NULL;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->o = o;
+	c->p = p;
+	rc = train_paths_find(o, p);
+	if (rc == 0)
+		rc = train_spec_load(p->job, &spec);
+	c->spec = c->own_spec = spec;
+	if (rc == 0)
+		rc = train_layout_init(spec, &c->layout);
+	if (rc == 0)
+		rc = train_backend_open(c);
+	if (rc == 0)
+		rc = train_eval_open(&c->eval, spec, &c->env, &c->layout);
+	return rc;
+}
+
+static void train_ctx_close(struct train_ctx *c)
+{
+	train_eval_close(&c->eval);
+	if (c->env.be)
+		c->env.be->close(c->env.be_ctx);
+	dml_job_spec_free(c->own_spec);
+	c->spec = c->own_spec = NULL;
+}
+
 int bench_train_main(int argc, char **argv)
 {
 	struct train_opts o;
 	struct train_paths p;
 	struct train_ctx c;
 	struct train_result rs, rk;
-	Dml__JobSpec *spec = NULL;
 	int help, rc;
 
 	rc = train_opts_parse(argc, argv, &o, &help);
 	if (bench_cmd_begin(rc, help, bench_train_usage, o.verbose))
 		return rc;
-	memset(&c, 0, sizeof(c));
 	train_result_init(&rs);
 	train_result_init(&rk);
-	rc = train_paths_find(&o, &p);
-	if (rc == 0)
-		rc = train_spec_load(p.job, &spec);
-	c.o = &o;
-	c.p = &p;
-	c.spec = spec;
-	if (rc == 0)
-		rc = train_layout_init(spec, &c.layout);
-	if (rc == 0)
-		rc = train_backend_open(&c);
-	if (rc == 0)
-		rc = train_eval_open(&c.eval, spec, &c.env, &c.layout);
+	rc = train_ctx_open(&c, &o, &p);
 	if (rc == 0) {
 		train_print_preface(&c, o.skip_cluster ? 1 : bench_cluster_worker_threads(p.src));
 		rc = train_measure(&c, &rs, &rk);
@@ -1262,9 +1304,44 @@ int bench_train_main(int argc, char **argv)
 		train_print_table(&c, &rs, &rk);
 	else if (bench_interrupted())
 		dml_warn("interrupted; stopped");
-	train_eval_close(&c.eval);
-	if (c.env.be)
-		c.env.be->close(c.env.be_ctx);
-	dml_job_spec_free(spec);
+	train_ctx_close(&c);
 	return bench_exit_status(rc);
+}
+
+/* ---- one cluster run, for other benchmarks ------------------------------- */
+
+int bench_train_cluster_run(const struct bench_train_cfg *cfg, struct bench_train_fig *fig)
+{
+	struct train_opts o = {
+		.job = cfg->job, .build = cfg->build, .workers = cfg->workers,
+		.servers = cfg->servers, .threads = 1, .target = cfg->target,
+		.max_seconds = cfg->max_seconds, .skip_single = 1, .keep = cfg->keep,
+		.cpus = cfg->cpus, .slow_after_s = cfg->slow_after_s,
+		.slow_worker = cfg->slow_worker, .slow_cpus = cfg->slow_cpus,
+	};
+	struct train_paths p;
+	struct train_ctx c;
+	struct train_series s;
+	struct train_result r;
+	int rc;
+
+	memset(fig, 0, sizeof(*fig));
+	memset(&s, 0, sizeof(s));
+	train_result_init(&r);
+	rc = train_ctx_open(&c, &o, &p);
+	c.polls = &fig->polls;
+	c.npolls = &fig->npolls;
+	if (rc == 0)
+		rc = train_cluster(&c, &s, &r);
+	train_series_destroy(&s);
+	fig->reached = r.reached;
+	fig->t_target = r.t_target;
+	fig->ep_target = r.ep_target;
+	fig->final_acc = r.final_acc;
+	fig->rate = r.rate;
+	fig->trained_s = r.trained_s;
+	fig->epochs = r.epochs;
+	fig->t0_ns = r.t0_ns;
+	train_ctx_close(&c);
+	return rc;
 }

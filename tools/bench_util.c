@@ -118,6 +118,28 @@ int bench_parse_count(const char *cmd, const char *opt, const char *a, uint64_t 
 	return bench_usage_error(cmd, opt, a, want);
 }
 
+int bench_parse_unsigned(const char *cmd, const char *opt, const char *a, unsigned min,
+			 unsigned max, unsigned *out)
+{
+	uint64_t v;
+	int rc = bench_parse_count(cmd, opt, a, min, max, &v);
+
+	if (rc == 0)
+		*out = (unsigned)v;
+	return rc;
+}
+
+int bench_parse_number(const char *cmd, const char *opt, const char *a, double min,
+		       double max, double *out)
+{
+	char want[64];
+
+	if (dml_parse_double(a, min, max, out) == 0)
+		return 0;
+	snprintf(want, sizeof(want), "a number from %g to %g", min, max);
+	return bench_usage_error(cmd, opt, a, want);
+}
+
 int bench_cmd_begin(int parse_rc, int help, void (*usage)(FILE *out), int verbose)
 {
 	if (parse_rc || help) {

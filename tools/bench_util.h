@@ -71,6 +71,14 @@ int bench_usage_error(const char *cmd, const char *opt, const char *value,
 int bench_parse_count(const char *cmd, const char *opt, const char *a, uint64_t min,
 		      uint64_t max, uint64_t *out);
 
+/** bench_parse_count() into an unsigned. */
+int bench_parse_unsigned(const char *cmd, const char *opt, const char *a, unsigned min,
+			 unsigned max, unsigned *out);
+
+/** The same for a number in [min, max] ("a number from MIN to MAX" wanted). */
+int bench_parse_number(const char *cmd, const char *opt, const char *a, double min,
+		       double max, double *out);
+
 /**
  * After a subcommand parsed its options into parse_rc and help: print its
  * usage to stdout for --help, or else set the log level (warnings, and one

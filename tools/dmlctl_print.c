@@ -488,7 +488,10 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_str(j, "reason", w->reason);
 	ctl_json_num(j, "compute_s", w->compute_s);
 	ctl_json_num(j, "wait_s", w->wait_s);
+	ctl_json_num(j, "held_s", w->held_s);
 	ctl_json_num(j, "rate", w->rate);
+	ctl_json_u64(j, "batch_size", w->batch_size);
+	ctl_json_num(j, "speed", w->speed);
 	ctl_json_close(j, '}');
 }
 
@@ -634,7 +637,7 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 {
 	static const char *const head[] = {
 		"WORKER", "STATE", "CLOCK", "EXAMPLES", "EXAMPLES/S", "LOSS", "PARTITIONS",
-		"RATE", "COMPUTING", "REASON"
+		"BATCH", "RATE", "SPEED", "COMPUTING", "REASON"
 	};
 	struct table t;
 
@@ -650,11 +653,14 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 		row[4] = cell_num("%.1f", ctl_trained(w->examples, w->examples_per_s));
 		row[5] = cell_num("%.4g", ctl_trained(w->examples, w->loss));
 		row[6] = cellf("%u", w->partitions);
-		/* what placement follows, and the share of its time not waiting */
-		row[7] = cell_num("%.1f", w->rate);
-		row[8] = cell_num("%.0f%%", w->compute_s + w->wait_s > 0 ?
-				  100 * w->compute_s / (w->compute_s + w->wait_s) : NAN);
-		row[9] = cell(w->reason);
+		/* what placement follows (examples/s; examples per second of
+		 * its own work), and the share of its time not waiting */
+		row[7] = cellf("%u", w->batch_size);
+		row[8] = cell_num("%.1f", w->rate);
+		row[9] = cell_num("%.1f", w->speed);
+		row[10] = cell_num("%.0f%%", w->compute_s + w->wait_s > 0 ?
+				   100 * w->compute_s / (w->compute_s + w->wait_s) : NAN);
+		row[11] = cell(w->reason);
 	}
 	table_print(&t, out, indent);
 	table_free(&t);

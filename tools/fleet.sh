@@ -18,7 +18,11 @@
 # fleet_remove (it waits for the processes to leave first).
 
 fleet_root=${DML_CGROUP_ROOT:-/sys/fs/cgroup}
-fleet_period_us=100000
+# The CFS period: short, so that a slow worker is slow at every step (under
+# a quota of 0.15 core in a 100 ms period it ran 15 ms at full speed, then
+# stood still for 85, and steps of a millisecond were fast or stalled, not
+# slow); longer only where the kernel's 1 ms least quota needs it.
+fleet_period_min_us=10000
 
 # Prints "v1 DIR" or "v2 DIR" (DIR: where groups are made), or fails
 # saying why none is usable.
@@ -35,12 +39,14 @@ fleet_controller() {
 	fi
 }
 
-# A quota in cores ("0.25", "1.5") as microseconds per period; fails on
-# anything that is not a positive decimal.
+# A quota in cores ("0.25", "1.5") as "QUOTA PERIOD" in microseconds; fails
+# on anything that is not a decimal of at least 0.01.
 fleet_quota_us() { # CORES
 	[[ $1 =~ ^[0-9]{1,3}(\.[0-9]{1,6})?$ ]] || return 1
-	awk -v c="$1" -v p="$fleet_period_us" 'BEGIN {
-		q = int(c * p + 0.5); if (q < 1000) exit 1; print q }'
+	awk -v c="$1" -v p="$fleet_period_min_us" 'BEGIN {
+		if (c < 0.01) exit 1
+		if (c * p < 1000) p = int(1000 / c + 0.999)
+		print int(c * p + 0.5), p }'
 }
 
 fleet_bad_quota() { # TEXT: says why it is not a quota, and fails
@@ -60,12 +66,7 @@ fleet_make() { # GROUP NAME CORES
 		echo "cannot make the cgroup $dir" >&2
 		return 1
 	}
-	if [ "$kind" = v1 ]; then
-		echo "$fleet_period_us" >"$dir/cpu.cfs_period_us" || {
-			echo "cannot set the CPU period of $dir" >&2
-			return 1
-		}
-	else
+	if [ "$kind" = v2 ]; then
 		# Controllers pass down one level at a time; an error here means
 		# they are on already or the host forbids it, which cpu.max tells.
 		echo +cpu >"$base/cgroup.subtree_control" 2>/dev/null
@@ -81,9 +82,12 @@ fleet_set() { # DIR CORES
 	local us
 	us=$(fleet_quota_us "$2") || fleet_bad_quota "$2" || return 1
 	if [ -f "$1/cpu.cfs_quota_us" ]; then
-		echo "$us" >"$1/cpu.cfs_quota_us"
+		# no quota while the period changes: any pair in between is valid
+		echo -1 >"$1/cpu.cfs_quota_us" &&
+			echo "${us#* }" >"$1/cpu.cfs_period_us" &&
+			echo "${us% *}" >"$1/cpu.cfs_quota_us"
 	else
-		echo "$us $fleet_period_us" >"$1/cpu.max"
+		echo "$us" >"$1/cpu.max"
 	fi || {
 		echo "cannot set the CPU quota of $1" >&2
 		return 1

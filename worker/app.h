@@ -115,6 +115,17 @@ struct dml_app {
 	int (*set_partitions)(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen);
 	/**
+	 * Take batch examples per step from now on instead of the spec's
+	 * batch_size (the scheduler splits a clock's examples by the workers'
+	 * speeds: LB-BSP). Steps always push the gradient summed over their
+	 * examples divided by the spec's batch_size, so each example weighs
+	 * the same whichever worker computed it, and an equal split pushes the
+	 * batch's mean as before. 0, DML_EINVAL (batch outside 1 ..
+	 * dml_job_batch_max(spec): the caller keeps it within) or DML_ENOMEM;
+	 * the old size stays on failure.
+	 */
+	int (*set_batch)(void *state, uint32_t batch, char *err, size_t errlen);
+	/**
 	 * One step: pull, compute on the next batch, push. The pulls are
 	 * waited for; the pushes may not be (drain). Returns 0 or the io's
 	 * error (err names what failed: an error of a push of an earlier step

@@ -46,7 +46,9 @@ struct lsq {
 	uint64_t seed;
 	uint64_t n;               /* examples */
 	uint32_t dim;
-	uint32_t batch;
+	uint32_t batch;           /* examples per step */
+	uint32_t norm;            /* the spec's batch_size: gradients are sums / norm */
+	uint32_t cap;             /* rows x, y and r hold */
 	struct dml_app_table table;
 	float *w_true;
 	float *w, *grad;          /* dim */
@@ -231,7 +233,7 @@ static int lsq_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	a->seed = spec->seed;
 	a->n = spec->examples;
 	a->dim = spec->dim;
-	a->batch = spec->batch_size;
+	a->batch = a->norm = a->cap = spec->batch_size;
 	a->table = (struct dml_app_table){ .id = 0, .dense = 1, .width = 1, .keys = a->dim };
 	a->w_true = malloc((size_t)a->dim * sizeof(float));
 	a->w = malloc((size_t)a->dim * sizeof(float));
@@ -316,12 +318,38 @@ static int lsq_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	a->cursor = (a->cursor + rows) % a->train.rec.total;
 	out->loss = dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, a->grad, a->r);
 	out->examples = rows;
+	if (rows != a->norm)
+		for (uint32_t j = 0; j < a->dim; j++)
+			a->grad[j] *= (float)rows / (float)a->norm;
 	rc = io->ops->push_range(io->arg, 0, 0, a->dim, a->grad, &h);
 	if (rc == 0)
 		rc = dml_app_wait(io, h);
 	if (rc)
 		snprintf(err, errlen, "push to table 0: %s", dml_strerror(rc));
 	return rc;
+}
+
+/* Rows beyond what x, y and r hold make them grow; they never shrink. */
+static int lsq_set_batch(void *state, uint32_t batch, char *err, size_t errlen)
+{
+	struct lsq *a = state;
+
+	if (batch > a->cap) {
+		float *x = realloc(a->x, (size_t)batch * a->dim * sizeof(float));
+		float *y = x ? realloc(a->y, (size_t)batch * sizeof(float)) : NULL;
+		float *r = y ? realloc(a->r, (size_t)batch * sizeof(float)) : NULL;
+
+		/* each buffer that moved is the state's now, grown or not */
+		a->x = x ? x : a->x;
+		a->y = y ? y : a->y;
+		a->r = r ? r : a->r;
+		if (!r)
+			return fail(err, errlen, DML_ENOMEM, "out of memory for a batch of %"
+				    PRIu32 " examples of dim %" PRIu32, batch, a->dim);
+		a->cap = batch;
+	}
+	a->batch = batch;
+	return 0;
 }
 
 static int lsq_evaluate(void *state, struct dml_app_io *io, double *value, char *err,
@@ -365,6 +393,7 @@ const struct dml_app dml_app_lsq = {
 	.create = lsq_create,
 	.tables = lsq_tables,
 	.set_partitions = lsq_set_partitions,
+	.set_batch = lsq_set_batch,
 	.step = lsq_step,
 	.evaluate = lsq_evaluate,
 	.drain = lsq_drain,

@@ -79,7 +79,9 @@ struct side {
 
 struct mf {
 	uint64_t seed;
-	uint32_t k, batch_size;
+	uint32_t k;
+	uint32_t batch;           /* examples per step */
+	uint32_t norm;            /* the spec's batch_size: gradients are sums / norm */
 	int metric_loss;           /* evaluate the loss, not the RMSE */
 	double mean;
 	struct dml_ratings gen;
@@ -301,7 +303,7 @@ static int mf_create(const Dml__JobSpec *spec, const struct dml_app_env *env, vo
 	a->seed = spec->seed;
 	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->k = spec->tables[0]->width;
-	a->batch_size = spec->batch_size;
+	a->batch = a->norm = spec->batch_size;
 	a->metric_loss = spec->metric && strcmp(spec->metric, "loss") == 0;
 	a->gen = (struct dml_ratings){ spec->seed, spec->users, spec->items };
 	for (int t = 0; t < SIDES; t++)
@@ -353,13 +355,13 @@ static int push_land(struct mf *a, struct dml_app_io *io, char *err, size_t errl
 }
 
 /*
- * The gradient of the batch's mean loss per pulled row of both tables into
- * the push buffers (the last pushes landed), and their pushes, left in
- * flight: d/dP[u] = e Q[i] / rows, d/dQ[i] = e P[u] / rows.
+ * The gradient of the batch's summed loss / norm per pulled row of both
+ * tables into the push buffers (the last pushes landed), and their pushes,
+ * left in flight: d/dP[u] = e Q[i] / norm, d/dQ[i] = e P[u] / norm.
  */
 static int backward_push(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
 {
-	double inv = 1.0 / (double)a->rows;
+	double inv = 1.0 / (double)a->norm;
 	size_t k = a->k;
 
 	for (int t = 0; t < SIDES; t++) {
@@ -407,7 +409,7 @@ static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out,
 		   size_t errlen)
 {
 	struct mf *a = state;
-	size_t rows = a->walk.recs.total ? a->batch_size : 0;
+	size_t rows = a->walk.recs.total ? a->batch : 0;
 	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
 	double loss;
 	int rc;
@@ -426,6 +428,17 @@ static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out,
 		return rc;
 	out->examples = rows;
 	out->loss = loss / (double)rows;
+	return 0;
+}
+
+/* Its batch buffers grow as a batch needs. */
+static int mf_set_batch(void *state, uint32_t batch, char *err, size_t errlen)
+{
+	struct mf *a = state;
+
+	(void)err;
+	(void)errlen;
+	a->batch = batch;
 	return 0;
 }
 
@@ -474,6 +487,7 @@ const struct dml_app dml_app_mf = {
 	.create = mf_create,
 	.tables = mf_tables,
 	.set_partitions = mf_set_partitions,
+	.set_batch = mf_set_batch,
 	.step = mf_step,
 	.evaluate = mf_evaluate,
 	.drain = mf_drain,

@@ -81,7 +81,10 @@ struct mlp {
 	const struct dml_backend_ops *be;
 	void *ctx;
 	uint64_t seed;
-	uint32_t dim, classes, batch;
+	uint32_t dim, classes;
+	uint32_t batch;           /* examples per step */
+	uint32_t norm;            /* the spec's batch_size: gradients are sums / norm */
+	uint32_t batch_cap;       /* the largest batch it may be given (d holds it) */
 	size_t rows_cap;          /* rows the x and h buffers hold */
 	size_t nlayers;
 	struct layer layers[LAYERS_MAX];
@@ -411,7 +414,7 @@ static int mlp_buffers(struct mlp *a)
 		if (!rc)
 			rc = buf_alloc(a, a->rows_cap * y->out, &y->h, NULL);
 		if (!rc && l + 1 < a->nlayers)
-			rc = buf_alloc(a, (size_t)a->batch * y->out, &y->d, NULL);
+			rc = buf_alloc(a, (size_t)a->batch_cap * y->out, &y->d, NULL);
 	}
 	return rc;
 }
@@ -464,7 +467,10 @@ static int mlp_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->dim = sizes[0];
 	a->classes = sizes[n - 1];
-	a->batch = spec->batch_size;
+	a->batch = a->norm = spec->batch_size;
+	/* Sized once for the largest batch a rate split may give: the
+	 * device buffers then never move while pushes are in flight. */
+	a->batch_cap = (uint32_t)dml_job_batch_max(spec);
 	a->nlayers = n - 1;
 	a->metric_loss = spec->metric && strcmp(spec->metric, "loss") == 0;
 	for (size_t l = 0; l < a->nlayers; l++) {
@@ -479,7 +485,7 @@ static int mlp_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	/* Evaluation goes in chunks larger than a batch where they fit. */
 	a->rows_cap = BATCH_FLOATS_MAX / widest < EVAL_CHUNK ? BATCH_FLOATS_MAX / widest :
 							      EVAL_CHUNK;
-	a->rows_cap = a->rows_cap > a->batch ? a->rows_cap : a->batch;
+	a->rows_cap = a->rows_cap > a->batch_cap ? a->rows_cap : a->batch_cap;
 	if ((rc = mlp_data(a, spec, err, errlen)) != 0) {
 		mlp_destroy(a);
 		return rc;
@@ -487,7 +493,7 @@ static int mlp_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	if (mlp_buffers(a) != 0) {
 		mlp_destroy(a);
 		return fail(err, errlen, DML_ENOMEM, "out of %s memory for the layers and a "
-			    "batch of %" PRIu32, env->be->name, a->batch);
+			    "batch of %" PRIu32, env->be->name, a->batch_cap);
 	}
 	*state = a;
 	return 0;
@@ -661,7 +667,7 @@ static int mlp_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	if (rc || !rows)
 		return rc;
 	rc = a->be->softmax_xent(a->ctx, a->layers[a->nlayers - 1].h, a->y, rows, a->classes,
-				 1.0f / (float)rows, a->layers[a->nlayers - 1].h, &loss,
+				 1.0f / (float)a->norm, a->layers[a->nlayers - 1].h, &loss,
 				 &correct);
 	if ((rc = be_fail(a, rc, err, errlen)) != 0)
 		return rc;
@@ -669,6 +675,18 @@ static int mlp_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		return rc;
 	out->examples = rows;
 	out->loss = loss / (double)rows;
+	return 0;
+}
+
+/* Its buffers hold batch_cap rows from the start: nothing to grow. */
+static int mlp_set_batch(void *state, uint32_t batch, char *err, size_t errlen)
+{
+	struct mlp *a = state;
+
+	if (batch < 1 || batch > a->batch_cap)
+		return fail(err, errlen, DML_EINVAL, "a batch of %" PRIu32 " examples is "
+			    "outside 1..%" PRIu32, batch, a->batch_cap);
+	a->batch = batch;
 	return 0;
 }
 
@@ -720,6 +738,7 @@ const struct dml_app dml_app_mlp = {
 	.create = mlp_create,
 	.tables = mlp_tables,
 	.set_partitions = mlp_set_partitions,
+	.set_batch = mlp_set_batch,
 	.step = mlp_step,
 	.evaluate = mlp_evaluate,
 	.drain = mlp_drain,

@@ -90,7 +90,9 @@ struct batch {
 
 struct slr {
 	uint64_t seed, hkey;
-	uint32_t dim, width, classes, batch_size;
+	uint32_t dim, width, classes;
+	uint32_t batch;           /* examples per step */
+	uint32_t norm;            /* the spec's batch_size: gradients are sums / norm */
 	enum metric metric;
 	struct dml_app_table table;
 	struct dml_clicks clicks; /* synthetic data */
@@ -384,7 +386,7 @@ static int slr_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 	a->hkey = dml_rng_mix64(spec->seed ^ STREAM_HASH);
 	a->dim = spec->dim;
 	a->width = spec->tables[0]->width;
-	a->batch_size = spec->batch_size;
+	a->batch = a->norm = spec->batch_size;
 	m = spec->metric ? spec->metric : "";
 	a->metric = strcmp(m, "loss") == 0 ? METRIC_LOSS :
 		    strcmp(m, "accuracy") == 0 ? METRIC_ACCURACY : METRIC_AUC;
@@ -429,7 +431,7 @@ static int push_land(struct slr *a, struct dml_app_io *io, char *err, size_t err
 }
 
 /*
- * The gradient of the batch's mean log-loss per pulled key into the push
+ * The gradient of the batch's summed log-loss / norm per pulled key into the push
  * buffers (the last push landed), and its push, left in flight. *loss:
  * the batch's summed log-loss.
  */
@@ -438,7 +440,7 @@ static int backward_push(struct slr *a, struct dml_app_io *io, double *loss, cha
 {
 	struct batch *b = &a->b;
 	size_t w = a->width, e = 0;
-	double inv = 1.0 / (double)b->rows;
+	double inv = 1.0 / (double)a->norm;
 	int rc;
 
 	if (dml_app_reserve((void **)&a->pkeys, &a->pkcap, b->nkeys, sizeof(*a->pkeys)) != 0 ||
@@ -482,7 +484,7 @@ static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct slr *a = state;
-	size_t rows = a->walk.recs.total ? a->batch_size : 0;
+	size_t rows = a->walk.recs.total ? a->batch : 0;
 	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
 	double loss = 0;
 	int rc;
@@ -549,6 +551,17 @@ static double metric_of(const struct slr *a, const double *z, const float *y, si
 	return classes ? sum / (double)classes : NAN;
 }
 
+/* Its batch buffers grow as a batch needs. */
+static int slr_set_batch(void *state, uint32_t batch, char *err, size_t errlen)
+{
+	struct slr *a = state;
+
+	(void)err;
+	(void)errlen;
+	a->batch = batch;
+	return 0;
+}
+
 static int slr_evaluate(void *state, struct dml_app_io *io, double *value, char *err,
 			size_t errlen)
 {
@@ -600,6 +613,7 @@ const struct dml_app dml_app_sparse_lr = {
 	.create = slr_create,
 	.tables = slr_tables,
 	.set_partitions = slr_set_partitions,
+	.set_batch = slr_set_batch,
 	.step = slr_step,
 	.evaluate = slr_evaluate,
 	.drain = slr_drain,

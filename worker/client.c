@@ -89,6 +89,7 @@ struct request {
 	int result;
 	int pull;
 	uint64_t min_clock;
+	uint64_t held_ns;              /* the longest a server held a part */
 	uint64_t deadline_ns;
 };
 
@@ -134,6 +135,7 @@ struct dml {
 
 	uint64_t clock;
 	uint64_t last_min_clock;
+	uint64_t held_ns;              /* pulls waited for, held by their servers */
 	uint64_t next_handle, next_wire;
 	struct request **reqs;         /* handle hash */
 	struct part **parts;           /* wire-id hash */
@@ -780,6 +782,11 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		}
 		if (m->min_clock < p->req->min_clock)
 			p->req->min_clock = m->min_clock;
+		/* parts travel in parallel: the request waited for the longest */
+		if (m->held_us > UINT64_MAX / 1000)
+			p->req->held_ns = UINT64_MAX;
+		else if (m->held_us * 1000 > p->req->held_ns)
+			p->req->held_ns = m->held_us * 1000;
 		part_finish(d, p, 0);
 		return 0;
 	}
@@ -1516,8 +1523,10 @@ int dml_wait(dml_t *d, dml_handle_t h)
 		return DML_ENOTFOUND;
 	run_until(d, request_done, r, 0);
 	rc = r->result;
-	if (r->pull && rc == 0)
+	if (r->pull && rc == 0) {
 		d->last_min_clock = r->min_clock;
+		d->held_ns += r->held_ns;
+	}
 	request_free(d, r);
 	return rc;
 }
@@ -1567,6 +1576,11 @@ uint64_t dml_current_clock(const dml_t *d)
 uint64_t dml_last_pull_min_clock(const dml_t *d)
 {
 	return d ? d->last_min_clock : 0;
+}
+
+uint64_t dml_pulls_held_ns(const dml_t *d)
+{
+	return d ? d->held_ns : 0;
 }
 
 int dml_progress(dml_t *d, int timeout_ms)

@@ -160,6 +160,13 @@ uint64_t dml_current_clock(const dml_t *d);
  * servers reported when they answered it (to verify the staleness bound).
  */
 uint64_t dml_last_pull_min_clock(const dml_t *d);
+/**
+ * Nanoseconds the pulls waited for so far were held by their servers for
+ * the staleness bound, waiting for other workers' clocks (for a pull that
+ * spans servers, the longest of them): of the time a caller waits, what
+ * other workers cost it rather than its own communication.
+ */
+uint64_t dml_pulls_held_ns(const dml_t *d);
 
 /** Drive the network for at most timeout_ms (0 = just what is ready). */
 int dml_progress(dml_t *d, int timeout_ms);

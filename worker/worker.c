@@ -64,6 +64,7 @@ struct assign {
 	size_t nparts;
 	uint32_t num_partitions;
 	uint64_t start_clock;
+	uint32_t batch;           /* examples per clock; 0: the spec's batch_size */
 };
 
 /* One PROGRESS to send; p.error points nowhere until it is sent. */
@@ -132,20 +133,29 @@ static void assign_clear(struct assign *a)
 	memset(a, 0, sizeof(*a));
 }
 
-static void assign_set(struct assign *dst, uint32_t job, uint64_t version, int state,
-		       const uint32_t *parts, size_t nparts, uint32_t num_partitions,
-		       uint64_t start_clock)
+/* dst (cleared first) gets a copy of src, partitions included. */
+static void assign_copy(struct assign *dst, const struct assign *src)
 {
+	uint32_t *parts = dml_xmalloc((src->nparts ? src->nparts : 1) * sizeof(*parts));
+
+	if (src->nparts)
+		memcpy(parts, src->parts, src->nparts * sizeof(*parts));
 	assign_clear(dst);
-	dst->job = job;
-	dst->version = version;
-	dst->state = state;
-	dst->nparts = nparts;
-	dst->parts = dml_xmalloc((nparts ? nparts : 1) * sizeof(*dst->parts));
-	if (nparts)
-		memcpy(dst->parts, parts, nparts * sizeof(*parts));
-	dst->num_partitions = num_partitions;
-	dst->start_clock = start_clock;
+	*dst = *src;
+	dst->parts = parts;
+}
+
+/* dst (cleared first) gets what an ASSIGN says. */
+static void assign_from_msg(struct assign *dst, const Dml__Assignment *a)
+{
+	struct assign view = {
+		.job = a->job, .version = a->version, .state = a->state,
+		.parts = a->partitions, .nparts = a->n_partitions,
+		.num_partitions = a->num_partitions, .start_clock = a->start_clock,
+		.batch = a->batch_size,
+	};
+
+	assign_copy(dst, &view);
 }
 
 /*
@@ -159,12 +169,6 @@ static int assign_has_part(const struct assign *a, uint32_t p)
 		if (a->parts[i] == p)
 			return 1;
 	return 0;
-}
-
-static void assign_copy(struct assign *dst, const struct assign *src)
-{
-	assign_set(dst, src->job, src->version, src->state, src->parts, src->nparts,
-		   src->num_partitions, src->start_clock);
 }
 
 static int assign_same_parts(const struct assign *a, const struct assign *b)
@@ -265,6 +269,7 @@ struct run {
 	double metric;
 	int has_metric;
 	uint64_t compute_ns, wait_ns;
+	uint64_t held_ns;         /* of wait_ns: pulls held for other workers' clocks */
 	uint64_t started_ns, last_report_ns;
 	struct rate rate;
 	int paused;
@@ -366,6 +371,7 @@ static void run_report(struct run *r, enum report_kind kind, uint64_t step_examp
 	rep.p.has_metric = r->has_metric;
 	rep.p.compute_s = seconds(r->compute_ns);
 	rep.p.wait_s = seconds(r->wait_ns);
+	rep.p.held_s = seconds(r->held_ns);
 	rep.p.assignment = r->as.version;
 	rep.p.finished = finished != 0;
 	rep.p.data_examples = r->state ? r->app->data_examples(r->state) : 0;
@@ -448,6 +454,30 @@ static int run_check_tables(struct run *r)
 	return 0;
 }
 
+/* The examples per clock of assignment a. */
+static uint32_t assign_batch(const struct run *r, const struct assign *a)
+{
+	return a->batch ? a->batch : r->spec->batch_size;
+}
+
+/* The app takes assignment a's batch size; r->err says why not. */
+static int run_set_batch(struct run *r, const struct assign *a)
+{
+	uint32_t batch = assign_batch(r, a);
+	uint64_t most = dml_job_batch_max(r->spec);
+	char why[sizeof(r->err)];
+	int rc;
+
+	if (batch > most) {
+		run_fail(r, "the scheduler gave a batch of %" PRIu32 " examples, more than "
+			 "the %" PRIu64 " this job allows", batch, most);
+		return DML_EINVAL;
+	}
+	if ((rc = r->app->set_batch(r->state, batch, why, sizeof(why))) != 0)
+		run_fail(r, "%s", why);
+	return rc;
+}
+
 /* Make the app and connect libdml; r->err says why not. */
 static int run_open(struct run *r)
 {
@@ -471,6 +501,9 @@ static int run_open(struct run *r)
 		run_fail(r, "%s", why);
 		return rc;
 	}
+	if (assign_batch(r, &r->as) != r->spec->batch_size &&
+	    (rc = run_set_batch(r, &r->as)) != 0)
+		return rc;
 	if ((rc = dml_opts_new(&r->opts)) != 0) {
 		run_fail(r, "libdml options: %s", dml_strerror(rc));
 		return rc;
@@ -533,23 +566,30 @@ static uint64_t run_examples_held(const struct run *r)
 	return total;
 }
 
-/* A new assignment of the same job with other partitions: apply it. */
-static int run_repartition(struct run *r, const struct assign *next)
+/* A new assignment of the same job: take its partitions and batch size. */
+static int run_follow(struct run *r, const struct assign *next)
 {
 	size_t before = r->as.nparts;
+	uint32_t batch = assign_batch(r, &r->as);
+	int new_parts = !assign_same_parts(&r->as, next);
 	char why[sizeof(r->err)];
-	int rc = r->app->set_partitions(r->state, next->parts, next->nparts,
-					next->num_partitions, why, sizeof(why));
+	int rc;
 
-	if (rc) {
+	if (!new_parts && assign_batch(r, next) == batch)
+		return 0;
+	if (new_parts && (rc = r->app->set_partitions(r->state, next->parts, next->nparts,
+						      next->num_partitions, why,
+						      sizeof(why))) != 0) {
 		run_fail(r, "%s", why);
 		return rc;
 	}
+	if (assign_batch(r, next) != batch && (rc = run_set_batch(r, next)) != 0)
+		return rc;
 	assign_copy(&r->as, next);
-	dml_info("job %" PRIu32 ": partitions %zu -> %zu of %" PRIu32 " at clock %" PRIu64
-		 " (assignment v%" PRIu64 ", %" PRIu64 " examples)", r->as.job, before,
-		 r->as.nparts, r->as.num_partitions, r->clock, r->as.version,
-		 run_examples_held(r));
+	dml_info("job %" PRIu32 ": partitions %zu -> %zu of %" PRIu32 ", batch %" PRIu32
+		 " -> %" PRIu32 " at clock %" PRIu64 " (assignment v%" PRIu64 ", %" PRIu64
+		 " examples)", r->as.job, before, r->as.nparts, r->as.num_partitions, batch,
+		 assign_batch(r, &r->as), r->clock, r->as.version, run_examples_held(r));
 	return 0;
 }
 
@@ -630,7 +670,7 @@ static enum run_end run_boundary(struct run *r)
 			 r->as.job, r->clock, seconds(dml_now_ns() - r->paused_ns));
 	}
 	if (end == RUN_ON && changed) {
-		if (!assign_same_parts(&r->as, &next) && run_repartition(r, &next) != 0)
+		if (run_follow(r, &next) != 0)
 			end = RUN_FAILED;
 		r->as.state = next.state;
 	}
@@ -654,7 +694,8 @@ static int run_evaluate(struct run *r)
 /* Step, clock, maybe evaluate, report. */
 static int run_clock(struct run *r, int last)
 {
-	uint64_t t0 = dml_now_ns(), w0 = r->io.wait_ns, elapsed, waited;
+	uint64_t t0 = dml_now_ns(), w0 = r->io.wait_ns, h0 = dml_pulls_held_ns(r->d);
+	uint64_t elapsed, waited, held;
 	struct dml_app_step st;
 	char why[sizeof(r->err)];
 	int rc = r->app->step(r->state, &r->io, &st, why, sizeof(why));
@@ -671,12 +712,16 @@ static int run_clock(struct run *r, int last)
 	r->examples += st.examples;
 	if (!isnan(st.loss))
 		r->loss = st.loss;
+	/* An evaluation is not training: its time would make the evaluating
+	 * worker look slower than it trains, and its batch smaller. */
+	elapsed = dml_now_ns() - t0;
+	waited = r->io.wait_ns - w0;
+	held = dml_pulls_held_ns(r->d) - h0;
+	r->held_ns += held < waited ? held : waited;
 	if ((last || (r->eval_every && r->clock % r->eval_every == 0 &&
 		      assign_has_part(&r->as, 0))) &&
 	    (rc = run_evaluate(r)) != 0)
 		return rc;
-	elapsed = dml_now_ns() - t0;
-	waited = r->io.wait_ns - w0;
 	r->wait_ns += waited;
 	r->compute_ns += elapsed > waited ? elapsed - waited : 0;
 	rate_add(&r->rate, dml_now_ns(), r->examples);
@@ -852,8 +897,7 @@ static void on_assign(struct dml_worker *w, struct dml_sched_link *l, const Dml_
 		sh->generation++;
 	dml_job_spec_free(sh->spec);
 	sh->spec = dml_job_spec_copy(m->job_spec);
-	assign_set(&sh->as, a->job, a->version, a->state, a->partitions, a->n_partitions,
-		   a->num_partitions, a->start_clock);
+	assign_from_msg(&sh->as, a);
 	sh->seq++;
 	pthread_cond_broadcast(&sh->cv);
 	pthread_mutex_unlock(&sh->mu);

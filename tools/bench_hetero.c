@@ -1,0 +1,669 @@
+/*
+ * dml-bench hetero: what placement by measured speed buys on an unequal
+ * fleet. One job (by default the source tree's conf/jobs/mlp.conf, with a
+ * batch of 512 a worker so that computing, not the network, sets the pace)
+ * runs on the local cluster of tools/dml-local, each worker under a CPU
+ * quota of its own (dml-local --cpus; by default 0.6, 0.6 and 0.15 of a
+ * core: the third machine 4 x slower, the fleet under this machine's two
+ * cores so that the comparison measures placement, not contention), in
+ * four configurations measured in one run:
+ *
+ *   (a) BSP, the static equal split: batch_size each, partitions fixed;
+ *   (b) BSP, dml's assignment: batches and partitions follow the workers'
+ *       compute speeds (batch_split = rate, rebalance = auto: LB-BSP);
+ *   (c) the same under SSP, staleness 2;
+ *   (d) the fleet without its slowest worker, BSP, with the same global
+ *       batch (so every configuration makes the same updates).
+ *
+ * For each: the time to the target test accuracy (copies of the model
+ * scored after the run, as dml-bench train does), the load spread (each
+ * worker's time per clock at its own work, computing and communicating but
+ * not waiting for other workers, from the last reassignment to the end, as
+ * +-% around the mean) and the ratios. Then a second scenario: every
+ * worker at the fast quota, the slowest one's quota applied part way
+ * through a job of (b); each worker's speed and batch over time are drawn
+ * as an SVG picture, and the job must still reach the accuracy floor.
+ *
+ * Must never leave a cluster or a job file behind: each run goes through
+ * bench_train_cluster_run(), which takes its cluster down on every path;
+ * the job files live in a directory of ours, removed at the end.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "assign.h"
+#include "bench.h"
+#include "bench_cluster.h"
+#include "bench_hetero.h"
+#include "bench_train.h"
+#include "bench_util.h"
+#include "curve_svg.h"
+#include "dml_error.h"
+#include "log.h"
+#include "util.h"
+
+#define HETERO_MAX_WORKERS BENCH_POLL_WORKERS
+/* The targets. */
+#define HETERO_GOAL_VS_EQUAL 0.45
+#define HETERO_GOAL_VS_FEWER 1.05
+#define HETERO_GOAL_SPREAD 5.0
+/* A reassignment's figures settle for this long before they count. */
+#define HETERO_SETTLE_NS 1000000000ull
+/* A worker's spread needs this many clocks in its window. */
+#define HETERO_MIN_CLOCKS 5
+
+struct hetero_opts {
+	const char *job, *build, *cpus, *picture;
+	unsigned servers, batch, hold_ms;
+	double threshold, target, floor, max_seconds, max_epochs, slow_at;
+	int keep, verbose, skip_slowdown;
+};
+
+void bench_hetero_usage(FILE *out)
+{
+	fprintf(out,
+		"dml-bench hetero [options]: time to a target accuracy on a fleet of\n"
+		"unequal workers (CPU quotas through tools/dml-local --cpus), for (a) BSP\n"
+		"with the static equal split, (b) BSP with batches and partitions that\n"
+		"follow measured speeds (LB-BSP), (c) the same with SSP staleness 2, (d)\n"
+		"the fleet without its slowest worker (same global batch); then a job\n"
+		"whose worker slows down part way, drawn as an SVG picture.\n"
+		"\n"
+		"  --job FILE        job file (default conf/jobs/mlp.conf of the source tree)\n"
+		"  --cpus LIST       each worker's quota in cores (default 0.6,0.6,0.15)\n"
+		"  --batch N         batch_size of every worker (default 512)\n"
+		"  --servers N       servers (default 1)\n"
+		"  --target ACC      test accuracy to reach (default 0.87)\n"
+		"  --floor ACC       least final accuracy of the slowdown job (default 0.85)\n"
+		"  --max-epochs E    each job's max_epochs (default 30)\n"
+		"  --max-seconds S   training time per run at most (default 120)\n"
+		"  --hold-ms MS      rebalance_hold_ms of (b), (c) (default 2000)\n"
+		"  --threshold T     rebalance_threshold of (b), (c) (default 0.1)\n"
+		"  --slow-at S       seconds of training before the slowdown (default 4)\n"
+		"  --picture FILE    the slowdown's picture (default hetero-slowdown.svg)\n"
+		"  --skip-slowdown   only (a) to (d)\n"
+		"  --build DIR       the build tree (default: the one this program is in)\n"
+		"  --keep            keep each cluster's directory (configs, logs)\n"
+		"  -v, --verbose     log informational messages; twice: debug\n"
+		"  -h, --help        this text\n"
+		"\n"
+		"Needs writable cgroups (root). Load spread: each worker's time per clock\n"
+		"at its own work (computing and communicating, not waiting for other\n"
+		"workers) from the last reassignment (plus 1 s) to the end, as +-%% of\n"
+		"the mean ((max - min) / 2 / mean). Exit status: 0 when it ran (even if\n"
+		"a target failed), 1 on an error, 2 on bad usage, 130 when interrupted.\n");
+}
+
+static int hetero_usage_error(const char *opt, const char *value, const char *want)
+{
+	return bench_usage_error("hetero", opt, value, want);
+}
+
+static int hetero_parse_num(const char *opt, const char *a, double lo, double hi, double *out)
+{
+	return bench_parse_number("hetero", opt, a, lo, hi, out);
+}
+
+static int hetero_parse_count(const char *opt, const char *a, unsigned lo, unsigned hi,
+			      unsigned *out)
+{
+	return bench_parse_unsigned("hetero", opt, a, lo, hi, out);
+}
+
+/* Returns 0, or the exit status to end with (0 after --help). */
+static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *help)
+{
+	enum { O_JOB = 256, O_CPUS, O_BATCH, O_SERVERS, O_TARGET, O_FLOOR, O_MAX_EPOCHS,
+	       O_MAX_SECONDS, O_HOLD, O_THRESHOLD, O_SLOW_AT, O_PICTURE, O_SKIP_SLOW,
+	       O_BUILD, O_KEEP };
+	static const struct option longopts[] = {
+		{ "job", required_argument, NULL, O_JOB },
+		{ "cpus", required_argument, NULL, O_CPUS },
+		{ "batch", required_argument, NULL, O_BATCH },
+		{ "servers", required_argument, NULL, O_SERVERS },
+		{ "target", required_argument, NULL, O_TARGET },
+		{ "floor", required_argument, NULL, O_FLOOR },
+		{ "max-epochs", required_argument, NULL, O_MAX_EPOCHS },
+		{ "max-seconds", required_argument, NULL, O_MAX_SECONDS },
+		{ "hold-ms", required_argument, NULL, O_HOLD },
+		{ "threshold", required_argument, NULL, O_THRESHOLD },
+		{ "slow-at", required_argument, NULL, O_SLOW_AT },
+		{ "picture", required_argument, NULL, O_PICTURE },
+		{ "skip-slowdown", no_argument, NULL, O_SKIP_SLOW },
+		{ "build", required_argument, NULL, O_BUILD },
+		{ "keep", no_argument, NULL, O_KEEP },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c, rc = 0;
+
+	memset(o, 0, sizeof(*o));
+	o->cpus = "0.6,0.6,0.15";
+	o->picture = "hetero-slowdown.svg";
+	o->servers = 1;
+	o->batch = 512;
+	o->hold_ms = 2000;
+	o->threshold = 0.1;
+	o->target = 0.87;
+	o->floor = 0.85;
+	o->max_epochs = 30;
+	o->max_seconds = 120;
+	o->slow_at = 4;
+	bench_getopt_reset(help);
+	while (rc == 0 && (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
+		const char *a = optarg;
+
+		switch (c) {
+		case O_JOB: o->job = a; break;
+		case O_CPUS: o->cpus = a; break;
+		case O_PICTURE: o->picture = a; break;
+		case O_BUILD: o->build = a; break;
+		case O_BATCH: rc = hetero_parse_count("--batch", a, 1, 1u << 20, &o->batch); break;
+		case O_SERVERS: rc = hetero_parse_count("--servers", a, 1, 64, &o->servers); break;
+		case O_HOLD: rc = hetero_parse_count("--hold-ms", a, 1, 600000, &o->hold_ms); break;
+		case O_TARGET: rc = hetero_parse_num("--target", a, 1e-6, 1, &o->target); break;
+		case O_FLOOR: rc = hetero_parse_num("--floor", a, 0, 1, &o->floor); break;
+		case O_MAX_EPOCHS:
+			rc = hetero_parse_num("--max-epochs", a, 0.01, 1e6, &o->max_epochs);
+			break;
+		case O_MAX_SECONDS:
+			rc = hetero_parse_num("--max-seconds", a, 1, 3600, &o->max_seconds);
+			break;
+		case O_THRESHOLD:
+			rc = hetero_parse_num("--threshold", a, 0.01, 100, &o->threshold);
+			break;
+		case O_SLOW_AT: rc = hetero_parse_num("--slow-at", a, 0, 3600, &o->slow_at); break;
+		case O_SKIP_SLOW: o->skip_slowdown = 1; break;
+		case O_KEEP: o->keep = 1; break;
+		default: return BENCH_EXIT_USAGE;
+		}
+	}
+	if (rc == 0)
+		rc = bench_getopt_end("hetero", argc, argv, *help);
+	return rc;
+}
+
+/* ---- the fleet ----------------------------------------------------------- */
+
+/* The --cpus list: its quotas as given (text) and as numbers. */
+struct hetero_fleet {
+	unsigned n;
+	char text[HETERO_MAX_WORKERS][16];
+	double cores[HETERO_MAX_WORKERS];
+	unsigned slowest;        /* its index */
+};
+
+static int hetero_fleet_parse(const char *list, struct hetero_fleet *f)
+{
+	const char *p = list;
+
+	memset(f, 0, sizeof(*f));
+	while (*p) {
+		size_t len = strcspn(p, ",");
+
+		if (f->n == HETERO_MAX_WORKERS || len == 0 || len >= sizeof(f->text[0]))
+			return hetero_usage_error("--cpus", list, "2 to 8 quotas, e.g. "
+						  "0.6,0.6,0.15");
+		memcpy(f->text[f->n], p, len);
+		if (dml_parse_double(f->text[f->n], 0.01, 64, &f->cores[f->n]))
+			return hetero_usage_error("--cpus", list, "quotas of 0.01 to 64 cores");
+		if (f->cores[f->n] < f->cores[f->slowest])
+			f->slowest = f->n;
+		f->n++;
+		p += len + (p[len] == ',');
+	}
+	if (f->n < 2)
+		return hetero_usage_error("--cpus", list, "2 to 8 quotas, e.g. 0.6,0.6,0.15");
+	return 0;
+}
+
+/* The list without the slowest worker, or with every quota the fastest. */
+static void hetero_fleet_list(const struct hetero_fleet *f, int drop_slowest, char *out,
+			      size_t len)
+{
+	unsigned fastest = 0;
+	size_t used = 0;
+
+	for (unsigned i = 0; i < f->n; i++)
+		if (f->cores[i] > f->cores[fastest])
+			fastest = i;
+	out[0] = '\0';
+	for (unsigned i = 0; i < f->n && used < len; i++) {
+		if (drop_slowest && i == f->slowest)
+			continue;
+		used += (size_t)snprintf(out + used, len - used, "%s%s", used ? "," : "",
+					 drop_slowest ? f->text[i] : f->text[fastest]);
+	}
+}
+
+/* ---- job files ----------------------------------------------------------- */
+
+struct hetero_key {
+	const char *key;
+	char val[48];
+};
+
+/* The key of a "key = value" line, its length; 0 for anything else. */
+static size_t line_key(const char *line, const char **key)
+{
+	while (*line == ' ' || *line == '\t')
+		line++;
+	*key = line;
+	if (*line == '#' || *line == '[' || *line == '\n' || !*line)
+		return 0;
+	return strcspn(line, " \t=");
+}
+
+/*
+ * The job file src with the [job] keys of kv set: written to dir/NAME.conf
+ * (path in out). Every other line is kept as it is.
+ */
+static int hetero_job_write(const char *src, const char *dir, const char *name,
+			    const struct hetero_key *kv, size_t n, char *out, size_t outlen)
+{
+	char line[4096];
+	int in_job = 0, rc = 0;
+	FILE *in, *f;
+
+	if (snprintf(out, outlen, "%s/%s.conf", dir, name) >= (int)outlen)
+		return DML_EINVAL;
+	if (!(in = fopen(src, "r"))) {
+		dml_err("%s: %s", src, strerror(errno));
+		return DML_EIO;
+	}
+	if (!(f = fopen(out, "w"))) {
+		dml_err("%s: %s", out, strerror(errno));
+		fclose(in);
+		return DML_EIO;
+	}
+	while (fgets(line, sizeof(line), in)) {
+		const char *key;
+		size_t klen = line_key(line, &key);
+		int skip = 0;
+
+		if (key[0] == '[')
+			in_job = strncmp(key, "[job]", 5) == 0;
+		for (size_t i = 0; in_job && klen && i < n; i++)
+			skip |= strlen(kv[i].key) == klen && memcmp(kv[i].key, key, klen) == 0;
+		if (!skip)
+			fputs(line, f);
+		if (key[0] == '[' && in_job)
+			for (size_t i = 0; i < n; i++)
+				fprintf(f, "%s = %s\n", kv[i].key, kv[i].val);
+	}
+	if (ferror(in) || fclose(f) != 0) {
+		dml_err("writing %s from %s failed", out, src);
+		rc = DML_EIO;
+	}
+	fclose(in);
+	return rc;
+}
+
+/* ---- figures ------------------------------------------------------------- */
+
+/* Seconds of a worker's own work so far: computing, and waiting for its
+ * own requests (its waits less what servers held its pulls for others). */
+static double hetero_work_s(const struct bench_poll_worker *w)
+{
+	return w->compute_s + (w->held_s < w->wait_s ? w->wait_s - w->held_s : 0);
+}
+
+/*
+ * The load spread between polls a and b: each live worker's seconds of its
+ * own work per clock between the two, as +-% of the mean; NaN when fewer
+ * than two workers made HETERO_MIN_CLOCKS clocks in between.
+ */
+static double hetero_spread_between(const struct bench_poll *a, const struct bench_poll *b)
+{
+	double times[HETERO_MAX_WORKERS], spread = NAN;
+	uint32_t m = 0;
+
+	for (unsigned k = 0; k < a->nw && k < b->nw; k++) {
+		const struct bench_poll_worker *x = &a->w[k], *y = &b->w[k];
+
+		if (x->id != y->id || !y->alive || y->clock < x->clock + HETERO_MIN_CLOCKS ||
+		    !(hetero_work_s(y) >= hetero_work_s(x)))
+			continue;
+		times[m++] = (hetero_work_s(y) - hetero_work_s(x)) / (double)(y->clock - x->clock);
+	}
+	if (m >= 2 && dml_assign_load_spread(times, m, &spread) != 0)
+		spread = NAN;
+	return m >= 2 ? spread : NAN;
+}
+
+/* The last poll of a running job with workers, at or before ns. */
+static size_t hetero_last_running(const struct bench_poll *p, size_t n, uint64_t ns)
+{
+	size_t last = SIZE_MAX;
+
+	for (size_t i = 0; i < n && p[i].ns <= ns; i++)
+		if (strcmp(p[i].state, "running") == 0 && p[i].nw > 0)
+			last = i;
+	return last;
+}
+
+/*
+ * The load spread of a run between from_ns and to_ns: from its last
+ * reassignment in that window (plus HETERO_SETTLE_NS) to the last running
+ * poll; NaN when the window is too short.
+ */
+static double hetero_spread(const struct bench_poll *p, size_t n, uint64_t from_ns,
+			    uint64_t to_ns)
+{
+	size_t last = hetero_last_running(p, n, to_ns), first = SIZE_MAX;
+	uint64_t since = from_ns;
+
+	if (last == SIZE_MAX)
+		return NAN;
+	for (size_t i = 1; i <= last; i++)
+		if (p[i].assignment != p[i - 1].assignment && p[i].ns > since)
+			since = p[i].ns;
+	since += HETERO_SETTLE_NS;
+	for (size_t i = 0; i < last && first == SIZE_MAX; i++)
+		if (p[i].ns >= since && p[i].nw > 0)
+			first = i;
+	return first == SIZE_MAX ? NAN : hetero_spread_between(&p[first], &p[last]);
+}
+
+/* One configuration's run and what it measured. */
+struct hetero_run {
+	const char *label;       /* "(a)" */
+	const char *what;        /* "BSP, equal split" */
+	char job[PATH_MAX];
+	char cpus[128];
+	unsigned workers;
+	int ran;
+	struct bench_train_fig fig;
+	double spread;           /* after the last reassignment, +-% */
+};
+
+static int hetero_measure(const struct hetero_opts *o, struct hetero_run *r,
+			  const struct bench_train_cfg *extra)
+{
+	struct bench_train_cfg cfg = {
+		.build = o->build, .job = r->job, .cpus = r->cpus, .servers = o->servers,
+		.workers = r->workers, .target = o->target, .max_seconds = o->max_seconds,
+		.keep = o->keep,
+	};
+	int rc;
+
+	if (extra) {
+		cfg.slow_after_s = extra->slow_after_s;
+		cfg.slow_worker = extra->slow_worker;
+		cfg.slow_cpus = extra->slow_cpus;
+	}
+	printf("%s %s: %u workers at %s cores ...\n", r->label, r->what, r->workers, r->cpus);
+	fflush(stdout);
+	rc = bench_train_cluster_run(&cfg, &r->fig);
+	r->ran = rc == 0;
+	if (rc == 0)
+		r->spread = hetero_spread(r->fig.polls, r->fig.npolls, r->fig.t0_ns, UINT64_MAX);
+	return rc;
+}
+
+/* ---- report -------------------------------------------------------------- */
+
+static void hetero_cell(char *buf, size_t len, const char *fmt, double v)
+{
+	if (isnan(v))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, fmt, v);
+}
+
+static double hetero_time(const struct hetero_run *r)
+{
+	return r->ran && r->fig.reached ? r->fig.t_target : NAN;
+}
+
+static void hetero_print_row(const struct hetero_run *r, const struct hetero_run *a,
+			     const struct hetero_run *d)
+{
+	char t[32], ep[32], rate[32], sp[32], va[32], vd[32];
+	double tt = hetero_time(r);
+
+	hetero_cell(t, sizeof(t), "%.1f s", tt);
+	hetero_cell(ep, sizeof(ep), "%.1f", r->ran ? r->fig.ep_target : NAN);
+	hetero_cell(rate, sizeof(rate), "%.0f", r->ran ? r->fig.rate : NAN);
+	hetero_cell(sp, sizeof(sp), "+-%.1f%%", r->ran ? r->spread : NAN);
+	hetero_cell(va, sizeof(va), "%.2f", tt / hetero_time(a));
+	hetero_cell(vd, sizeof(vd), "%.2f", tt / hetero_time(d));
+	printf("%-4s %-38s %10s %7s %11s %10s %8s %8s\n", r->label, r->what, t, ep, rate, sp,
+	       va, vd);
+}
+
+/* A target line: v at most goal (at_least: at least goal). */
+static void hetero_goal(const char *what, double v, double goal, const char *fmt,
+			int at_least)
+{
+	char got[32];
+
+	hetero_cell(got, sizeof(got), fmt, v);
+	printf("  %-52s %10s  %s\n", what, got, isnan(v) ? "not measured" :
+	       (at_least ? v >= goal : v <= goal) ? "PASS" : "FAIL");
+}
+
+static void hetero_print(const struct hetero_opts *o, struct hetero_run *runs, size_t n)
+{
+	const struct hetero_run *a = &runs[0], *b = &runs[1], *c = &runs[2], *d = &runs[3];
+	double best = fmin(hetero_time(b), hetero_time(c));
+	char head[64];
+
+	if (isnan(hetero_time(b)) || isnan(hetero_time(c)))
+		best = isnan(hetero_time(b)) ? hetero_time(c) : hetero_time(b);
+	snprintf(head, sizeof(head), "time to %.2f", o->target);
+	printf("\n%-4s %-38s %10s %7s %11s %10s %8s %8s\n", "", "configuration", head,
+	       "epochs", "examples/s", "load", "vs (a)", "vs (d)");
+	for (size_t i = 0; i < n; i++)
+		hetero_print_row(&runs[i], a, d);
+	printf("\ntargets (the issue's):\n");
+	hetero_goal("best of (b), (c) <= 0.45 x (a)", best / hetero_time(a),
+		    HETERO_GOAL_VS_EQUAL, "%.2f x", 0);
+	hetero_goal("best of (b), (c) <= 1.05 x (d)", best / hetero_time(d),
+		    HETERO_GOAL_VS_FEWER, "%.2f x", 0);
+	hetero_goal("(b) load spread after rebalancing <= +-5%", b->ran ? b->spread : NAN,
+		    HETERO_GOAL_SPREAD, "+-%.1f%%", 0);
+}
+
+/* ---- the slowdown -------------------------------------------------------- */
+
+static int hetero_picture(const struct hetero_opts *o, const struct hetero_run *r,
+			  const struct hetero_fleet *f)
+{
+	struct dml_curve_series s[2 * HETERO_MAX_WORKERS];
+	char names[2 * HETERO_MAX_WORKERS][48], title[320], err[PATH_MAX + 64];
+	const struct bench_poll *p = r->fig.polls;
+	unsigned nw = p && r->fig.npolls ? p[r->fig.npolls - 1].nw : 0;
+	struct dml_curve c = {
+		.title = title,
+		.x = { .label = "seconds of training" },
+		.y = { { .label = "examples per second of computing (thousands)" },
+		       { .label = "batch (examples per clock)" } },
+		.series = s,
+		.nseries = 2 * (size_t)nw,
+	};
+	int rc;
+
+	snprintf(title, sizeof(title), "worker %u throttled from %s to %s cores at %.1f s: "
+		 "speed and batch of each worker", f->slowest + 1, r->cpus,
+		 f->text[f->slowest], o->slow_at);
+	memset(s, 0, sizeof(s));
+	for (unsigned k = 0; k < nw; k++) {
+		snprintf(names[2 * k], sizeof(names[0]), "worker %u speed", k + 1);
+		snprintf(names[2 * k + 1], sizeof(names[0]), "worker %u batch", k + 1);
+		s[2 * k] = (struct dml_curve_series){ .name = names[2 * k],
+						      .axis = DML_CURVE_LEFT };
+		s[2 * k + 1] = (struct dml_curve_series){ .name = names[2 * k + 1],
+							  .axis = DML_CURVE_RIGHT };
+	}
+	for (size_t i = 0; i < r->fig.npolls; i++) {
+		double x = ((double)p[i].ns - (double)r->fig.t0_ns) / 1e9;
+
+		for (unsigned k = 0; k < nw && k < p[i].nw; k++) {
+			if (x < 0 || strcmp(p[i].state, "running") != 0)
+				continue;
+			dml_curve_series_add(&s[2 * k], x, p[i].w[k].speed / 1000);
+			dml_curve_series_add(&s[2 * k + 1], x, p[i].w[k].batch);
+		}
+	}
+	rc = dml_curve_svg_write(o->picture, &c, err, sizeof(err));
+	if (rc)
+		dml_err("%s", err);
+	for (unsigned k = 0; k < 2 * nw; k++)
+		dml_curve_series_destroy(&s[k]);
+	return rc;
+}
+
+static int hetero_slowdown(const struct hetero_opts *o, const struct hetero_fleet *f,
+			   struct hetero_run *r)
+{
+	struct bench_train_cfg slow = {
+		.slow_after_s = o->slow_at, .slow_worker = f->slowest + 1,
+		.slow_cpus = f->text[f->slowest],
+	};
+	uint64_t at = 0;
+	double before, after;
+	int rc = hetero_measure(o, r, &slow);
+
+	if (rc)
+		return rc;
+	at = r->fig.t0_ns + (uint64_t)(o->slow_at * 1e9);
+	before = hetero_spread(r->fig.polls, r->fig.npolls, r->fig.t0_ns, at);
+	after = hetero_spread(r->fig.polls, r->fig.npolls, at, UINT64_MAX);
+	printf("\nmid-job slowdown: all at %s cores, worker %u at %s from %.1f s of "
+	       "training\n", r->cpus, f->slowest + 1, f->text[f->slowest], o->slow_at);
+	printf("  time to %.2f: %.1f s; final accuracy %.4f; load spread +-%.1f%% before, "
+	       "+-%.1f%% after rebalancing\n", o->target, hetero_time(r), r->fig.final_acc,
+	       before, after);
+	hetero_goal("final accuracy >= the floor", r->fig.final_acc, o->floor, "%.4f", 1);
+	if ((rc = hetero_picture(o, r, f)) == 0)
+		printf("  picture of each worker's speed and batch: %s\n", o->picture);
+	return rc;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+/* The [job] keys of one configuration. */
+static size_t hetero_keys(const struct hetero_opts *o, const char *name, long staleness,
+			  int by_rate, unsigned batch, struct hetero_key *kv)
+{
+	size_t n = 0;
+
+	kv[n].key = "name";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "hetero-%s", name);
+	kv[n].key = "staleness";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%ld", staleness);
+	kv[n].key = "batch_size";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", batch);
+	kv[n].key = "batch_split";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%s", by_rate ? "rate" : "equal");
+	kv[n].key = "rebalance";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%s", by_rate ? "auto" : "off");
+	kv[n].key = "rebalance_hold_ms";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", o->hold_ms);
+	kv[n].key = "rebalance_threshold";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%g", o->threshold);
+	kv[n].key = "max_epochs";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%g", o->max_epochs);
+	/* accuracy comes from copies of the model: no evaluation on the way */
+	kv[n].key = "eval_every";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", 1000000u);
+	kv[n].key = "partitions";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", 24u);
+	return n;
+}
+
+static int hetero_prepare(const struct hetero_opts *o, const struct hetero_fleet *f,
+			  const char *job, const char *dir, struct hetero_run *runs)
+{
+	static const struct {
+		const char *label, *what, *name;
+		long staleness;
+		int by_rate, fewer;
+	} confs[] = {
+		{ "(a)", "BSP, static equal split", "a", 0, 0, 0 },
+		{ "(b)", "BSP, batches by measured speed", "b", 0, 1, 0 },
+		{ "(c)", "SSP s=2, batches by measured speed", "c", 2, 1, 0 },
+		{ "(d)", "BSP, the slowest worker removed", "d", 0, 0, 1 },
+		{ "slow", "BSP by speed, a worker slows down", "slowdown", 0, 1, 0 },
+	};
+	struct hetero_key kv[16];
+	int rc = 0;
+
+	for (size_t i = 0; i < DML_ARRAY_LEN(confs) && rc == 0; i++) {
+		struct hetero_run *r = &runs[i];
+		/* (d): the same global batch over one worker fewer */
+		unsigned batch = confs[i].fewer ? (o->batch * f->n + f->n - 2) / (f->n - 1)
+						: o->batch;
+		size_t n = hetero_keys(o, confs[i].name, confs[i].staleness, confs[i].by_rate,
+				       batch, kv);
+
+		r->label = confs[i].label;
+		r->what = confs[i].what;
+		r->workers = confs[i].fewer ? f->n - 1 : f->n;
+		r->spread = NAN;
+		if (confs[i].fewer || strcmp(confs[i].name, "slowdown") == 0)
+			hetero_fleet_list(f, confs[i].fewer, r->cpus, sizeof(r->cpus));
+		else
+			snprintf(r->cpus, sizeof(r->cpus), "%s", o->cpus);
+		rc = hetero_job_write(job, dir, confs[i].name, kv, n, r->job, sizeof(r->job));
+	}
+	return rc;
+}
+
+int bench_hetero_main(int argc, char **argv)
+{
+	struct hetero_opts o;
+	struct hetero_fleet f;
+	struct hetero_run runs[5];
+	char build[PATH_MAX], src[PATH_MAX], job[PATH_MAX], dir[PATH_MAX], load[64];
+	int help, rc, have_dir = 0;
+
+	rc = hetero_opts_parse(argc, argv, &o, &help);
+	if (rc == 0 && !help)
+		rc = hetero_fleet_parse(o.cpus, &f);
+	if (bench_cmd_begin(rc, help, bench_hetero_usage, o.verbose))
+		return rc;
+	memset(runs, 0, sizeof(runs));
+	rc = bench_build_find(o.build, build, sizeof(build));
+	if (rc == 0 && bench_src_find(build, src, sizeof(src)) != 0) {
+		dml_err("cannot find the source tree of build %s (for tools/dml-local)", build);
+		rc = DML_ENOTFOUND;
+	}
+	if (rc == 0 && !o.job && bench_path(job, sizeof(job), src, "conf/jobs/mlp.conf"))
+		rc = DML_EINVAL;
+	if (rc == 0 && o.job)
+		snprintf(job, sizeof(job), "%s", o.job);
+	if (rc == 0 && (rc = bench_tmpdir_make("dml-bench-hetero", dir, sizeof(dir))) == 0)
+		have_dir = 1;
+	if (rc == 0)
+		rc = hetero_prepare(&o, &f, job, dir, runs);
+	if (rc == 0) {
+		bench_loadavg(load, sizeof(load));
+		printf("dml-bench hetero: %s, batch %u a worker, fleet %s cores, %u server%s; "
+		       "target test accuracy %.2f; %s\n", job, o.batch, o.cpus, o.servers,
+		       o.servers == 1 ? "" : "s", o.target, load);
+	}
+	for (size_t i = 0; i < 4 && rc == 0; i++)
+		rc = hetero_measure(&o, &runs[i], NULL);
+	if (!bench_interrupted() && runs[0].ran)
+		hetero_print(&o, runs, 4);
+	if (rc == 0 && !o.skip_slowdown)
+		rc = hetero_slowdown(&o, &f, &runs[4]);
+	if (bench_interrupted())
+		dml_warn("interrupted; stopped");
+	for (size_t i = 0; i < DML_ARRAY_LEN(runs); i++)
+		free(runs[i].fig.polls);
+	if (have_dir && !o.keep)
+		bench_tmpdir_remove(dir);
+	else if (have_dir)
+		printf("job files kept in %s\n", dir);
+	return bench_exit_status(rc);
+}
