@@ -130,6 +130,14 @@ struct sched_role_arg {
 	uint32_t role;
 };
 
+/* What a per-worker metric of the active job shows (sched_metrics.c). */
+enum sched_worker_figure { SWF_RATE, SWF_SPEED, SWF_BATCH, SWF_PARTITIONS, SWF_COUNT };
+
+struct sched_worker_arg {
+	struct dml_sched *sched;
+	enum sched_worker_figure figure;
+};
+
 struct dml_sched {
 	const struct dml_sched_conf *conf;
 	struct event_base *base;
@@ -156,6 +164,7 @@ struct dml_sched {
 	struct sched_stats st;
 	struct dml_metrics *metrics;
 	struct sched_role_arg role_args[3];
+	struct sched_worker_arg worker_args[SWF_COUNT];
 	/* state store (sched_state.c) */
 	struct dml_store *state;   /* NULL: none ([store] path empty) */
 	struct event *state_ev;    /* commits what this turn of the loop staged */

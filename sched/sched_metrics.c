@@ -119,16 +119,23 @@ static double metric_job_loss(void *arg)
 	return job_figure(arg, 1);
 }
 
-static void collect_worker_rates(struct dml_metrics_scrape *sc, void *arg)
+/* One figure of every live worker of the active job, by worker id. */
+static void collect_workers(struct dml_metrics_scrape *sc, void *arg)
 {
-	const struct dml_job *job = active(arg);
+	const struct sched_worker_arg *a = arg;
+	const struct dml_job *job = active(a->sched);
 	char id[16];
 
 	for (size_t i = 0; job && i < job->nworkers; i++) {
-		if (!job->workers[i].live)
+		const struct dml_job_worker *w = &job->workers[i];
+		double v = a->figure == SWF_RATE ? w->examples_per_s :
+			   a->figure == SWF_SPEED ? w->speed :
+			   a->figure == SWF_BATCH ? (double)w->batch : (double)w->npart;
+
+		if (!w->live)
 			continue;
-		snprintf(id, sizeof(id), "%u", job->workers[i].node_id);
-		dml_metrics_emit(sc, id, job->workers[i].examples_per_s);
+		snprintf(id, sizeof(id), "%u", w->node_id);
+		dml_metrics_emit(sc, id, v);
 	}
 }
 
@@ -169,9 +176,21 @@ static const struct dml_metric_desc
 	m_loss = { "dml_sched_job_loss",
 		   "Mean of the latest training losses of the active job's live workers",
 		   GAUGE, NULL, NULL, 0 },
-	m_worker_rate = { "dml_sched_worker_examples_per_second",
-			  "Examples per second each live worker of the active job reports",
-			  GAUGE, "worker", NULL, 0 },
+	m_workers[SWF_COUNT] = {
+		[SWF_RATE] = { "dml_sched_worker_examples_per_second",
+			       "Examples per second each live worker of the active job reports",
+			       GAUGE, "worker", NULL, 0 },
+		[SWF_SPEED] = { "dml_sched_worker_speed",
+				"Examples per second of its own work (computing and its own "
+				"communication) of each live worker of the active job, smoothed",
+				GAUGE, "worker", NULL, 0 },
+		[SWF_BATCH] = { "dml_sched_worker_batch_size",
+				"Examples per clock each live worker of the active job is given",
+				GAUGE, "worker", NULL, 0 },
+		[SWF_PARTITIONS] = { "dml_sched_worker_partitions",
+				     "Data partitions each live worker of the active job holds",
+				     GAUGE, "worker", NULL, 0 },
+	},
 	m_map = { "dml_sched_shard_map_version", "Shard map version of the active job",
 		  GAUGE, NULL, NULL, 0 };
 
@@ -200,7 +219,11 @@ static int register_metrics(struct dml_sched *s)
 	bad |= dml_metrics_add_fn(m, &m_clock, NULL, metric_job_clock, s);
 	bad |= dml_metrics_add_fn(m, &m_rate, NULL, metric_job_rate, s);
 	bad |= dml_metrics_add_fn(m, &m_loss, NULL, metric_job_loss, s);
-	bad |= dml_metrics_add_collector(m, &m_worker_rate, collect_worker_rates, s);
+	for (int i = 0; i < SWF_COUNT; i++) {
+		s->worker_args[i] = (struct sched_worker_arg){ s, (enum sched_worker_figure)i };
+		bad |= dml_metrics_add_collector(m, &m_workers[i], collect_workers,
+						 &s->worker_args[i]);
+	}
 	bad |= dml_metrics_add_fn(m, &m_map, NULL, metric_map_version, s);
 	if (bad) {
 		dml_err("metrics: a metric was refused");

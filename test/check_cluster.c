@@ -504,6 +504,52 @@ START_TEST(test_dead_worker_leaves_clock_set)
 END_TEST
 
 /*
+ * A pull the server holds for the staleness bound says how long in its
+ * reply (held_us), and libdml adds it up (dml_pulls_held_ns): what other
+ * workers cost this one, as against its own communication. Worker 1 pulls
+ * at clock 1 under BSP while worker 2 stays at 0 for 300 ms; worker 2's
+ * pull at clock 1 then is answered at once.
+ */
+START_TEST(test_held_pulls_report_their_hold)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = 0, .workers = 2, .tables = CLOCK_TABLE
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env = cluster_start(1, &conf, &srv);
+	float out[CLOCK_KEYS];
+	dml_handle_t h;
+	uint64_t t0;
+	dml_t *d1, *d2;
+
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 1, &d1), 0);
+	ck_assert_int_eq(dml_test_client_new(env, &srv, 1, 2, &d2), 0);
+	ck_assert_uint_eq(dml_pulls_held_ns(d1), 0);
+	wait_ok(d1, dml_clock(d1), "clock");
+	wait_ok(d1, dml_pull_range(d1, 0, 0, CLOCK_KEYS, out, &h), "pull");
+	t0 = dml_now_ns();
+	while (elapsed_ms(t0) < 300) {
+		dml_progress(d1, 20);
+		dml_progress(d2, 20);
+	}
+	wait_ok(d2, dml_clock(d2), "clock");
+	dml_progress(d2, 50);
+	wait_ok(d1, dml_wait(d1, h), "held pull");
+	ck_assert_msg(dml_pulls_held_ns(d1) >= 250000000ull &&
+		      dml_pulls_held_ns(d1) < 5000000000ull, "held %llu ns",
+		      (unsigned long long)dml_pulls_held_ns(d1));
+	wait_ok(d2, dml_pull_range(d2, 0, 0, CLOCK_KEYS, out, &h), "pull");
+	wait_ok(d2, dml_wait(d2, h), "pull not held");
+	ck_assert_msg(dml_pulls_held_ns(d2) < 50000000ull, "held %llu ns",
+		      (unsigned long long)dml_pulls_held_ns(d2));
+	dml_close(d1);
+	dml_close(d2);
+	stop_ok(srv);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/*
  * stale_scaling = inverse: worker 2 pushes at clock 0 while worker 1 is at
  * clock 3, so its gradient counts a quarter (DynSGD); a push at the newest
  * clock counts whole. With the default (off) the stale push counts whole.
@@ -1877,6 +1923,7 @@ static Suite *cluster_suite(void)
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, test_sigterm_with_client_connected);
 	tcase_add_test(tc, test_sigterm_with_pull_held);
+	tcase_add_test(tc, test_held_pulls_report_their_hold);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("regressions");
