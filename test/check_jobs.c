@@ -1870,6 +1870,81 @@ static uint32_t batch_of(struct dml_job *job, uint32_t id)
 }
 
 /*
+ * Three workers computing their batches at the given speeds, a clock a
+ * second: each reports its examples and compute seconds so far.
+ */
+struct lb_sim {
+	struct dml_job *job;
+	uint64_t now, clock, examples[3];
+	double compute[3];
+	uint64_t last_move_ms;
+};
+
+/* Runs clocks until `moves` reassignments happened or `clocks` ran out;
+ * returns the reassignments seen. */
+static unsigned lb_run(struct lb_sim *m, const double speed[3], unsigned clocks,
+		       unsigned moves)
+{
+	unsigned seen = 0;
+
+	for (unsigned c = 0; c < clocks && seen < moves; c++) {
+		m->now += 1000;
+		m->clock++;
+		for (uint32_t id = 1; id <= 3; id++) {
+			uint64_t v = m->job->assignment_version;
+			uint32_t batch = batch_of(m->job, id);
+
+			m->examples[id - 1] += batch;
+			m->compute[id - 1] += batch / speed[id - 1];
+			report_compute(m->job, id, m->clock, m->examples[id - 1],
+				       m->compute[id - 1], m->now, -1);
+			if (m->job->assignment_version == v)
+				continue;
+			seen++;
+			m->last_move_ms = m->now;
+			assert_owners_consistent(m->job);
+		}
+	}
+	return seen;
+}
+
+/*
+ * A batch that would move back the way it last moved goes half way (a
+ * worker under a CPU quota measures faster on a smaller batch): worker 3
+ * went 64 -> 21; when its speed doubles, the move to 39 is halved to 30,
+ * and the next move on up, the same way, goes whole.
+ */
+START_TEST(batch_moving_back_goes_half_way)
+{
+	static const double slow[3] = { 640, 640, 160 }, faster[3] = { 640, 640, 330 };
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf sb;
+	struct lb_sim m = { 0 };
+	uint32_t half;
+
+	spec_init(&sb);
+	sb.s.batch_split = DML_BATCH_RATE;
+	sb.s.batch_size = 64;
+	sb.s.rebalance_threshold = 0.1;
+	sb.s.rebalance_hold_ms = 10000;
+	jobs = jobs_with(&sb, 0, &job);
+	start_equal(job, 3, 10, 0);
+	m.job = job;
+	ck_assert_uint_eq(lb_run(&m, slow, 5, 1), 1);
+	ck_assert_uint_eq(batch_of(job, 3), 21);
+	ck_assert_uint_eq(lb_run(&m, faster, 60, 1), 1);
+	half = batch_of(job, 3);
+	ck_assert_msg(half >= 28 && half <= 32, "worker 3's batch %u, not about 30", half);
+	ck_assert_uint_eq(batch_of(job, 1) + batch_of(job, 2) + half, 192);
+	ck_assert_uint_eq(lb_run(&m, faster, 60, 1), 1);
+	ck_assert_msg(batch_of(job, 3) > half + 4 && batch_of(job, 3) <= 40,
+		      "worker 3's batch %u after %u", batch_of(job, 3), half);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
+/*
  * LB-BSP: under BSP (batch_split = auto) a worker 4 x slower at computing
  * than two others, all at the same examples/s (the pace of the job), gets a
  * smaller batch and fewer partitions as soon as every worker measured its
@@ -1885,8 +1960,8 @@ START_TEST(batch_split_follows_speed)
 	struct dml_job *job, *b;
 	struct spec_buf sb;
 	Dml__JobRecord *r;
-	uint64_t examples[3] = { 0 }, now = 0, moves = 0;
-	double compute[3] = { 0 };
+	struct lb_sim m = { 0 };
+	uint64_t now;
 
 	spec_init(&sb);
 	sb.s.batch_split = DML_BATCH_AUTO;
@@ -1896,26 +1971,11 @@ START_TEST(batch_split_follows_speed)
 	start_equal(job, 3, 10, 0);
 	for (uint32_t id = 1; id <= 3; id++)
 		ck_assert_uint_eq(batch_of(job, id), 64);
-	/* A clock a second, each worker computing its batch at its speed. */
-	for (uint64_t clock = 1; clock <= 60; clock++) {
-		now += 1000;
-		for (uint32_t id = 1; id <= 3; id++) {
-			uint64_t v = job->assignment_version;
-			uint32_t batch = batch_of(job, id);
-
-			examples[id - 1] += batch;
-			compute[id - 1] += batch / speed[id - 1];
-			report_compute(job, id, clock, examples[id - 1], compute[id - 1], now,
-				       -1);
-			if (job->assignment_version == v)
-				continue;
-			moves++;
-			assert_owners_consistent(job);
-			/* at once when every worker measured its speed, at clock 1 */
-			ck_assert_uint_eq(now, 1000);
-		}
-	}
-	ck_assert_uint_eq(moves, 1);
+	m.job = job;
+	ck_assert_uint_eq(lb_run(&m, speed, 60, 99), 1);
+	/* at once when every worker measured its speed, at clock 1 */
+	ck_assert_uint_eq(m.last_move_ms, 1000);
+	now = m.now;
 	ck_assert_double_eq_tol(dml_job_worker(job, 3)->speed, 160, 1e-6);
 	ck_assert_uint_eq(batch_of(job, 1), 86);
 	ck_assert_uint_eq(batch_of(job, 2), 85);
@@ -2146,6 +2206,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, a_lasting_drift_rebalances);
 	tcase_add_test(table, rebalance_off_and_by_operator);
 	tcase_add_test(table, batch_split_follows_speed);
+	tcase_add_test(table, batch_moving_back_goes_half_way);
 	tcase_add_test(table, operators_pause_resume_and_stop);
 	tcase_add_test(table, one_job_is_active_at_a_time);
 	tcase_add_test(table, assignments_list_each_workers_partitions);
