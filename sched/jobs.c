@@ -16,7 +16,8 @@
  * its speed, examples per second of its own work (computing, and waiting
  * for its own requests: wait_s less held_s, the time its pulls were held
  * for other workers' clocks), from the growth of those between reports,
- * averaged the same way. Under BSP a worker's examples/s is the job's
+ * averaged the same way, its work being at least its CPU time over the
+ * cores it may use (worker_speed). Under BSP a worker's examples/s is the job's
  * pace, not its speed: a job whose batches follow the rates (LB-BSP,
  * dml_job_batch_by_rate) weighs its workers by speed, for batches and
  * partitions alike; any other by examples/s, with batch_size for everyone.
@@ -70,8 +71,10 @@
 struct worker_priv {
 	int rate_measured;         /* rate is the average of its reports */
 	int speed_measured;        /* speed is the average of its reports */
-	uint64_t mark_examples;    /* examples and work seconds of its report */
-	double mark_work_s;        /* when speed was last measured */
+	/* its examples, work seconds and CPU seconds when speed was last
+	 * measured */
+	uint64_t mark_examples;
+	double mark_work_s, mark_cpu_s;
 	int last_move;             /* its batch's last change: -1, 0 (none) or 1 */
 	int has_loss;              /* it reported a loss at least once */
 	uint64_t examples_raw;     /* examples in its latest report */
@@ -923,27 +926,37 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
 /* ---- progress ---------------------------------------------------------- */
 
 /*
- * A worker's examples per second of its own work (work_s: computing, and
- * waiting for its own requests), averaged in once it worked
- * SPEED_SAMPLE_S since the last measure: a fast worker computes a few ms
- * between two reports, too little to tell its speed from the noise.
+ * A worker's examples per second of its own work, averaged in once it
+ * worked SPEED_SAMPLE_S since the last measure (a fast worker computes a
+ * few ms between two reports, too little to tell its speed from the
+ * noise). Its work is the longer of two: work_s, its steps' time computing
+ * and waiting for its own requests; and cpu_s over the cores it may use.
+ * Under a CPU quota a step that fits in the period's budget runs at full
+ * speed, so the first alone made a 0.15 core worker look as fast as an
+ * unlimited one whenever its batch was small, and its batch swung.
  */
 static void worker_speed(struct dml_job_worker *w, struct worker_priv *wp,
-			 uint64_t examples, double work_s)
+			 uint64_t examples, double work_s, double cpu_s, double cores)
 {
-	double sample;
+	double sample, busy;
 
 	/* a count that went down is a restarted worker counting from 0 again */
-	if (examples < wp->mark_examples || work_s < wp->mark_work_s) {
+	if (examples < wp->mark_examples || work_s < wp->mark_work_s ||
+	    cpu_s < wp->mark_cpu_s) {
 		wp->mark_examples = examples;
 		wp->mark_work_s = work_s;
+		wp->mark_cpu_s = cpu_s;
 		return;
 	}
-	if (work_s - wp->mark_work_s < SPEED_SAMPLE_S)
+	busy = work_s - wp->mark_work_s;
+	if (cores > 0 && (cpu_s - wp->mark_cpu_s) / cores > busy)
+		busy = (cpu_s - wp->mark_cpu_s) / cores;
+	if (busy < SPEED_SAMPLE_S)
 		return;
-	sample = (double)(examples - wp->mark_examples) / (work_s - wp->mark_work_s);
+	sample = (double)(examples - wp->mark_examples) / busy;
 	wp->mark_examples = examples;
 	wp->mark_work_s = work_s;
+	wp->mark_cpu_s = cpu_s;
 	if (!(sample > 0) || !isfinite(sample))
 		return;
 	w->speed = wp->speed_measured ? RATE_ALPHA * sample + (1 - RATE_ALPHA) * w->speed
@@ -960,7 +973,8 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 	double wait_s = clamp_num(p->wait_s), held_s = clamp_num(p->held_s);
 
 	w->clock = p->clock;
-	worker_speed(w, wp, p->examples, compute_s + (held_s < wait_s ? wait_s - held_s : 0));
+	worker_speed(w, wp, p->examples, compute_s + (held_s < wait_s ? wait_s - held_s : 0),
+		     clamp_num(p->cpu_s), clamp_num(p->cores));
 	/* a count that went down is a restarted worker counting from 0 again */
 	w->examples += p->examples >= wp->examples_raw ? p->examples - wp->examples_raw
 						       : p->examples;

@@ -36,6 +36,7 @@
 #include "check_run.h"
 #include "conf.h"
 #include "conn.h"
+#include "cpu_limit.h"
 #include "dml_error.h"
 #include "harness.h"
 #include "job_conf.h"
@@ -841,6 +842,66 @@ START_TEST(test_worker_assignments)
 }
 END_TEST
 
+/* ---- the CPU a worker may use ---------------------------------------------- */
+
+/* dir/name (made with its folders) holding text. */
+static void put_file(const char *dir, const char *name, const char *text)
+{
+	char path[512], cmd[600];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+	ck_assert_int_eq(system(cmd), 0);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fputs(text, f);
+	fclose(f);
+}
+
+/*
+ * A cgroup quota is read along the process's cgroup path, the tightest of
+ * the path and its ancestors: v1 cpu.cfs_quota_us / cpu.cfs_period_us in a
+ * hierarchy named by its controllers, v2 cpu.max; none, or a layout it does
+ * not know, is the online CPUs.
+ */
+START_TEST(test_cpu_limit_from_cgroups)
+{
+	char root[] = "/tmp/dml-check-cpulimit.XXXXXX", pc[600];
+
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	snprintf(pc, sizeof(pc), "%s/proc-cgroup", root);
+	/* v1, cpu mounted with cpuacct: the job's group 0.5, the worker's 0.15 */
+	put_file(root, "proc-cgroup", "3:memory:/x\n2:cpu,cpuacct:/fleet/w3\n0::/\n");
+	put_file(root, "cpu,cpuacct/fleet/cpu.cfs_quota_us", "50000\n");
+	put_file(root, "cpu,cpuacct/fleet/cpu.cfs_period_us", "100000\n");
+	put_file(root, "cpu,cpuacct/fleet/w3/cpu.cfs_quota_us", "1500\n");
+	put_file(root, "cpu,cpuacct/fleet/w3/cpu.cfs_period_us", "10000\n");
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at(pc, root, 2), 0.15, 1e-12);
+	/* no quota on the worker (-1): its group's */
+	put_file(root, "cpu,cpuacct/fleet/w3/cpu.cfs_quota_us", "-1\n");
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at(pc, root, 2), 0.5, 1e-12);
+	/* a quota above the online CPUs is the online CPUs */
+	put_file(root, "cpu,cpuacct/fleet/cpu.cfs_quota_us", "400000\n");
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at(pc, root, 2), 2, 1e-12);
+	/* v2 */
+	put_file(root, "proc-cgroup", "0::/k8s/pod1\n");
+	put_file(root, "k8s/pod1/cpu.max", "25000 100000\n");
+	put_file(root, "k8s/cpu.max", "max 100000\n");
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at(pc, root, 4), 0.25, 1e-12);
+	put_file(root, "k8s/pod1/cpu.max", "max 100000\n");
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at(pc, root, 4), 4, 1e-12);
+	/* garbage and missing files */
+	put_file(root, "proc-cgroup", "nonsense\n1:cpu:relative\n");
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at(pc, root, 3), 3, 1e-12);
+	ck_assert_double_eq_tol(dml_cpu_limit_cores_at("/nonexistent", root, 3), 3, 1e-12);
+	/* this process: something positive, at most the online CPUs */
+	ck_assert(dml_cpu_limit_cores() > 0);
+	ck_assert(dml_cpu_limit_cores() <= (double)sysconf(_SC_NPROCESSORS_ONLN));
+	snprintf(pc, sizeof(pc), "rm -rf '%s'", root);
+	ck_assert_int_eq(system(pc), 0);
+}
+END_TEST
+
 static Suite *worker_suite(void)
 {
 	Suite *s = suite_create("worker");
@@ -855,6 +916,7 @@ static Suite *worker_suite(void)
 	tcase_add_test(unit, test_example_job_runs_here);
 	tcase_add_test(unit, test_conf_errors);
 	tcase_add_test(unit, test_profile_figures);
+	tcase_add_test(unit, test_cpu_limit_from_cgroups);
 	suite_add_tcase(s, unit);
 	tcase_set_timeout(daemon, TEST_TIMEOUT_S);
 	tcase_add_test(daemon, test_worker_bad_config);

@@ -141,7 +141,7 @@ test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstor
 check_PROGRAMS += test/check_worker
 TESTS += test/check_worker
 test_check_worker_SOURCES = test/check_worker.c test/harness.c test/harness.h test/json.c \
-	test/json.h test/app_test.c test/app_test.h worker/worker_conf.c
+	test/json.h test/app_test.c test/app_test.h worker/worker_conf.c worker/cpu_limit.c
 test_check_worker_CFLAGS = $(TEST_CFLAGS)
 test_check_worker_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 

@@ -26,6 +26,7 @@
 #include "app.h"
 #include "auth.h"
 #include "conn.h"
+#include "cpu_limit.h"
 #include "dml.h"
 #include "dml_error.h"
 #include "frame.h"
@@ -270,6 +271,8 @@ struct run {
 	int has_metric;
 	uint64_t compute_ns, wait_ns;
 	uint64_t held_ns;         /* of wait_ns: pulls held for other workers' clocks */
+	uint64_t cpu_ns;          /* CPU time of its steps, every thread */
+	double cores;             /* the CPU it may use (cpu_limit.h), when last read */
 	uint64_t started_ns, last_report_ns;
 	struct rate rate;
 	int paused;
@@ -372,6 +375,11 @@ static void run_report(struct run *r, enum report_kind kind, uint64_t step_examp
 	rep.p.compute_s = seconds(r->compute_ns);
 	rep.p.wait_s = seconds(r->wait_ns);
 	rep.p.held_s = seconds(r->held_ns);
+	rep.p.cpu_s = seconds(r->cpu_ns);
+	/* a quota may change while it runs: read it again for each report */
+	if (due || !r->cores)
+		r->cores = dml_cpu_limit_cores();
+	rep.p.cores = r->cores;
 	rep.p.assignment = r->as.version;
 	rep.p.finished = finished != 0;
 	rep.p.data_examples = r->state ? r->app->data_examples(r->state) : 0;
@@ -691,10 +699,21 @@ static int run_evaluate(struct run *r)
 	return 0;
 }
 
+/* CPU time of this process so far, every thread. */
+static uint64_t cpu_now_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Step, clock, maybe evaluate, report. */
 static int run_clock(struct run *r, int last)
 {
 	uint64_t t0 = dml_now_ns(), w0 = r->io.wait_ns, h0 = dml_pulls_held_ns(r->d);
+	uint64_t c0 = cpu_now_ns();
 	uint64_t elapsed, waited, held;
 	struct dml_app_step st;
 	char why[sizeof(r->err)];
@@ -718,6 +737,7 @@ static int run_clock(struct run *r, int last)
 	waited = r->io.wait_ns - w0;
 	held = dml_pulls_held_ns(r->d) - h0;
 	r->held_ns += held < waited ? held : waited;
+	r->cpu_ns += cpu_now_ns() - c0;
 	if ((last || (r->eval_every && r->clock % r->eval_every == 0 &&
 		      assign_has_part(&r->as, 0))) &&
 	    (rc = run_evaluate(r)) != 0)
