@@ -375,7 +375,9 @@ static const struct dml_conf_option job_options[] = {
 	{ "job", "dead_after_ms", DML_CONF_U32, J(dead_after_ms), "0", 0, MAX_U32, NULL, NULL,
 	  "servers drop a silent worker's clock after this (0: server default)" },
 	{ "job", "min_rate", DML_CONF_DOUBLE, J(min_rate), "0", 0, DBL_MAX, NULL, NULL,
-	  "reserved: examples/s below which a worker counts as stalled" },
+	  "asynchronous jobs: a worker below this many examples/s, or silent, for "
+	  "rebalance_hold_ms is set aside (its partitions to the others) and tries "
+	  "again 4 holds later (0: never)" },
 	{ "job", "seed", DML_CONF_U64, J(seed), "1", 0, 0, NULL, NULL,
 	  "data shuffling and synthetic data" },
 	{ "job", "stale_scaling", DML_CONF_ENUM, J(stale_scaling), "off", 0, 0,

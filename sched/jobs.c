@@ -63,6 +63,7 @@
 #define SPEED_SAMPLE_S 0.05        /* seconds of work a measure of speed spans */
 #define REBALANCE_THRESHOLD 0.25   /* rebalance = auto: the default drift, */
 #define REBALANCE_HOLD_MS 5000u    /* and how long it must last */
+#define STALL_RETRY_HOLDS 4        /* a stalled worker tries again after this many holds */
 #define LIST_MAX 72                /* bytes of a number list inside an event line */
 #define ERROR_TEXT_MAX 120         /* bytes of a worker's error text kept */
 #define NO_WORKER SIZE_MAX
@@ -76,6 +77,9 @@ struct worker_priv {
 	uint64_t mark_examples;
 	double mark_work_s, mark_cpu_s;
 	int last_move;             /* its batch's last change: -1, 0 (none) or 1 */
+	/* min_rate: since when it has been below it (0: it is not), and since
+	 * when it has been set aside as stalled (0: it is not) */
+	uint64_t slow_since_ms, stalled_since_ms;
 	int has_loss;              /* it reported a loss at least once */
 	uint64_t examples_raw;     /* examples in its latest report */
 };
@@ -303,6 +307,25 @@ static double worker_weight(const struct dml_job *job, size_t i, int *measured)
 }
 
 /*
+ * Whether worker i takes a share of the work: live and not set aside as
+ * stalled, or live when every live worker is stalled (partitions never
+ * wait unowned while a live worker exists).
+ */
+static int takes_share(const struct dml_job *job, size_t i)
+{
+	const struct worker_priv *priv = impl_c(job)->priv;
+
+	if (!job->workers[i].live)
+		return 0;
+	if (!priv[i].stalled_since_ms)
+		return 1;
+	for (size_t k = 0; k < job->nworkers; k++)
+		if (job->workers[k].live && !priv[k].stalled_since_ms)
+			return 0;
+	return 1;
+}
+
+/*
  * Whether a live worker's weight is not a measure of this job: its profile
  * (another job's examples/s on that machine) or a stand-in.
  */
@@ -312,7 +335,7 @@ static int split_guessed(const struct dml_job *job)
 		int measured;
 
 		worker_weight(job, i, &measured);
-		if (job->workers[i].live && !measured)
+		if (takes_share(job, i) && !measured)
 			return 1;
 	}
 	return 0;
@@ -380,7 +403,7 @@ static size_t ideal_shares(const struct dml_job *job, uint64_t *counts, uint64_t
 	for (size_t i = 0; i < n; i++) {
 		int m = 1;
 
-		live[i] = job->workers[i].live != 0;
+		live[i] = takes_share(job, i);
 		rates[i] = live[i] ? worker_weight(job, i, &m) : 0;
 		if (live[i] && !m)
 			*measured = 0;
@@ -472,7 +495,7 @@ static double load_deviation(const struct dml_job *job)
 
 	for (size_t i = 0; i < n; i++) {
 		held[i] = job->workers[i].npart;
-		held_batch[i] = job->workers[i].live ? job->workers[i].batch : 0;
+		held_batch[i] = takes_share(job, i) ? job->workers[i].batch : 0;
 	}
 	if (!ideal_shares(job, ideal, ideal_batch, &measured, 0) || !measured ||
 	    dml_assign_load_deviation(held, ideal, (uint32_t)n, &dev) != 0)
@@ -486,6 +509,12 @@ static double load_deviation(const struct dml_job *job)
 	return dev;
 }
 
+/* The hold of rebalance = auto, which min_rate uses too. */
+static uint64_t job_hold_ms(const struct dml_job *job)
+{
+	return job->spec->rebalance_hold_ms ? job->spec->rebalance_hold_ms : REBALANCE_HOLD_MS;
+}
+
 /*
  * rebalance = auto: split the partitions anew once the load has drifted
  * past the threshold for the hold time with no reassignment in between.
@@ -497,7 +526,7 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 	const Dml__JobSpec *sp = job->spec;
 	double threshold = sp->rebalance_threshold > 0 ? sp->rebalance_threshold :
 			   REBALANCE_THRESHOLD;
-	uint64_t hold = sp->rebalance_hold_ms ? sp->rebalance_hold_ms : REBALANCE_HOLD_MS;
+	uint64_t hold = job_hold_ms(job);
 	double dev;
 	char cause[48];
 
@@ -532,6 +561,81 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 		  since(now, ji->drift_since_ms));
 	ji->drift_since_ms = 0;
 	return 1;
+}
+
+/*
+ * min_rate, in asynchronous jobs: a live worker below it is slow first
+ * (the rates already give it less); below it for the hold time, or silent
+ * that long, it is set aside as stalled: its partitions (and its batch) go
+ * to the others, as a lost worker's would, but it stays a member.
+ * STALL_RETRY_HOLDS holds later it takes the share its last rate calls for
+ * again, measured afresh, and is set aside again if it is still below. 1
+ * when the assignment changed. Under BSP and SSP a stalled worker holds
+ * the others at the servers' clock bound, so their rates fall and their
+ * reports stop with its own: nothing here could tell which one stalled,
+ * and setting it aside would not free the others (the servers would have
+ * to drop its clock); those jobs leave min_rate alone.
+ */
+static int job_stalls(struct dml_job *job, uint64_t now)
+{
+	double min_rate = job->spec->min_rate;
+	uint64_t hold = job_hold_ms(job);
+	int changed = 0;
+
+	if (!(min_rate > 0) || job->spec->staleness >= 0 ||
+	    job->state != DML__JOB_STATE__RUNNING)
+		return 0;
+	for (size_t i = 0; i < job->nworkers; i++) {
+		struct dml_job_worker *w = &job->workers[i];
+		struct worker_priv *wp = &impl(job)->priv[i];
+		/* silent: it reported before, and not for the hold time since the
+		 * job last started running */
+		int silent = w->last_report_ms && since(now, w->last_report_ms) >= hold &&
+			     since(now, job->changed_ms) >= hold;
+		char cause[48];
+
+		if (!w->live)
+			continue;
+		if (wp->stalled_since_ms) {
+			if (since(now, wp->stalled_since_ms) < STALL_RETRY_HOLDS * hold)
+				continue;
+			wp->stalled_since_ms = wp->slow_since_ms = 0;
+			wp->rate_measured = wp->speed_measured = 0;
+			w->last_report_ms = now;
+			snprintf(cause, sizeof(cause), "worker %" PRIu32 " tries again", w->node_id);
+			job_reassign(job, cause, w->node_id, NULL);
+			text_set(w->reason, "takes %" PRIu64 " partitions again after a stall",
+				 w->npart);
+			job_event(job, "worker %" PRIu32 " takes a share again after a stall: %"
+				  PRIu64 " partitions", w->node_id, w->npart);
+			changed = 1;
+			continue;
+		}
+		if (!silent && (!wp->rate_measured || w->rate >= min_rate)) {
+			wp->slow_since_ms = 0;
+			continue;
+		}
+		if (!wp->slow_since_ms)
+			wp->slow_since_ms = silent ? w->last_report_ms : now;
+		if (since(now, wp->slow_since_ms) < hold)
+			continue;
+		wp->stalled_since_ms = now;
+		snprintf(cause, sizeof(cause), "worker %" PRIu32 " stalled", w->node_id);
+		{
+			uint64_t held = w->npart;
+			struct num_list gainers = { 0 };
+
+			job_reassign(job, cause, w->node_id, &gainers);
+			text_set(w->reason, "stalled (%s for %" PRIu64 " ms)", silent ? "silent" :
+				 "below min_rate", since(now, wp->slow_since_ms));
+			job_event(job, "worker %" PRIu32 " stalled (%s): its %" PRIu64 " partitions "
+				  "to worker%s %s", w->node_id, silent ? "no report" :
+				  "below min_rate", held, gainers.n == 1 ? "" : "s",
+				  num_list_str(&gainers));
+		}
+		changed = 1;
+	}
+	return changed;
 }
 
 /* ---- the table ------------------------------------------------------- */
@@ -1024,7 +1128,7 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 		return 1;
 	}
 	if (!job_stop_met(job, why, sizeof(why)))
-		return job_rebalance_auto(job, now);
+		return job_stalls(job, now) | job_rebalance_auto(job, now);
 	job_done(job, why, now);
 	return 1;
 }

@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <float.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1423,6 +1424,80 @@ START_TEST(a_lasting_drift_rebalances)
 }
 END_TEST
 
+/*
+ * min_rate (asynchronous jobs): a worker below it for the hold time is set
+ * aside as stalled,
+ * its partitions to the others, though it stays a member; four holds
+ * later it takes the share its last rate calls for again, and a worker
+ * silent for the hold time is set aside too. A BSP job leaves it alone.
+ */
+START_TEST(a_stalled_worker_is_set_aside_and_tries_again)
+{
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+	uint64_t t = 1000, n2;
+	char want[160];
+
+	spec_init(&b);
+	b.s.staleness = -1;
+	b.s.rebalance = DML_REBALANCE_OFF;
+	b.s.rebalance_hold_ms = 1000;
+	b.s.min_rate = 50;
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);   /* 8 each */
+	report(job, 1, 1, 0, 300, t, 0);
+	report(job, 2, 1, 0, 100, t, 0);
+	/* worker 2 slows down: its average falls under 50 at the third report */
+	report(job, 2, 2, 0, 10, t + 10, 0);
+	report(job, 2, 3, 0, 10, t + 20, 0);
+	ck_assert(dml_job_worker(job, 2)->rate > 50);
+	report(job, 2, 4, 0, 10, t + 30, 0);
+	ck_assert(dml_job_worker(job, 2)->rate < 50);
+	report(job, 1, 2, 0, 300, t + 999, 0);
+	report(job, 2, 5, 0, 10, t + 1000, 0);
+	report(job, 1, 2, 0, 300, t + 1029, 0);
+	ck_assert_uint_eq(npart_of(job, 2), 8);
+	report(job, 1, 3, 0, 300, t + 1030, 1);
+	ck_assert_uint_eq(npart_of(job, 2), 0);
+	ck_assert_uint_eq(npart_of(job, 1), 16);
+	ck_assert(dml_job_worker(job, 2)->live);
+	ck_assert_str_eq(last_event(job), "worker 2 stalled (below min_rate): its 8 "
+			 "partitions to worker 1");
+	assert_owners_consistent(job);
+	/* four holds later it tries again, with the share its last rate calls for */
+	for (uint64_t at = t + 1500; at < t + 5029; at += 500)
+		report(job, 1, 4, 0, 300, at, 0);
+	report(job, 1, 4, 0, 300, t + 5029, 0);
+	report(job, 1, 5, 0, 300, t + 5030, 1);
+	n2 = npart_of(job, 2);
+	ck_assert_uint_ge(n2, 1);
+	snprintf(want, sizeof(want), "worker 2 takes a share again after a stall: %" PRIu64
+		 " partitions", n2);
+	ck_assert_str_eq(last_event(job), want);
+	/* and says nothing for a hold: set aside again */
+	report(job, 1, 6, 0, 300, t + 5500, 0);
+	report(job, 1, 6, 0, 300, t + 6029, 0);
+	report(job, 1, 7, 0, 300, t + 6030, 1);
+	ck_assert_uint_eq(npart_of(job, 2), 0);
+	snprintf(want, sizeof(want), "worker 2 stalled (no report): its %" PRIu64
+		 " partitions to worker 1", n2);
+	ck_assert_str_eq(last_event(job), want);
+	assert_owners_consistent(job);
+	dml_jobs_free(jobs);
+
+	/* BSP: a silent worker holds the others back; nothing is set aside */
+	b.s.staleness = 0;
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);
+	report(job, 1, 1, 0, 10, t, 0);
+	report(job, 2, 1, 0, 10, t, 0);
+	report(job, 1, 2, 0, 10, t + 5000, 0);
+	ck_assert_uint_eq(npart_of(job, 2), 8);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 /* rebalance = off: drifts never move partitions; dmlctl rebalance does, at once. */
 START_TEST(rebalance_off_and_by_operator)
 {
@@ -2205,6 +2280,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, the_next_reassignment_uses_measured_rates);
 	tcase_add_test(table, a_lasting_drift_rebalances);
 	tcase_add_test(table, rebalance_off_and_by_operator);
+	tcase_add_test(table, a_stalled_worker_is_set_aside_and_tries_again);
 	tcase_add_test(table, batch_split_follows_speed);
 	tcase_add_test(table, batch_moving_back_goes_half_way);
 	tcase_add_test(table, operators_pause_resume_and_stop);
