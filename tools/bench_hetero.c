@@ -392,7 +392,7 @@ struct hetero_run {
 	unsigned workers;
 	int ran;
 	struct bench_train_fig fig;
-	double spread;           /* after the last reassignment, +-% */
+	double spread;           /* from the first reassignment on, +-% */
 };
 
 static int hetero_measure(const struct hetero_opts *o, struct hetero_run *r,
