@@ -564,6 +564,56 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 }
 
 /*
+ * The event of a worker whose partitions went to others: "worker N WHAT:
+ * its K partitions to workers ..." (what: "lost (why)", "stalled (...)").
+ */
+static void job_event_handed(struct dml_job *job, uint32_t node_id, const char *what,
+			     uint64_t held, struct num_list *gainers)
+{
+	if (held == 0)
+		job_event(job, "worker %" PRIu32 " %s: it held no partitions", node_id, what);
+	else
+		job_event(job, "worker %" PRIu32 " %s: its %" PRIu64 " partitions to worker%s "
+			  "%s", node_id, what, held, gainers->n == 1 ? "" : "s",
+			  num_list_str(gainers));
+}
+
+/* A worker set aside as stalled takes a share again (job_stalls). */
+static void worker_retry(struct dml_job *job, size_t i, uint64_t now)
+{
+	struct dml_job_worker *w = &job->workers[i];
+	struct worker_priv *wp = &impl(job)->priv[i];
+	char cause[48];
+
+	wp->stalled_since_ms = wp->slow_since_ms = 0;
+	wp->rate_measured = wp->speed_measured = 0;
+	w->last_report_ms = now;
+	snprintf(cause, sizeof(cause), "worker %" PRIu32 " tries again", w->node_id);
+	job_reassign(job, cause, w->node_id, NULL);
+	text_set(w->reason, "takes %" PRIu64 " partitions again after a stall", w->npart);
+	job_event(job, "worker %" PRIu32 " takes a share again after a stall: %" PRIu64
+		  " partitions", w->node_id, w->npart);
+}
+
+/* A worker slow or silent since wp->slow_since_ms is set aside (job_stalls). */
+static void worker_set_aside(struct dml_job *job, size_t i, int silent, uint64_t now)
+{
+	struct dml_job_worker *w = &job->workers[i];
+	struct worker_priv *wp = &impl(job)->priv[i];
+	struct num_list gainers = { 0 };
+	uint64_t held = w->npart;
+	char cause[48];
+
+	wp->stalled_since_ms = now;
+	snprintf(cause, sizeof(cause), "worker %" PRIu32 " stalled", w->node_id);
+	job_reassign(job, cause, w->node_id, &gainers);
+	text_set(w->reason, "stalled (%s for %" PRIu64 " ms)", silent ? "silent" :
+		 "below min_rate", since(now, wp->slow_since_ms));
+	job_event_handed(job, w->node_id, silent ? "stalled (no report)" :
+			 "stalled (below min_rate)", held, &gainers);
+}
+
+/*
  * min_rate, in asynchronous jobs: a live worker below it is slow first
  * (the rates already give it less); below it for the hold time, or silent
  * that long, it is set aside as stalled: its partitions (and its batch) go
@@ -592,23 +642,14 @@ static int job_stalls(struct dml_job *job, uint64_t now)
 		 * job last started running */
 		int silent = w->last_report_ms && since(now, w->last_report_ms) >= hold &&
 			     since(now, job->changed_ms) >= hold;
-		char cause[48];
 
 		if (!w->live)
 			continue;
 		if (wp->stalled_since_ms) {
-			if (since(now, wp->stalled_since_ms) < STALL_RETRY_HOLDS * hold)
-				continue;
-			wp->stalled_since_ms = wp->slow_since_ms = 0;
-			wp->rate_measured = wp->speed_measured = 0;
-			w->last_report_ms = now;
-			snprintf(cause, sizeof(cause), "worker %" PRIu32 " tries again", w->node_id);
-			job_reassign(job, cause, w->node_id, NULL);
-			text_set(w->reason, "takes %" PRIu64 " partitions again after a stall",
-				 w->npart);
-			job_event(job, "worker %" PRIu32 " takes a share again after a stall: %"
-				  PRIu64 " partitions", w->node_id, w->npart);
-			changed = 1;
+			if (since(now, wp->stalled_since_ms) >= STALL_RETRY_HOLDS * hold) {
+				worker_retry(job, i, now);
+				changed = 1;
+			}
 			continue;
 		}
 		if (!silent && (!wp->rate_measured || w->rate >= min_rate)) {
@@ -617,23 +658,10 @@ static int job_stalls(struct dml_job *job, uint64_t now)
 		}
 		if (!wp->slow_since_ms)
 			wp->slow_since_ms = silent ? w->last_report_ms : now;
-		if (since(now, wp->slow_since_ms) < hold)
-			continue;
-		wp->stalled_since_ms = now;
-		snprintf(cause, sizeof(cause), "worker %" PRIu32 " stalled", w->node_id);
-		{
-			uint64_t held = w->npart;
-			struct num_list gainers = { 0 };
-
-			job_reassign(job, cause, w->node_id, &gainers);
-			text_set(w->reason, "stalled (%s for %" PRIu64 " ms)", silent ? "silent" :
-				 "below min_rate", since(now, wp->slow_since_ms));
-			job_event(job, "worker %" PRIu32 " stalled (%s): its %" PRIu64 " partitions "
-				  "to worker%s %s", w->node_id, silent ? "no report" :
-				  "below min_rate", held, gainers.n == 1 ? "" : "s",
-				  num_list_str(&gainers));
+		if (since(now, wp->slow_since_ms) >= hold) {
+			worker_set_aside(job, i, silent, now);
+			changed = 1;
 		}
-		changed = 1;
 	}
 	return changed;
 }
@@ -935,6 +963,7 @@ int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reas
 	struct num_list gainers = { 0 };
 	struct dml_job_worker *w;
 	char cause[48], why[DML_JOB_REASON_MAX + 1] = "", stop[DML_JOB_REASON_MAX + 1];
+	char what[DML_JOB_REASON_MAX + 8];
 	uint64_t held;
 	size_t i;
 
@@ -948,19 +977,15 @@ int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reas
 	held = w->npart;
 	if (reason && *reason)
 		snprintf(why, sizeof(why), " (%s)", reason);
-	text_set(w->reason, "lost%s", why);
+	snprintf(what, sizeof(what), "lost%s", why);
+	text_set(w->reason, "%s", what);
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " lost", node_id);
 	job_reassign(job, cause, node_id, &gainers);
 	if (live_count(job) == 0)
 		job_event(job, "worker %" PRIu32 " lost%s: no live worker, %" PRIu64
 			  " partitions wait unowned", node_id, why, job->num_partitions);
-	else if (held == 0)
-		job_event(job, "worker %" PRIu32 " lost%s: it held no partitions", node_id,
-			  why);
 	else
-		job_event(job, "worker %" PRIu32 " lost%s: its %" PRIu64 " partitions to "
-			  "worker%s %s", node_id, why, held, gainers.n == 1 ? "" : "s",
-			  num_list_str(&gainers));
+		job_event_handed(job, node_id, what, held, &gainers);
 	job_running_reason(job);
 	/* the workers left may all be at their stop already, and report no more */
 	if (job_stop_met(job, stop, sizeof(stop)))
