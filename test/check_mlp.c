@@ -576,6 +576,45 @@ static void fill_params(struct tio *t, float scale)
 }
 
 /*
+ * A net of sizes on 16 synthetic examples with batch_size 16 (every step
+ * sees them all), parameters drawn uniformly, and one step taken: its loss
+ * and pushed gradients kept.
+ */
+struct one_step {
+	Dml__JobSpec *spec;
+	struct dml_app_env env;
+	void *state;
+	struct tio t;
+	float *grad[TABLES];
+	double loss;
+};
+
+static void one_step_open(struct one_step *o, const uint32_t *sizes, size_t n)
+{
+	o->spec = spec_make(sizes, n, "synthetic",
+			    "batch_size = 16\nexamples = 16\nseed = 3\n");
+	o->env = (struct dml_app_env){ "cpu", &dml_backend_cpu, cpu_open() };
+	o->state = app_test_make(&dml_app_mlp, o->spec, &o->env);
+	tio_init(&o->t, &dml_app_mlp, o->state);
+	fill_params(&o->t, 1.0f);
+	o->loss = step_ok(&dml_app_mlp, o->state, &o->t, 16);
+	for (size_t i = 0; i < o->t.ntables; i++) {
+		o->grad[i] = floats(o->t.len[i]);
+		memcpy(o->grad[i], o->t.g[i], o->t.len[i] * sizeof(float));
+	}
+}
+
+static void one_step_close(struct one_step *o)
+{
+	for (size_t i = 0; i < o->t.ntables; i++)
+		free(o->grad[i]);
+	tio_free(&o->t);
+	dml_app_mlp.destroy(o->state);
+	dml_backend_cpu.close(o->env.be_ctx);
+	dml_job_spec_free(o->spec);
+}
+
+/*
  * Every pushed gradient of a net against central differences of the step's
  * loss. With examples = batch_size every step sees the whole data set, so
  * its loss is one function of the parameters.
@@ -583,40 +622,30 @@ static void fill_params(struct tio *t, float scale)
 static void check_gradient(const uint32_t *sizes, size_t n)
 {
 	const struct dml_app *app = &dml_app_mlp;
-	Dml__JobSpec *spec = spec_make(sizes, n, "synthetic",
-				       "batch_size = 16\nexamples = 16\nseed = 3\n");
-	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
-	void *state = app_test_make(&dml_app_mlp, spec, &env);
-	struct tio t;
-	float *grad[TABLES];
-	double loss, worst = 0;
+	struct one_step o;
+	struct tio *t = &o.t;
+	double worst = 0;
 	size_t checked = 0;
 
-	tio_init(&t, app, state);
-	fill_params(&t, 1.0f);
-	loss = step_ok(app, state, &t, 16);
-	ck_assert(isfinite(loss) && loss > 0);
-	ck_assert_int_eq(t.pulls, (int)t.ntables);
-	ck_assert_int_eq(t.pushes, (int)t.ntables);
-	for (size_t i = 0; i < t.ntables; i++) {
-		grad[i] = floats(t.len[i]);
-		memcpy(grad[i], t.g[i], t.len[i] * sizeof(float));
-	}
+	one_step_open(&o, sizes, n);
+	ck_assert(isfinite(o.loss) && o.loss > 0);
+	ck_assert_int_eq(t->pulls, (int)t->ntables);
+	ck_assert_int_eq(t->pushes, (int)t->ntables);
 	/* The same parameters, the same loss, whatever the order of the rows. */
-	ck_assert(fabs(step_ok(app, state, &t, 16) - loss) < 1e-6);
-	for (size_t i = 0; i < t.ntables; i++) {
-		for (size_t j = 0; j < t.len[i]; j++) {
+	ck_assert(fabs(step_ok(app, o.state, t, 16) - o.loss) < 1e-6);
+	for (size_t i = 0; i < t->ntables; i++) {
+		for (size_t j = 0; j < t->len[i]; j++) {
 			/* 2^-9: small next to the curvature, large next to float noise
 			 * in a loss of about 1 (1e-7 / 2e-3 = 5e-5). */
-			const float eps = 1.0f / 512, w = t.w[i][j];
+			const float eps = 1.0f / 512, w = t->w[i][j];
 			float up = w + eps, down = w - eps;
-			double lu, ld, fd, g = grad[i][j], rel;
+			double lu, ld, fd, g = o.grad[i][j], rel;
 
-			t.w[i][j] = up;
-			lu = step_ok(app, state, &t, 16);
-			t.w[i][j] = down;
-			ld = step_ok(app, state, &t, 16);
-			t.w[i][j] = w;
+			t->w[i][j] = up;
+			lu = step_ok(app, o.state, t, 16);
+			t->w[i][j] = down;
+			ld = step_ok(app, o.state, t, 16);
+			t->w[i][j] = w;
 			fd = (lu - ld) / ((double)up - (double)down);
 			rel = fabs(g - fd) / fmax(fabs(g) + fabs(fd), 2e-2);
 			worst = fmax(worst, rel);
@@ -627,12 +656,7 @@ static void check_gradient(const uint32_t *sizes, size_t n)
 	}
 	printf("check_mlp: %zu gradients of %s net, worst relative error %.2g\n", checked,
 	       n > 2 ? "a hidden-layer" : "a softmax", worst);
-	for (size_t i = 0; i < t.ntables; i++)
-		free(grad[i]);
-	tio_free(&t);
-	app->destroy(state);
-	dml_backend_cpu.close(env.be_ctx);
-	dml_job_spec_free(spec);
+	one_step_close(&o);
 }
 
 START_TEST(test_mlp_gradient_softmax)
@@ -661,37 +685,21 @@ START_TEST(test_mlp_batch_split)
 {
 	static const uint32_t sizes[] = { 5, 4, 3 };
 	const struct dml_app *app = &dml_app_mlp;
-	Dml__JobSpec *spec = spec_make(sizes, 3, "synthetic",
-				       "batch_size = 16\nexamples = 16\nseed = 3\n");
-	struct dml_app_env env = { "cpu", &dml_backend_cpu, cpu_open() };
-	void *state = app_test_make(&dml_app_mlp, spec, &env);
+	struct one_step o;
+	struct tio *t = &o.t;
 	char err[256];
-	struct tio t;
-	float *grad[TABLES];
-	double loss;
 
-	tio_init(&t, app, state);
-	fill_params(&t, 1.0f);
-	loss = step_ok(app, state, &t, 16);
-	for (size_t i = 0; i < t.ntables; i++) {
-		grad[i] = floats(t.len[i]);
-		memcpy(grad[i], t.g[i], t.len[i] * sizeof(float));
-	}
-	ck_assert_int_eq(app->set_batch(state, 48, err, sizeof(err)), 0);
-	ck_assert(fabs(step_ok(app, state, &t, 48) - loss) < 1e-5);
-	for (size_t i = 0; i < t.ntables; i++)
-		for (size_t j = 0; j < t.len[i]; j++)
-			ck_assert_msg(fabs(t.g[i][j] - 3 * grad[i][j]) <=
-				      1e-5 * (1 + fabs(grad[i][j])), "table %zu [%zu]: %g, "
-				      "not 3 x %g", i, j, t.g[i][j], grad[i][j]);
-	ck_assert_int_eq(app->set_batch(state, 65, err, sizeof(err)), DML_EINVAL);
+	one_step_open(&o, sizes, 3);
+	ck_assert_int_eq(app->set_batch(o.state, 48, err, sizeof(err)), 0);
+	ck_assert(fabs(step_ok(app, o.state, t, 48) - o.loss) < 1e-5);
+	for (size_t i = 0; i < t->ntables; i++)
+		for (size_t j = 0; j < t->len[i]; j++)
+			ck_assert_msg(fabs(t->g[i][j] - 3 * o.grad[i][j]) <=
+				      1e-5 * (1 + fabs(o.grad[i][j])), "table %zu [%zu]: %g, "
+				      "not 3 x %g", i, j, t->g[i][j], o.grad[i][j]);
+	ck_assert_int_eq(app->set_batch(o.state, 65, err, sizeof(err)), DML_EINVAL);
 	ck_assert_msg(strstr(err, "outside 1..64") != NULL, "%s", err);
-	for (size_t i = 0; i < t.ntables; i++)
-		free(grad[i]);
-	tio_free(&t);
-	app->destroy(state);
-	dml_backend_cpu.close(env.be_ctx);
-	dml_job_spec_free(spec);
+	one_step_close(&o);
 }
 END_TEST
 
