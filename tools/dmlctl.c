@@ -660,8 +660,8 @@ static const struct command commands[] = {
 	{ "stop", "JOB", "stop a job", cmd_stop, 0 },
 	{ "pause", "JOB", "pause a job at the next clock boundary", cmd_pause, 0 },
 	{ "resume", "JOB", "resume a paused job", cmd_resume, 0 },
-	{ "rebalance", "JOB", "split the job's partitions anew by the workers' measured "
-	  "rates", cmd_rebalance, 0 },
+	{ "rebalance", "JOB", "split the job's partitions (and batches, when they follow "
+	  "speeds) anew by the workers' measured rates", cmd_rebalance, 0 },
 	{ "top", "[--once]", "live view of the nodes and the running job's workers",
 	  cmd_top, TAKES_ONCE },
 	{ "shardmap", "[JOB]", "which server holds which keys (default: the active job)",
