@@ -55,6 +55,7 @@
 
 #include "assign.h"
 #include "dml_error.h"
+#include "handover.h"
 #include "job_conf.h"
 #include "jobs.h"
 #include "util.h"
@@ -95,6 +96,8 @@ struct job_impl {
 	/* the last split weighed a live worker by its profile or a stand-in,
 	 * not by what it measured in this job */
 	int guessed;
+	struct dml_handover ho;    /* where each partition's walk stands, and who
+				    * walks it (from the first plan on) */
 };
 
 struct dml_jobs {
@@ -425,6 +428,20 @@ static size_t ideal_shares(const struct dml_job *job, uint64_t *counts, uint64_t
 	return nlive;
 }
 
+/* A new plan: partitions whose walker is gone go to their owners now. */
+static void job_handover(struct dml_job *job, uint64_t now)
+{
+	struct job_impl *ji = impl(job);
+	bool *live = dml_xcalloc(job->nworkers ? job->nworkers : 1, sizeof(*live));
+
+	if (!ji->ho.pos)
+		dml_handover_init(&ji->ho, job->num_partitions);
+	for (size_t i = 0; i < job->nworkers; i++)
+		live[i] = job->workers[i].live;
+	dml_handover_plan(&ji->ho, job->owner, live, job->nworkers, now);
+	free(live);
+}
+
 /*
  * Splits the partitions over the live workers by rate, moving as few as
  * possible, and bumps the assignment version. With a cause ("worker 3
@@ -432,7 +449,7 @@ static size_t ideal_shares(const struct dml_job *job, uint64_t *counts, uint64_t
  * and the ones that gained are listed in gainers (may be NULL).
  */
 static void job_reassign(struct dml_job *job, const char *cause, uint32_t subject,
-			 struct num_list *gainers)
+			 struct num_list *gainers, uint64_t now)
 {
 	size_t n = job->nworkers;
 	uint64_t npart = job->num_partitions;
@@ -471,6 +488,7 @@ static void job_reassign(struct dml_job *job, const char *cause, uint32_t subjec
 	}
 	free(job->owner);
 	job->owner = owner;
+	job_handover(job, now);
 	impl(job)->guessed = split_guessed(job);
 	job->assignment_version++;
 	free(counts);
@@ -539,7 +557,7 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 	if (ji->guessed && dev >= 0 && !(dev > threshold))
 		ji->guessed = 0;
 	if (ji->guessed && dev > threshold) {
-		job_reassign(job, "first measures", 0, NULL);
+		job_reassign(job, "first measures", 0, NULL, now);
 		job_event(job, "split by the workers' first measured rates (load deviation "
 			  "%.0f%%)", isinf(dev) ? 999 : dev * 100);
 		ji->drift_since_ms = 0;
@@ -556,7 +574,7 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 	if (since(now, ji->drift_since_ms) < hold)
 		return 0;
 	snprintf(cause, sizeof(cause), "load deviation %.0f%%", isinf(dev) ? 999 : dev * 100);
-	job_reassign(job, cause, 0, NULL);
+	job_reassign(job, cause, 0, NULL, now);
 	job_event(job, "rebalanced by the workers' rates (%s for %" PRIu64 " ms)", cause,
 		  since(now, ji->drift_since_ms));
 	ji->drift_since_ms = 0;
@@ -589,7 +607,7 @@ static void worker_retry(struct dml_job *job, size_t i, uint64_t now)
 	wp->rate_measured = wp->speed_measured = 0;
 	w->last_report_ms = now;
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " tries again", w->node_id);
-	job_reassign(job, cause, w->node_id, NULL);
+	job_reassign(job, cause, w->node_id, NULL, now);
 	text_set(w->reason, "takes %" PRIu64 " partitions again after a stall", w->npart);
 	job_event(job, "worker %" PRIu32 " takes a share again after a stall: %" PRIu64
 		  " partitions", w->node_id, w->npart);
@@ -606,7 +624,7 @@ static void worker_set_aside(struct dml_job *job, size_t i, int silent, uint64_t
 
 	wp->stalled_since_ms = now;
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " stalled", w->node_id);
-	job_reassign(job, cause, w->node_id, &gainers);
+	job_reassign(job, cause, w->node_id, &gainers, now);
 	text_set(w->reason, "stalled (%s for %" PRIu64 " ms)", silent ? "silent" :
 		 "below min_rate", since(now, wp->slow_since_ms));
 	job_event_handed(job, w->node_id, silent ? "stalled (no report)" :
@@ -681,6 +699,7 @@ static void job_free(struct job_impl *ji)
 	dml_job_spec_free(ji->job.spec);
 	free(ji->job.ckpts);
 	free(ji->job.owner);
+	dml_handover_free(&ji->ho);
 	free(ji->job.workers);
 	free(ji->priv);
 	free(ji);
@@ -872,7 +891,7 @@ int dml_jobs_start(struct dml_job *job, const struct dml_job_candidate *cand, si
 				: (uint64_t)DML_JOB_PARTS_PER_WORKER * job->nworkers;
 	if (job->num_partitions > UINT32_MAX)
 		job->num_partitions = UINT32_MAX;
-	job_reassign(job, NULL, 0, NULL);
+	job_reassign(job, NULL, 0, NULL, now);
 	for (size_t i = 0; i < job->nworkers; i++) {
 		struct dml_job_worker *w = &job->workers[i];
 
@@ -980,7 +999,7 @@ int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reas
 	snprintf(what, sizeof(what), "lost%s", why);
 	text_set(w->reason, "%s", what);
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " lost", node_id);
-	job_reassign(job, cause, node_id, &gainers);
+	job_reassign(job, cause, node_id, &gainers, now);
 	if (live_count(job) == 0)
 		job_event(job, "worker %" PRIu32 " lost%s: no live worker, %" PRIu64
 			  " partitions wait unowned", node_id, why, job->num_partitions);
@@ -1042,7 +1061,7 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
 		how = "joined";
 	}
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " %s", c->node_id, how);
-	job_reassign(job, cause, c->node_id, NULL);
+	job_reassign(job, cause, c->node_id, NULL, now);
 	w = &job->workers[i];
 	text_set(w->reason, "%s at clock %" PRIu64 " with %" PRIu64 " partitions", how,
 		 clock, w->npart);
@@ -1132,10 +1151,35 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 	}
 }
 
+/*
+ * A worker's report of where its partitions stand, and of those it let go
+ * of. Returns 1 when a partition went on to another worker (its
+ * assignment changed).
+ */
+static int job_handed(struct dml_job *job, size_t i, const Dml__Progress *p, uint64_t now)
+{
+	struct job_impl *ji = impl(job);
+	uint64_t hold = job_hold_ms(job), late;
+	int moved;
+
+	if (!ji->ho.pos || !job->owner)
+		return 0;
+	moved = dml_handover_report(&ji->ho, job->owner, (uint32_t)i, p, now);
+	late = dml_handover_expire(&ji->ho, job->owner, now, hold);
+	if (late)
+		job_event(job, "%" PRIu64 " partitions handed on without their worker letting "
+			  "go of them within %" PRIu64 " ms (it may walk them again)", late, hold);
+	if (!moved && !late)
+		return 0;
+	job->assignment_version++;
+	return 1;
+}
+
 int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress *p,
 		      uint64_t now)
 {
 	char why[DML_JOB_REASON_MAX + 1], text[ERROR_TEXT_MAX + 1];
+	int moved;
 	size_t i;
 
 	if (!job || !p)
@@ -1146,6 +1190,7 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 	worker_report(job, i, p, now);
 	if (!job_active(job))
 		return 0;
+	moved = job_handed(job, i, p, now);
 	if (p->error && *p->error) {
 		text_clean(text, sizeof(text), p->error);
 		snprintf(why, sizeof(why), "worker %" PRIu32 ": %s", node_id, text);
@@ -1153,7 +1198,7 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 		return 1;
 	}
 	if (!job_stop_met(job, why, sizeof(why)))
-		return job_stalls(job, now) | job_rebalance_auto(job, now);
+		return moved | job_stalls(job, now) | job_rebalance_auto(job, now);
 	job_done(job, why, now);
 	return 1;
 }
@@ -1161,7 +1206,8 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 /* ---- operators --------------------------------------------------------- */
 
 /* `dmlctl rebalance`: split the partitions by the measured rates now. */
-static int job_rebalance_now(struct dml_jobs *jobs, uint32_t id, char *err, size_t errlen)
+static int job_rebalance_now(struct dml_jobs *jobs, uint32_t id, uint64_t now, char *err,
+			     size_t errlen)
 {
 	struct dml_job *job = dml_jobs_find(jobs, id);
 	double dev;
@@ -1172,7 +1218,7 @@ static int job_rebalance_now(struct dml_jobs *jobs, uint32_t id, char *err, size
 		return fail_with(err, errlen, DML_ESTATE, "job %" PRIu32 " is %s", id,
 				 dml_job_state_name(job->state));
 	dev = load_deviation(job);
-	job_reassign(job, "rebalanced by operator", 0, NULL);
+	job_reassign(job, "rebalanced by operator", 0, NULL, now);
 	if (dev >= 0)
 		job_event(job, "rebalanced by operator (load deviation %.0f%%)",
 			  isinf(dev) ? 999 : dev * 100);
@@ -1203,7 +1249,7 @@ int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t no
 		to = DML__JOB_STATE__RUNNING;
 		break;
 	case DML__JOB_ACTION__REBALANCE:
-		return job_rebalance_now(jobs, id, err, errlen);
+		return job_rebalance_now(jobs, id, now, err, errlen);
 	default:
 		return fail_with(err, errlen, DML_EINVAL, "unknown action %d", action);
 	}
@@ -1271,16 +1317,16 @@ int dml_job_finished(const struct dml_job *job)
 		       job->state == DML__JOB_STATE__STOPPED);
 }
 
-void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a,
-			uint32_t **parts)
+void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a)
 {
+	const struct dml_handover *ho;
 	size_t i, k = 0;
 	uint32_t *v;
+	uint64_t *pos;
 
-	if (parts)
-		*parts = NULL;
-	if (!job || !a || !parts)
+	if (!job || !a)
 		return;
+	ho = &impl_c(job)->ho;
 	a->job = job->id;
 	a->version = job->assignment_version;
 	a->state = job->state;
@@ -1291,16 +1337,30 @@ void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assign
 	i = worker_index(job, node_id);
 	if (i != NO_WORKER)
 		a->batch_size = job->workers[i].batch;
-	if (i == NO_WORKER || !job->workers[i].live || !job->workers[i].npart || !job->owner)
+	if (i == NO_WORKER || !job->workers[i].live || !job->workers[i].npart || !job->owner ||
+	    !ho->holder)
 		return;
 	v = dml_xmalloc(job->workers[i].npart * sizeof(*v));
+	pos = dml_xmalloc(job->workers[i].npart * sizeof(*pos));
+	/* one that another worker still walks is listed once it let go */
 	for (uint64_t p = 0; p < job->num_partitions && k < job->workers[i].npart; p++) {
-		if (job->owner[p] == i)
+		if (job->owner[p] == i && ho->holder[p] == i) {
+			pos[k] = ho->pos[p];
 			v[k++] = (uint32_t)p;
+		}
 	}
-	a->n_partitions = k;
+	a->n_partitions = a->n_positions = k;
 	a->partitions = v;
-	*parts = v;
+	a->positions = pos;
+}
+
+void dml_job_assignment_clear(Dml__Assignment *a)
+{
+	free(a->partitions);
+	free(a->positions);
+	a->partitions = NULL;
+	a->positions = NULL;
+	a->n_partitions = a->n_positions = 0;
 }
 
 /* Mean of the live workers' latest losses; 0 when none reported one. */
@@ -1341,6 +1401,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	st.clock = dml_job_clock(job);
 	st.examples = job_examples(job);
 	st.data_examples = job_data_examples(job);
+	dml_handover_epochs(&impl_c(job)->ho, st.data_examples, &st.epochs_min, &st.epochs_max);
 	st.loss = job_loss(job);
 	st.metric = job->metric;
 	st.has_metric = job->has_metric;
@@ -1485,6 +1546,10 @@ Dml__JobRecord *dml_job_record(const struct dml_job *job, uint64_t now)
 				: since(now, job->started_ms) + 1;
 	r->n_owner = job->owner ? job->num_partitions : 0;
 	r->owner = dml_xcalloc(r->n_owner + 1, sizeof(*r->owner));
+	r->n_positions = ji->ho.pos ? job->num_partitions : 0;
+	r->positions = dml_xcalloc(r->n_positions + 1, sizeof(*r->positions));
+	if (r->n_positions)
+		memcpy(r->positions, ji->ho.pos, r->n_positions * sizeof(*r->positions));
 	for (size_t p = 0; p < r->n_owner; p++)
 		r->owner[p] = job->owner[p] == DML_ASSIGN_NONE ? 0
 			      : job->workers[job->owner[p]].node_id;
@@ -1518,6 +1583,7 @@ void dml_job_record_free(Dml__JobRecord *r)
 		return;
 	dml_job_status_free(r->status);
 	free(r->owner);
+	free(r->positions);
 	free(r->rate);
 	free(r->rate_measured);
 	free(r->finished);
@@ -1646,6 +1712,13 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 		job_free(ji);
 		return fail_with(err, errlen, DML_EINVAL, "a partition owned by a worker that "
 				 "is not a live member");
+	}
+	if (job->owner) {
+		/* its workers walk what they were last told, from where they are */
+		dml_handover_init(&ji->ho, job->num_partitions);
+		memcpy(ji->ho.holder, job->owner, job->num_partitions * sizeof(*job->owner));
+		if (r->n_positions == job->num_partitions)
+			memcpy(ji->ho.pos, r->positions, r->n_positions * sizeof(*r->positions));
 	}
 	job->state = st->state;
 	text_set(job->reason, "%s", st->reason ? st->reason : "");

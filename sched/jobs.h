@@ -207,13 +207,17 @@ int dml_job_finished(const struct dml_job *job);
 
 /**
  * What one worker is to do now: fills a (Dml__Assignment, already
- * initialised by the caller) with the job, version, state, the worker's
- * partitions (malloc'ed into *parts, which the caller frees; a->partitions
- * points there) and start_clock (the job's clock). A worker that is not a
+ * initialised by the caller) with the job, version, state, batch size,
+ * start_clock (the job's clock) and the partitions the worker is to walk
+ * with their positions (malloc'ed: dml_job_assignment_clear frees them). A
+ * partition planned for it that another live worker still walks is left
+ * out until that one lets go of it (handover.h). A worker that is not a
  * live member gets an empty list and the job's state.
  */
-void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a,
-			uint32_t **parts);
+void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a);
+
+/** Free what dml_job_assignment allocated in a, and empty its lists. */
+void dml_job_assignment_clear(Dml__Assignment *a);
 
 /**
  * A JobStatus for JOBS_REPLY, allocated as one tree; free it with

@@ -8,12 +8,13 @@ noinst_HEADERS += sched/link.h sched/nodes.h sched/sched.h sched/sched_conf.h \
 # Job files and specs: read by dmlctl, checked by dml-sched, run by dml-worker.
 noinst_LTLIBRARIES += sched/libdmljobconf.la
 sched_libdmljobconf_la_SOURCES = sched/job_conf.c
-noinst_HEADERS += sched/job_conf.h sched/jobs.h
+noinst_HEADERS += sched/job_conf.h sched/jobs.h sched/handover.h
 EXTRA_DIST += conf/jobs/lsq.conf
 
 bin_PROGRAMS += sched/dml-sched
 sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c \
-	sched/sched_jobs.c sched/sched_metrics.c sched/sched_state.c sched/sched_ckpt.c sched/jobs.c
+	sched/sched_jobs.c sched/sched_metrics.c sched/sched_state.c sched/sched_ckpt.c sched/jobs.c \
+	sched/handover.c
 sched_dml_sched_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
 	store/libdmlstorelog.la \
 	proto/libdmldaemon.la proto/libdmlproto.la

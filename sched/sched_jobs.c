@@ -240,15 +240,14 @@ static int assign_send(struct dml_sched *s, struct dml_job *job, uint32_t worker
 	Dml__Meta m = DML__META__INIT;
 	Dml__Assignment a = DML__ASSIGNMENT__INIT;
 	Dml__JobSpec spec;
-	uint32_t *parts = NULL;
-	size_t size;
+	size_t size, nparts;
 	int rc;
 
 	if (!ss || !xj)
 		return 0;
-	dml_job_assignment(job, worker, &a, &parts);
+	dml_job_assignment(job, worker, &a);
 	if (dml_job_finished(job))
-		a.n_partitions = 0;
+		dml_job_assignment_clear(&a);
 	wire_spec(job, xj, &spec);
 	m.type = DML__MSG_TYPE__ASSIGN;
 	m.request_id = ++s->next_request;
@@ -256,7 +255,8 @@ static int assign_send(struct dml_sched *s, struct dml_job *job, uint32_t worker
 	m.job_spec = &spec;
 	m.assignment = &a;
 	rc = dml_sched_send(ss, &m, &size);
-	free(parts);
+	nparts = a.n_partitions;
+	dml_job_assignment_clear(&a);
 	if (rc == DML_EFRAME_META) {
 		job_fail(job, now, "the assignment of worker %" PRIu32 " needs %zu bytes of "
 			 "metadata, over max_meta (%" PRIu64 ")", worker, size,
@@ -271,7 +271,7 @@ static int assign_send(struct dml_sched *s, struct dml_job *job, uint32_t worker
 	s->st.assign_sent++;
 	dml_debug("worker %" PRIu32 ": assigned job %" PRIu32 " v%" PRIu64 " (%s, %zu "
 		  "partitions, start clock %" PRIu64 ")", worker, job->id, a.version,
-		  dml_job_state_name(a.state), a.n_partitions, a.start_clock);
+		  dml_job_state_name(a.state), nparts, a.start_clock);
 	return 0;
 }
 

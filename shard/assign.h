@@ -38,6 +38,18 @@
 #define DML_ASSIGN_NONE UINT32_MAX
 
 /**
+ * Record range [*begin, *end) of data partition p of n records split into
+ * parts partitions: [p*n/parts, (p+1)*n/parts), exact for any 64-bit n.
+ * Needs p < parts (so parts >= 1).
+ */
+static inline void dml_partition_range(uint64_t n, uint32_t parts, uint32_t p,
+				       uint64_t *begin, uint64_t *end)
+{
+	*begin = (uint64_t)((unsigned __int128)n * p / parts);
+	*end = (uint64_t)((unsigned __int128)n * (p + 1) / parts);
+}
+
+/**
  * How many of npart equal data partitions each of nworkers workers should
  * process, in proportion to its measured rate.
  *

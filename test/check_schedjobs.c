@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@
 
 #include <event2/event.h>
 
+#include "assign.h"
 #include "auth.h"
 #include "check_run.h"
 #include "conn.h"
@@ -406,6 +408,47 @@ static void progress(struct peer *w, uint32_t job, uint64_t clock, int finished)
 	peer_send(w, &m);
 }
 
+/*
+ * A worker's report of the partitions it walks (at 100 + p) and of those it
+ * let go of (at 200 + p).
+ */
+static void progress_walked(struct peer *w, uint32_t job, const uint32_t *parts, size_t n,
+			    const uint32_t *gone, size_t ngone)
+{
+	Dml__Meta m = DML__META__INIT;
+	Dml__Progress p = DML__PROGRESS__INIT;
+	uint64_t pos[32], gone_pos[32];
+
+	ck_assert(n <= 32 && ngone <= 32);
+	for (size_t k = 0; k < n; k++)
+		pos[k] = 100 + parts[k];
+	for (size_t k = 0; k < ngone; k++)
+		gone_pos[k] = 200 + gone[k];
+	p.job = job;
+	p.clock = 1;
+	p.examples = 8;
+	p.examples_per_s = 50;
+	p.loss = 0.5;
+	p.partitions = (uint32_t *)parts;
+	p.n_partitions = p.n_positions = n;
+	p.positions = pos;
+	p.released = (uint32_t *)gone;
+	p.n_released = p.n_released_positions = ngone;
+	p.released_positions = gone_pos;
+	m.type = DML__MSG_TYPE__PROGRESS;
+	m.job = job;
+	m.progress = &p;
+	peer_send(w, &m);
+}
+
+static int has_part(const uint32_t *parts, size_t n, uint32_t q)
+{
+	for (size_t k = 0; k < n; k++)
+		if (parts[k] == q)
+			return 1;
+	return 0;
+}
+
 /* The SHARDMAP a server gets next: valid for its spec, at this version. */
 static Dml__Meta *expect_map(struct peer *srv, uint32_t job, uint64_t version,
 			     size_t nservers)
@@ -758,6 +801,96 @@ START_TEST(test_job_flow)
 }
 END_TEST
 
+/*
+ * Partitions handed on through the scheduler: a worker that leaves passes
+ * its partitions on at the positions it last reported; one that joins gets
+ * its share once the worker walking it let go of it, from where it let go.
+ */
+START_TEST(test_partitions_handed_on)
+{
+	struct sched t;
+	struct peer *p[4] = { NULL };
+	struct peer **srv = p, **wk = p + 1;     /* server 1, workers 1..3 */
+	uint32_t had[2][8], all[16], kept[16], gone[16];
+	size_t nkept = 0, ngone = 0;
+	double lo = INFINITY, hi = 0;
+	Dml__Meta *m, bye = DML__META__INIT;
+	uint32_t id;
+
+	sched_up(&t, NULL);
+	srv[0] = node_up(&t.net, DML__ROLE__SERVER, 1);
+	wk[0] = node_up(&t.net, DML__ROLE__WORKER, 1);
+	wk[1] = node_up(&t.net, DML__ROLE__WORKER, 2);
+	id = submit(t.ctl, "hand", "");
+	m = expect_map(srv[0], id, 1, 1);
+	peer_ack(srv[0], m);
+	take_free(m);
+	for (int i = 0; i < 2; i++) {
+		m = expect_assign(wk[i], DML__JOB_STATE__RUNNING, 8);
+		ck_assert_uint_eq(m->assignment->n_positions, 8);
+		for (size_t k = 0; k < 8; k++)
+			ck_assert_uint_eq(m->assignment->positions[k], 0);
+		memcpy(had[i], m->assignment->partitions, sizeof(had[i]));
+		peer_ack(wk[i], m);
+		take_free(m);
+	}
+	/* worker 2 says where it stands, then leaves: worker 1 goes on there */
+	progress_walked(wk[1], id, had[1], 8, NULL, 0);
+	bye.type = DML__MSG_TYPE__BYE;
+	take_free(peer_request(wk[1], &bye));
+	m = expect_assign(wk[0], DML__JOB_STATE__RUNNING, 16);
+	for (size_t k = 0; k < 16; k++) {
+		uint32_t q = m->assignment->partitions[k];
+
+		all[k] = q;
+		ck_assert_uint_eq(m->assignment->positions[k],
+				  has_part(had[1], 8, q) ? 100 + q : 0);
+	}
+	peer_ack(wk[0], m);
+	take_free(m);
+	/* worker 3 joins: its share waits until worker 1 lets go of it */
+	wk[2] = node_up(&t.net, DML__ROLE__WORKER, 3);
+	m = expect_assign(wk[2], DML__JOB_STATE__RUNNING, 0);
+	peer_ack(wk[2], m);
+	take_free(m);
+	m = expect_assign(wk[0], DML__JOB_STATE__RUNNING, 8);
+	for (size_t k = 0; k < 16; k++) {
+		if (has_part(m->assignment->partitions, 8, all[k]))
+			kept[nkept++] = all[k];
+		else
+			gone[ngone++] = all[k];
+	}
+	ck_assert_uint_eq(ngone, 8);
+	peer_ack(wk[0], m);
+	take_free(m);
+	ck_assert_ptr_null(peer_take(wk[2], DML__MSG_TYPE__ASSIGN, 0, 200));
+	progress_walked(wk[0], id, kept, nkept, gone, ngone);
+	m = expect_assign(wk[2], DML__JOB_STATE__RUNNING, 8);
+	for (size_t k = 0; k < 8; k++) {
+		uint32_t q = m->assignment->partitions[k];
+
+		ck_assert(has_part(gone, ngone, q));
+		ck_assert_uint_eq(m->assignment->positions[k], 200 + q);
+	}
+	take_free(m);
+	/* the status shows how far the partitions went */
+	for (uint32_t q = 0; q < 16; q++) {
+		uint64_t b, e;
+		double passes;
+
+		dml_partition_range(1000, 16, q, &b, &e);
+		passes = (has_part(gone, ngone, q) ? 200.0 + q : 100.0 + q) / (double)(e - b);
+		lo = fmin(lo, passes);
+		hi = fmax(hi, passes);
+	}
+	m = job_status(t.ctl, id);
+	ck_assert_double_eq_tol(m->jobs[0]->epochs_min, lo, 1e-9);
+	ck_assert_double_eq_tol(m->jobs[0]->epochs_max, hi, 1e-9);
+	take_free(m);
+	sched_down(&t, p, 4);
+}
+END_TEST
+
 /* An ERROR answering req, as a server or worker that cannot do it sends. */
 static void peer_refuse(struct peer *p, const Dml__Meta *req, int code, const char *why)
 {
@@ -838,6 +971,7 @@ int main(void)
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, test_pending_job_and_requests);
 	tcase_add_test(tc, test_job_flow);
+	tcase_add_test(tc, test_partitions_handed_on);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);

@@ -4,7 +4,7 @@
  *
  * Unit: the lsq gradient against finite differences of its loss; synthetic
  * examples that depend on (seed, i) alone; partitions as record ranges,
- * through dml_app_partition_range and through the app's own steps; specs
+ * through dml_partition_range and through the app's own steps; specs
  * the app refuses, with reasons; conf/worker.conf (via $DML_SRCDIR) parsed
  * with every option documented, and bad values refused; the example job
  * conf/jobs/lsq.conf accepted by the app; profile figures.
@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 
 #include "app.h"
 #include "app_test.h"
+#include "assign.h"
 #include "auth.h"
 #include "check_run.h"
 #include "conf.h"
@@ -44,6 +46,7 @@
 #include "listen.h"
 #include "profile.h"
 #include "util.h"
+#include "walk.h"
 #include "worker_conf.h"
 
 #define TEST_TIMEOUT_S 60
@@ -147,7 +150,7 @@ START_TEST(test_partition_ranges)
 			uint64_t next = 0, b, e, lo = UINT64_MAX, hi = 0;
 
 			for (uint32_t p = 0; p < ps[k]; p++) {
-				dml_app_partition_range(ns[i], ps[k], p, &b, &e);
+				dml_partition_range(ns[i], ps[k], p, &b, &e);
 				ck_assert_msg(b == next && e >= b, "n %llu, %u parts: part %u "
 					      "is [%llu, %llu)", (unsigned long long)ns[i],
 					      ps[k], p, (unsigned long long)b,
@@ -163,7 +166,85 @@ START_TEST(test_partition_ranges)
 }
 END_TEST
 
-/* Steps go through the worker's records in order: those of its partitions. */
+/* Take rows records of w (one batch), counting each in seen. */
+static void walk_take(struct dml_walk *w, size_t rows, unsigned *seen)
+{
+	const uint64_t *r = dml_walk_batch(w, rows);
+
+	ck_assert_ptr_nonnull(r);
+	for (size_t k = 0; k < rows; k++)
+		seen[r[k]]++;
+	dml_walk_advance(w);
+}
+
+/*
+ * A partition walked part way by one worker and on by another: the two
+ * take every record of the pass once. Each pass has an order of its own;
+ * a partition let go of and held again goes on from the furthest position
+ * known.
+ */
+START_TEST(test_walk_hands_partitions_on)
+{
+	const uint32_t all[] = { 0, 1, 2, 3 }, keep[] = { 0, 1 }, moved[] = { 2, 3 };
+	struct dml_walk a = { .key = 7 }, b = { .key = 7 }, one = { .key = 7 };
+	unsigned seen[103] = { 0 }, first[26];
+	uint64_t taken[4], at[2], sum = 0, left = 0;
+	uint32_t parts[4];
+	char err[128];
+
+	/* 103 records in partitions of 25, 26, 26 and 26 */
+	ck_assert_int_eq(dml_walk_set(&a, "t", 103, all, 4, 4, err, sizeof(err)), 0);
+	ck_assert_uint_eq(a.total, 103);
+	for (int i = 0; i < 3; i++)
+		walk_take(&a, 10, seen);
+	/* a batch not advanced over is not taken */
+	ck_assert_ptr_nonnull(dml_walk_batch(&a, 10));
+	ck_assert_uint_eq(dml_walk_held(&a), 4);
+	dml_walk_positions(&a, parts, taken);
+	for (size_t i = 0; i < 4; i++) {
+		ck_assert_uint_eq(parts[i], i);
+		/* the partitions go at one pace */
+		ck_assert(taken[i] == 7 || taken[i] == 8);
+		sum += taken[i];
+	}
+	ck_assert_uint_eq(sum, 30);
+	/* a keeps 0 and 1; b takes 2 and 3 on from where a stopped */
+	ck_assert_int_eq(dml_walk_set(&a, "t", 103, keep, 2, 4, err, sizeof(err)), 0);
+	at[0] = dml_walk_taken(&a, 2);
+	at[1] = dml_walk_taken(&a, 3);
+	ck_assert_uint_eq(at[0], taken[2]);
+	ck_assert_int_eq(dml_walk_note(&b, moved, at, 2), 0);
+	ck_assert_int_eq(dml_walk_set(&b, "t", 103, moved, 2, 4, err, sizeof(err)), 0);
+	ck_assert_uint_eq(b.total, 52);
+	walk_take(&a, 51 - taken[0] - taken[1], seen);
+	walk_take(&b, 52 - at[0] - at[1], seen);
+	for (size_t r = 0; r < 103; r++)
+		left += seen[r] != 1;
+	ck_assert_msg(left == 0, "%" PRIu64 " records not taken exactly once", left);
+	/* a holds 2 and 3 again, told where b got to (and an older 3) */
+	ck_assert_int_eq(dml_walk_note(&a, moved, (const uint64_t[]){ 26, 0 }, 2), 0);
+	ck_assert_uint_eq(dml_walk_taken(&a, 2), 26);
+	ck_assert_uint_eq(dml_walk_taken(&a, 3), at[1]);
+	/* a partition that does not exist is refused, and nothing changes */
+	ck_assert_int_eq(dml_walk_set(&a, "t", 103, (const uint32_t[]){ 1, 4 }, 2, 4, err,
+				      sizeof(err)), DML_EINVAL);
+	ck_assert_msg(strstr(err, "app t: partition 4 of 4 does not exist") != NULL, "%s", err);
+	ck_assert_uint_eq(dml_walk_held(&a), 2);
+	/* two passes of one partition: the second in another order */
+	ck_assert_int_eq(dml_walk_set(&one, "t", 103, moved, 1, 4, err, sizeof(err)), 0);
+	memcpy(first, dml_walk_batch(&one, 26), sizeof(first));
+	dml_walk_advance(&one);
+	ck_assert(memcmp(first, dml_walk_batch(&one, 26), sizeof(first)) != 0);
+	dml_walk_clear(&a);
+	dml_walk_clear(&b);
+	dml_walk_clear(&one);
+}
+END_TEST
+
+/*
+ * Steps go through the worker's records: those of its partitions, each
+ * once a pass, both partitions at the same pace.
+ */
 START_TEST(test_lsq_steps_follow_partitions)
 {
 	Dml__JobSpec *spec = app_test_spec(lsq_job);
@@ -176,8 +257,7 @@ START_TEST(test_lsq_steps_follow_partitions)
 	const struct dml_app_table *t;
 	const uint32_t parts[] = { 9, 2, 9 };   /* of 10: records 20..29 and 90..99 */
 	float wt[5], x[8 * 5], y[8], g[5], r[8];
-	uint64_t want[] = { 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 90, 91, 92, 93, 94, 95,
-			    96, 97, 98, 99, 20, 21, 22, 23 };
+	unsigned seen[100] = { 0 };
 	char err[256];
 	void *state;
 	double value;
@@ -191,13 +271,22 @@ START_TEST(test_lsq_steps_follow_partitions)
 	ck_assert_uint_eq(app->data_examples(state), 100);
 	ck_assert_int_eq(app->set_partitions(state, parts, 3, 10, err, sizeof(err)), 0);
 	dml_lsq_true_weights(42, 5, wt);
-	/* Three batches of 8 from 20 records: the third wraps around. */
+	/* Three batches of 8 from 20 records: the third begins the next pass. */
 	for (size_t s = 0; s < 3; s++) {
+		const uint64_t *recs;
+		unsigned low = 0;
 		double loss;
 
 		ck_assert_int_eq(app->step(state, &io, &st, err, sizeof(err)), 0);
-		for (size_t k = 0; k < 8; k++)
-			dml_lsq_example(42, want[s * 8 + k], wt, 5, x + k * 5, &y[k]);
+		recs = app->walk(state)->batch;
+		for (size_t k = 0; k < 8; k++) {
+			ck_assert((recs[k] >= 20 && recs[k] < 30) || recs[k] >= 90);
+			low += recs[k] < 30;
+			if (s < 2 || k < 4)
+				ck_assert_uint_eq(seen[recs[k]]++, 0);
+			dml_lsq_example(42, recs[k], wt, 5, x + k * 5, &y[k]);
+		}
+		ck_assert_uint_eq(low, 4);
 		loss = dml_lsq_loss_grad(x, y, 8, 5, w, g, r);
 		ck_assert_uint_eq(st.examples, 8);
 		ck_assert_msg(fabs(st.loss - loss) < 1e-6 * (1 + loss), "batch %zu: loss %g, "
@@ -911,6 +1000,7 @@ static Suite *worker_suite(void)
 	tcase_add_test(unit, test_lsq_data_deterministic);
 	tcase_add_test(unit, test_partition_ranges);
 	tcase_add_test(unit, test_lsq_steps_follow_partitions);
+	tcase_add_test(unit, test_walk_hands_partitions_on);
 	tcase_add_test(unit, test_lsq_refuses_bad_specs);
 	tcase_add_test(unit, test_conf_example);
 	tcase_add_test(unit, test_example_job_runs_here);

@@ -520,6 +520,8 @@ void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStat
 	ctl_json_u64(j, "clock", st->clock);
 	ctl_json_u64(j, "examples", st->examples);
 	ctl_json_u64(j, "data_examples", st->data_examples);
+	ctl_json_num(j, "epochs_min", st->epochs_min);
+	ctl_json_num(j, "epochs_max", st->epochs_max);
 	ctl_json_num(j, "examples_per_s", st->examples_per_s);
 	ctl_json_num(j, "loss", st->loss);
 	ctl_json_num(j, "metric", st->has_metric ? st->metric : NAN);
@@ -747,6 +749,11 @@ void ctl_print_job_detail(FILE *out, const Dml__JobStatus *st)
 		(unsigned long long)st->examples);
 	if (isfinite(ctl_job_epochs(st)))
 		fprintf(out, " (%.2f epochs)", ctl_job_epochs(st));
+	/* how far apart the partitions' walks are: each worker walks its own at
+	 * the pace its batch and partition count give */
+	if (st->epochs_max > 0)
+		fprintf(out, ", partitions %.2f to %.2f passes", st->epochs_min,
+			st->epochs_max);
 	if (isfinite(ctl_trained(st->examples, st->examples_per_s)))
 		fprintf(out, ", %.1f examples/s", st->examples_per_s);
 	if (isfinite(ctl_trained(st->examples, st->loss)))

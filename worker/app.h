@@ -34,6 +34,8 @@
  * Where an app computes: a backend the caller opened (backend.h) and keeps
  * open while the app lives. Apps never open or close it.
  */
+struct dml_walk;
+
 struct dml_app_env {
 	const char *backend;                 /* "cpu", "cuda" */
 	const struct dml_backend_ops *be;
@@ -115,6 +117,13 @@ struct dml_app {
 	int (*set_partitions)(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen);
 	/**
+	 * The walk over its training records (walk.h) that set_partitions
+	 * sets: each partition starts where the walk knows it stopped, so the
+	 * worker notes there the positions its assignment carries, and reads
+	 * the positions it reports from there.
+	 */
+	struct dml_walk *(*walk)(void *state);
+	/**
 	 * Take batch examples per step from now on instead of the spec's
 	 * batch_size (the scheduler splits a clock's examples by the workers'
 	 * speeds: LB-BSP). Steps always push the gradient summed over their
@@ -159,18 +168,6 @@ extern const struct dml_app *const dml_apps[];
 
 /** The app called name, or NULL. */
 const struct dml_app *dml_app_find(const char *name);
-
-/**
- * Record range [*begin, *end) of partition p of n records split into parts
- * partitions: [p*n/parts, (p+1)*n/parts), exact for any 64-bit n. Needs
- * p < parts (so parts >= 1).
- */
-static inline void dml_app_partition_range(uint64_t n, uint32_t parts, uint32_t p,
-					   uint64_t *begin, uint64_t *end)
-{
-	*begin = (uint64_t)((unsigned __int128)n * p / parts);
-	*end = (uint64_t)((unsigned __int128)n * (p + 1) / parts);
-}
 
 /*
  * The lsq app's pieces, for its tests: example i of the synthetic data set

@@ -27,8 +27,10 @@
 #include "app.h"
 #include "app_util.h"
 #include "dml_error.h"
+#include "walk.h"
 
 #define NOISE_STDDEV 0.1
+#define STREAM_SHUFFLE UINT64_C(0x5be0cd19137e2179) /* the walk's key, from the seed */
 #define EVAL_EXAMPLES 2000
 #define DEFAULT_EVAL_EVERY 10
 /* A share of the data up to this size is made once and kept. */
@@ -55,7 +57,7 @@ struct lsq {
 	float *x;                 /* batch x dim */
 	float *y, *r;             /* batch */
 	struct source train, eval;
-	uint64_t cursor;          /* next record of train */
+	struct dml_walk walk;     /* over train's records */
 };
 
 /* ---- synthetic data ------------------------------------------------------ */
@@ -128,12 +130,15 @@ static void source_clear(struct source *s)
 	memset(s, 0, sizeof(*s));
 }
 
-/* rows records from position pos on (wrapping) into x and y. */
-static void source_fill(const struct lsq *a, const struct source *s, uint64_t pos,
-			size_t rows, float *x, float *y)
+/* rows records into x and y: those at places slots of s, or when slots is
+ * NULL those from place pos on. */
+static void source_fill(const struct lsq *a, const struct source *s, const uint64_t *slots,
+			uint64_t pos, size_t rows, float *x, float *y)
 {
-	for (size_t k = 0; k < rows; k++, pos = pos + 1 < s->rec.total ? pos + 1 : 0) {
+	for (size_t k = 0; k < rows; k++) {
 		float *xr = x + k * a->dim;
+
+		pos = slots ? slots[k] : pos + (k > 0);
 
 		if (s->cx) {
 			memcpy(xr, s->cx + pos * a->dim, (size_t)a->dim * sizeof(float));
@@ -208,6 +213,7 @@ static void lsq_destroy(void *state)
 		return;
 	source_clear(&a->train);
 	source_clear(&a->eval);
+	dml_walk_clear(&a->walk);
 	free(a->w_true);
 	free(a->w);
 	free(a->grad);
@@ -231,6 +237,7 @@ static int lsq_create(const Dml__JobSpec *spec, const struct dml_app_env *env, v
 		return rc;
 	a = dml_xcalloc(1, sizeof(*a));
 	a->seed = spec->seed;
+	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->n = spec->examples;
 	a->dim = spec->dim;
 	a->batch = a->norm = a->cap = spec->batch_size;
@@ -275,13 +282,25 @@ static int lsq_set_partitions(void *state, const uint32_t *parts, size_t n,
 			      uint32_t num_partitions, char *err, size_t errlen)
 {
 	struct lsq *a = state;
+	struct source t = { 0 };
 	char why[160];
-	int rc = source_build(a, &a->train, a->n, parts, n, num_partitions, why, sizeof(why));
+	int rc = source_build(a, &t, a->n, parts, n, num_partitions, why, sizeof(why));
 
 	if (rc)
 		return fail(err, errlen, rc, "%s", why);
-	a->cursor = 0;
+	/* the walk's places among the held records are the source's */
+	if ((rc = dml_walk_set(&a->walk, "lsq", a->n, parts, n, num_partitions, err, errlen))) {
+		source_clear(&t);
+		return rc;
+	}
+	source_clear(&a->train);
+	a->train = t;
 	return 0;
+}
+
+static struct dml_walk *lsq_walk(void *state)
+{
+	return &((struct lsq *)state)->walk;
 }
 
 /* Pull w into a->w; fill() (may be NULL) runs while the pull travels. */
@@ -289,15 +308,21 @@ static int pull_w(struct lsq *a, struct dml_app_io *io, size_t rows, char *err,
 		  size_t errlen)
 {
 	dml_handle_t h;
-	int rc = io->ops->pull_range(io->arg, 0, 0, a->dim, a->w, &h);
+	int rc = io->ops->pull_range(io->arg, 0, 0, a->dim, a->w, &h), rc2;
 
-	if (rc == 0) {
-		if (rows)
-			source_fill(a, &a->train, a->cursor, rows, a->x, a->y);
-		rc = dml_app_wait(io, h);
-	}
-	if (rc)
+	if (rc) {
 		snprintf(err, errlen, "pull of table 0: %s", dml_strerror(rc));
+		return rc;
+	}
+	if (rows && !dml_walk_batch(&a->walk, rows))
+		rc = fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
+	else if (rows)
+		source_fill(a, &a->train, a->walk.slots, 0, rows, a->x, a->y);
+	/* the pull is waited for even after a failure: its buffer is a->w */
+	if ((rc2 = dml_app_wait(io, h)) != 0 && !rc) {
+		snprintf(err, errlen, "pull of table 0: %s", dml_strerror(rc2));
+		rc = rc2;
+	}
 	return rc;
 }
 
@@ -305,7 +330,7 @@ static int lsq_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct lsq *a = state;
-	size_t rows = a->train.rec.total ? a->batch : 0;
+	size_t rows = a->walk.total ? a->batch : 0;
 	dml_handle_t h;
 	int rc;
 
@@ -315,7 +340,7 @@ static int lsq_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	 * bound instead of racing through its clocks. */
 	if ((rc = pull_w(a, io, rows, err, errlen)) != 0 || rows == 0)
 		return rc;
-	a->cursor = (a->cursor + rows) % a->train.rec.total;
+	dml_walk_advance(&a->walk);
 	out->loss = dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, a->grad, a->r);
 	out->examples = rows;
 	if (rows != a->norm)
@@ -365,7 +390,7 @@ static int lsq_evaluate(void *state, struct dml_app_io *io, double *value, char 
 		size_t rows = (size_t)(a->eval.rec.total - pos < a->batch ? a->eval.rec.total - pos :
 				       a->batch);
 
-		source_fill(a, &a->eval, pos, rows, a->x, a->y);
+		source_fill(a, &a->eval, NULL, pos, rows, a->x, a->y);
 		sum += dml_lsq_loss_grad(a->x, a->y, rows, a->dim, a->w, NULL, a->r) *
 		       (double)rows;
 	}
@@ -393,6 +418,7 @@ const struct dml_app dml_app_lsq = {
 	.create = lsq_create,
 	.tables = lsq_tables,
 	.set_partitions = lsq_set_partitions,
+	.walk = lsq_walk,
 	.set_batch = lsq_set_batch,
 	.step = lsq_step,
 	.evaluate = lsq_evaluate,

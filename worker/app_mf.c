@@ -40,6 +40,7 @@
 #include "data_triplets.h"
 #include "dml_error.h"
 #include "job_conf.h"
+#include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
 /* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) ratings. */
@@ -332,6 +333,11 @@ static int mf_set_partitions(void *state, const uint32_t *parts, size_t n,
 			    errlen);
 }
 
+static struct dml_walk *mf_walk(void *state)
+{
+	return &((struct mf *)state)->walk;
+}
+
 /* ---- steps --------------------------------------------------------------- */
 
 /* Wait for the pushes of the last step still in flight; the first error. */
@@ -409,7 +415,7 @@ static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out,
 		   size_t errlen)
 {
 	struct mf *a = state;
-	size_t rows = a->walk.recs.total ? a->batch : 0;
+	size_t rows = a->walk.total ? a->batch : 0;
 	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
 	double loss;
 	int rc;
@@ -421,7 +427,7 @@ static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out,
 	rc = batch_build(a, &a->train, recs, rows, err, errlen);
 	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
 		return rc;
-	a->walk.done += rows;
+	dml_walk_advance(&a->walk);
 	loss = batch_forward(a);
 	if ((rc = push_land(a, io, err, errlen)) != 0 ||
 	    (rc = backward_push(a, io, err, errlen)) != 0)
@@ -487,6 +493,7 @@ const struct dml_app dml_app_mf = {
 	.create = mf_create,
 	.tables = mf_tables,
 	.set_partitions = mf_set_partitions,
+	.walk = mf_walk,
 	.set_batch = mf_set_batch,
 	.step = mf_step,
 	.evaluate = mf_evaluate,

@@ -37,6 +37,7 @@
 #include "data_idx.h"
 #include "dml_error.h"
 #include "job_conf.h"
+#include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
 /* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) records. */
@@ -516,6 +517,11 @@ static int mlp_set_partitions(void *state, const uint32_t *parts, size_t n,
 			    errlen);
 }
 
+static struct dml_walk *mlp_walk(void *state)
+{
+	return &((struct mlp *)state)->walk;
+}
+
 /* ---- steps ----------------------------------------------------------------- */
 
 static int io_fail(char *err, size_t errlen, int rc, const char *what, size_t l)
@@ -576,13 +582,16 @@ static int batch_up(const struct mlp *a, size_t rows)
 }
 
 /* rows training records into the batch buffers, on their way to the device. */
-static int batch_fill(struct mlp *a, size_t rows)
+static int batch_fill(struct mlp *a, size_t rows, char *err, size_t errlen)
 {
+	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
+
+	if (!recs)
+		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
 	for (size_t k = 0; k < rows; k++)
-		data_record(a, &a->train, dml_walk_peek(&a->walk, k), a->hx + k * a->dim,
-			    &a->hy[k]);
-	a->walk.done += rows;
-	return batch_up(a, rows);
+		data_record(a, &a->train, recs[k], a->hx + k * a->dim, &a->hy[k]);
+	dml_walk_advance(&a->walk);
+	return be_fail(a, batch_up(a, rows), err, errlen);
 }
 
 /* From the logits' gradient down: push each layer's gradient, waited for. */
@@ -649,7 +658,7 @@ static int mlp_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct mlp *a = state;
-	size_t rows = a->walk.recs.total ? a->batch : 0;
+	size_t rows = a->walk.total ? a->batch : 0;
 	dml_handle_t pulls[LAYERS_MAX];
 	double loss = 0;
 	uint64_t correct = 0;
@@ -662,7 +671,7 @@ static int mlp_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	if ((rc = pulls_issue(a, io, pulls, err, errlen)) != 0)
 		return rc;
 	if (rows)
-		rc = be_fail(a, batch_fill(a, rows), err, errlen);
+		rc = batch_fill(a, rows, err, errlen);
 	rc = pulls_land(a, io, pulls, rows, rc, err, errlen);
 	if (rc || !rows)
 		return rc;
@@ -738,6 +747,7 @@ const struct dml_app dml_app_mlp = {
 	.create = mlp_create,
 	.tables = mlp_tables,
 	.set_partitions = mlp_set_partitions,
+	.walk = mlp_walk,
 	.set_batch = mlp_set_batch,
 	.step = mlp_step,
 	.evaluate = mlp_evaluate,

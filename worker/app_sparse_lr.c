@@ -37,6 +37,7 @@
 #include "data_synth_clicks.h"
 #include "dml_error.h"
 #include "job_conf.h"
+#include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
 /* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) records. */
@@ -414,6 +415,11 @@ static int slr_set_partitions(void *state, const uint32_t *parts, size_t n,
 			    errlen);
 }
 
+static struct dml_walk *slr_walk(void *state)
+{
+	return &((struct slr *)state)->walk;
+}
+
 /* ---- steps --------------------------------------------------------------- */
 
 /* Wait for the push of the last step, if still in flight. */
@@ -484,7 +490,7 @@ static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 		    size_t errlen)
 {
 	struct slr *a = state;
-	size_t rows = a->walk.recs.total ? a->batch : 0;
+	size_t rows = a->walk.total ? a->batch : 0;
 	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
 	double loss = 0;
 	int rc;
@@ -498,7 +504,7 @@ static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out
 	 * staleness bound instead of racing through its clocks. */
 	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
 		return rc;
-	a->walk.done += rows;
+	dml_walk_advance(&a->walk);
 	batch_forward(a);
 	if ((rc = push_land(a, io, err, errlen)) != 0 ||
 	    (rc = backward_push(a, io, &loss, err, errlen)) != 0)
@@ -613,6 +619,7 @@ const struct dml_app dml_app_sparse_lr = {
 	.create = slr_create,
 	.tables = slr_tables,
 	.set_partitions = slr_set_partitions,
+	.walk = slr_walk,
 	.set_batch = slr_set_batch,
 	.step = slr_step,
 	.evaluate = slr_evaluate,

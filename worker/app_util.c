@@ -12,6 +12,7 @@
 
 #include "app.h"
 #include "app_util.h"
+#include "assign.h"
 #include "dml_error.h"
 #include "job_conf.h"
 
@@ -126,7 +127,7 @@ int dml_records_set(struct dml_records *r, uint64_t n, const uint32_t *parts, si
 
 		if (i && sorted[i] == sorted[i - 1])
 			continue;
-		dml_app_partition_range(n, num_partitions, sorted[i], &b, &e);
+		dml_partition_range(n, num_partitions, sorted[i], &b, &e);
 		if (e <= b)
 			continue;
 		t.begin[t.nranges] = b;
@@ -153,72 +154,6 @@ uint64_t dml_records_at(const struct dml_records *r, uint64_t pos)
 			hi = mid;
 	}
 	return r->begin[lo] + (pos - r->prefix[lo]);
-}
-
-/*
- * A permutation of [0, n) keyed by key: a 4-round Feistel network on the
- * smallest even number of bits that holds n, walking the cycle until it
- * lands below n (fewer than 4 rounds of walking on average).
- */
-static uint64_t permute(uint64_t key, uint64_t n, uint64_t x)
-{
-	unsigned half = 1;
-	uint64_t mask;
-
-	while (half < 32 && (UINT64_C(1) << (2 * half)) < n)
-		half++;
-	mask = (UINT64_C(1) << half) - 1;
-	do {
-		uint64_t l = x >> half, r = x & mask;
-
-		for (uint64_t round = 0; round < 4; round++) {
-			uint64_t t = l ^ (dml_rng_mix64(r ^ key ^ (round << 56)) & mask);
-
-			l = r;
-			r = t;
-		}
-		x = l << half | r;
-	} while (x >= n);
-	return x;
-}
-
-int dml_walk_set(struct dml_walk *w, const char *app, uint64_t n, const uint32_t *parts,
-		 size_t nparts, uint32_t num_partitions, char *err, size_t errlen)
-{
-	char why[160];
-	int rc = dml_records_set(&w->recs, n, parts, nparts, num_partitions, why, sizeof(why));
-
-	if (rc)
-		return dml_app_fail(err, errlen, rc, app, "%s", why);
-	w->done = 0;
-	return 0;
-}
-
-uint64_t dml_walk_peek(const struct dml_walk *w, uint64_t ahead)
-{
-	uint64_t pos = w->done + ahead, total = w->recs.total;
-	uint64_t key = dml_rng_mix64(w->key ^ (pos / total * UINT64_C(0x9e3779b97f4a7c15)));
-
-	return dml_records_at(&w->recs, permute(key, total, pos % total));
-}
-
-const uint64_t *dml_walk_batch(struct dml_walk *w, size_t rows)
-{
-	if (dml_app_reserve((void **)&w->batch, &w->batch_cap, rows ? rows : 1,
-			    sizeof(*w->batch)) != 0)
-		return NULL;
-	for (size_t k = 0; k < rows; k++)
-		w->batch[k] = dml_walk_peek(w, k);
-	return w->batch;
-}
-
-void dml_walk_clear(struct dml_walk *w)
-{
-	dml_records_clear(&w->recs);
-	free(w->batch);
-	w->batch = NULL;
-	w->batch_cap = 0;
-	w->done = 0;
 }
 
 void dml_records_clear(struct dml_records *r)

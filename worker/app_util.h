@@ -55,7 +55,7 @@ struct dml_records {
 
 /**
  * Make r the records of partitions parts (any order, duplicates ignored) of
- * n records split into num_partitions (dml_app_partition_range). Returns
+ * n records split into num_partitions (dml_partition_range). Returns
  * 0; DML_EINVAL when a partition >= num_partitions ("partition 9 of 8 does
  * not exist" into err); DML_ENOMEM. r is unchanged on failure.
  */
@@ -67,42 +67,6 @@ uint64_t dml_records_at(const struct dml_records *r, uint64_t pos);
 
 /** Free and zero r; a zeroed r is fine. */
 void dml_records_clear(struct dml_records *r);
-
-/**
- * What an app trains on: its records, walked pass after pass, each pass
- * visiting every record once in an order of its own (keyed by key, which
- * the app sets once from the job seed), and how far it has gone since the
- * records were last set.
- */
-struct dml_walk {
-	struct dml_records recs;
-	uint64_t key;
-	uint64_t done;            /* records trained on since dml_walk_set */
-	uint64_t *batch;          /* dml_walk_batch's records */
-	size_t batch_cap;
-};
-
-/**
- * Walk the records of partitions parts of n records split into
- * num_partitions (dml_records_set), from the start. Returns 0, or
- * dml_records_set's error with err = "app APP: " and the reason; the walk
- * is unchanged on failure.
- */
-int dml_walk_set(struct dml_walk *w, const char *app, uint64_t n, const uint32_t *parts,
-		 size_t nparts, uint32_t num_partitions, char *err, size_t errlen);
-
-/** The record ahead records after the walk's position (ahead 0: the next). */
-uint64_t dml_walk_peek(const struct dml_walk *w, uint64_t ahead);
-
-/**
- * The next rows records of the walk (not advanced: the app moves done on
- * once it trained on them), in a buffer the walk keeps until the next
- * call; NULL when out of memory.
- */
-const uint64_t *dml_walk_batch(struct dml_walk *w, size_t rows);
-
-/** Free and zero the walk's records and buffer, keeping its key. */
-void dml_walk_clear(struct dml_walk *w);
 
 /**
  * The area under the ROC curve of scores against labels (n each; a label

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "app.h"
+#include "assign.h"
 #include "auth.h"
 #include "conn.h"
 #include "cpu_limit.h"
@@ -37,6 +38,7 @@
 #include "metrics.h"
 #include "profile.h"
 #include "util.h"
+#include "walk.h"
 #include "worker.h"
 
 #define TICK_MS 100
@@ -62,6 +64,8 @@ struct assign {
 	uint64_t version;
 	int state;                /* Dml__JobState */
 	uint32_t *parts;
+	uint64_t *pos;            /* parallel to parts: records of each taken in this
+				   * job before (NULL: not carried) */
 	size_t nparts;
 	uint32_t num_partitions;
 	uint64_t start_clock;
@@ -69,6 +73,18 @@ struct assign {
 };
 
 /* One PROGRESS to send; p.error points nowhere until it is sent. */
+/*
+ * Partitions of one job and a position of each: those the trainer walked at
+ * its latest report, or those it let go of since the last report sent, with
+ * where it stopped (the scheduler hands them on from there).
+ */
+struct part_list {
+	uint32_t job;
+	uint32_t *parts;
+	uint64_t *pos;
+	size_t n, cap;
+};
+
 struct report {
 	Dml__Progress p;
 	char error[REASON_MAX];
@@ -98,6 +114,7 @@ struct shared {
 	uint32_t running;         /* job the trainer runs now, 0 when idle */
 	struct report queue[REPORT_QUEUE];
 	size_t nqueue;
+	struct part_list held, released; /* go with the reports of their job */
 	struct status st;
 };
 
@@ -131,19 +148,25 @@ struct dml_worker {
 static void assign_clear(struct assign *a)
 {
 	free(a->parts);
+	free(a->pos);
 	memset(a, 0, sizeof(*a));
 }
 
 /* dst (cleared first) gets a copy of src, partitions included. */
 static void assign_copy(struct assign *dst, const struct assign *src)
 {
-	uint32_t *parts = dml_xmalloc((src->nparts ? src->nparts : 1) * sizeof(*parts));
+	size_t n = src->nparts ? src->nparts : 1;
+	uint32_t *parts = dml_xmalloc(n * sizeof(*parts));
+	uint64_t *pos = src->pos ? dml_xmalloc(n * sizeof(*pos)) : NULL;
 
 	if (src->nparts)
 		memcpy(parts, src->parts, src->nparts * sizeof(*parts));
+	if (src->nparts && pos)
+		memcpy(pos, src->pos, src->nparts * sizeof(*pos));
 	assign_clear(dst);
 	*dst = *src;
 	dst->parts = parts;
+	dst->pos = pos;
 }
 
 /* dst (cleared first) gets what an ASSIGN says. */
@@ -152,6 +175,7 @@ static void assign_from_msg(struct assign *dst, const Dml__Assignment *a)
 	struct assign view = {
 		.job = a->job, .version = a->version, .state = a->state,
 		.parts = a->partitions, .nparts = a->n_partitions,
+		.pos = a->n_positions == a->n_partitions ? a->positions : NULL,
 		.num_partitions = a->num_partitions, .start_clock = a->start_clock,
 		.batch = a->batch_size,
 	};
@@ -183,6 +207,27 @@ static int state_is_end(int state)
 {
 	return state == DML__JOB_STATE__DONE || state == DML__JOB_STATE__FAILED ||
 	       state == DML__JOB_STATE__STOPPED;
+}
+
+static void part_list_clear(struct part_list *l)
+{
+	free(l->parts);
+	free(l->pos);
+	memset(l, 0, sizeof(*l));
+}
+
+/* Room for n more entries of job's (a list of another job starts over). */
+static void part_list_room(struct part_list *l, uint32_t job, size_t n)
+{
+	if (l->job != job) {
+		l->job = job;
+		l->n = 0;
+	}
+	if (l->n + n <= l->cap)
+		return;
+	l->cap = l->n + n + 8;
+	l->parts = dml_xrealloc(l->parts, l->cap * sizeof(*l->parts));
+	l->pos = dml_xrealloc(l->pos, l->cap * sizeof(*l->pos));
 }
 
 /* Queue a report, replacing the newest one when it is of the same job and
@@ -353,6 +398,18 @@ enum report_kind {
  * Publish the figures to the metrics and, when due, queue them as PROGRESS.
  * step_*: what the clock just done added to the process totals.
  */
+/* The trainer's partitions and their positions now, for the reports. */
+static void held_store_locked(struct shared *sh, const struct run *r)
+{
+	const struct dml_walk *w = r->app->walk(r->state);
+	size_t n = dml_walk_held(w);
+
+	sh->held.n = 0;
+	part_list_room(&sh->held, r->as.job, n);
+	dml_walk_positions(w, sh->held.parts, sh->held.pos);
+	sh->held.n = n;
+}
+
 static void run_report(struct run *r, enum report_kind kind, uint64_t step_examples,
 		       double step_compute, double step_wait)
 {
@@ -388,6 +445,8 @@ static void run_report(struct run *r, enum report_kind kind, uint64_t step_examp
 	if (failed)
 		snprintf(rep.error, sizeof(rep.error), "%s", r->err);
 	pthread_mutex_lock(&sh->mu);
+	if (due && r->state)
+		held_store_locked(sh, r);
 	sh->st.job = r->as.job;
 	sh->st.assignment = r->as.version;
 	sh->st.clock = r->clock;
@@ -487,6 +546,20 @@ static int run_set_batch(struct run *r, const struct assign *a)
 }
 
 /* Make the app and connect libdml; r->err says why not. */
+/*
+ * Walk a's partitions, each from where a says it stands, or from further on
+ * where this worker walked it itself since.
+ */
+static int run_walk_parts(struct run *r, const struct assign *a, char *why, size_t len)
+{
+	if (a->pos && a->nparts &&
+	    dml_walk_note(r->app->walk(r->state), a->parts, a->pos, a->nparts) != 0)
+		return dml_fail(DML_ENOMEM, why, len, "out of memory for the positions of %zu "
+				"partitions", a->nparts);
+	return r->app->set_partitions(r->state, a->parts, a->nparts, a->num_partitions, why,
+				      len);
+}
+
 static int run_open(struct run *r)
 {
 	const struct dml_worker_conf *c = r->w->conf;
@@ -503,8 +576,7 @@ static int run_open(struct run *r)
 	}
 	rc = r->app->create(r->spec, &r->w->env, &r->state, why, sizeof(why));
 	if (rc == 0)
-		rc = r->app->set_partitions(r->state, r->as.parts, r->as.nparts,
-					    r->as.num_partitions, why, sizeof(why));
+		rc = run_walk_parts(r, &r->as, why, sizeof(why));
 	if (rc) {
 		run_fail(r, "%s", why);
 		return rc;
@@ -568,10 +640,39 @@ static uint64_t run_examples_held(const struct run *r)
 	for (size_t i = 0; i < r->as.nparts; i++) {
 		if (r->as.parts[i] >= r->as.num_partitions)
 			continue;
-		dml_app_partition_range(n, r->as.num_partitions, r->as.parts[i], &b, &e);
+		dml_partition_range(n, r->as.num_partitions, r->as.parts[i], &b, &e);
 		total += e - b;
 	}
 	return total;
+}
+
+/*
+ * After a change of partitions: those next no longer has go to the
+ * scheduler's list with where this worker stopped, for the next report;
+ * those it has again leave that list (this worker walks them on).
+ */
+static void run_release(struct run *r, const struct assign *next)
+{
+	const struct dml_walk *w = r->app->walk(r->state);
+	struct part_list *l = &r->w->sh.released;
+	size_t kept = 0;
+
+	pthread_mutex_lock(&r->w->sh.mu);
+	part_list_room(l, r->as.job, r->as.nparts);
+	for (size_t i = 0; i < l->n; i++) {
+		if (assign_has_part(next, l->parts[i]))
+			continue;
+		l->parts[kept] = l->parts[i];
+		l->pos[kept++] = l->pos[i];
+	}
+	l->n = kept;
+	for (size_t i = 0; i < r->as.nparts; i++) {
+		if (assign_has_part(next, r->as.parts[i]))
+			continue;
+		l->parts[l->n] = r->as.parts[i];
+		l->pos[l->n++] = dml_walk_taken(w, r->as.parts[i]);
+	}
+	pthread_mutex_unlock(&r->w->sh.mu);
 }
 
 /* A new assignment of the same job: take its partitions and batch size. */
@@ -585,15 +686,18 @@ static int run_follow(struct run *r, const struct assign *next)
 
 	if (!new_parts && assign_batch(r, next) == batch)
 		return 0;
-	if (new_parts && (rc = r->app->set_partitions(r->state, next->parts, next->nparts,
-						      next->num_partitions, why,
-						      sizeof(why))) != 0) {
+	if (new_parts && (rc = run_walk_parts(r, next, why, sizeof(why))) != 0) {
 		run_fail(r, "%s", why);
 		return rc;
 	}
+	if (new_parts)
+		run_release(r, next);
 	if (assign_batch(r, next) != batch && (rc = run_set_batch(r, next)) != 0)
 		return rc;
 	assign_copy(&r->as, next);
+	/* the scheduler waits for the ones let go of to hand them on */
+	if (new_parts)
+		run_report(r, REPORT_NOW, 0, 0, 0);
 	dml_info("job %" PRIu32 ": partitions %zu -> %zu of %" PRIu32 ", batch %" PRIu32
 		 " -> %" PRIu32 " at clock %" PRIu64 " (assignment v%" PRIu64 ", %" PRIu64
 		 " examples)", r->as.job, before, r->as.nparts, r->as.num_partitions, batch,
@@ -869,25 +973,54 @@ static void leave(struct dml_worker *w)
 	event_base_loopexit(w->base, &flush);
 }
 
+/*
+ * Point report p at the partition lists of its job (sh NULL: at none, as
+ * the queue keeps it), the released ones only when first (one report takes
+ * them). Says whether it took the released ones.
+ */
+static int parts_attach(const struct shared *sh, Dml__Progress *p, int first)
+{
+	const struct part_list *held = sh ? &sh->held : NULL;
+	const struct part_list *rel = sh && first ? &sh->released : NULL;
+
+	if (held && held->job != p->job)
+		held = NULL;
+	if (rel && (rel->job != p->job || !rel->n))
+		rel = NULL;
+	p->n_partitions = p->n_positions = held ? held->n : 0;
+	p->partitions = held ? held->parts : NULL;
+	p->positions = held ? held->pos : NULL;
+	p->n_released = p->n_released_positions = rel ? rel->n : 0;
+	p->released = rel ? rel->parts : NULL;
+	p->released_positions = rel ? rel->pos : NULL;
+	return rel != NULL;
+}
+
 /* Send what the trainer queued; keep what the scheduler cannot take now. */
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct dml_worker *w = arg;
 	struct shared *sh = &w->sh;
 	size_t sent = 0;
-	int done;
+	int done, rc;
 
 	pthread_mutex_lock(&sh->mu);
 	while (sent < sh->nqueue) {
 		struct report *rep = &sh->queue[sent];
 		Dml__Meta m = DML__META__INIT;
 
+		int released = parts_attach(sh, &rep->p, !sent);
+
 		rep->p.error = rep->error;
 		m.type = DML__MSG_TYPE__PROGRESS;
 		m.job = rep->p.job;
 		m.progress = &rep->p;
-		if (dml_sched_link_send(w->link, &m) != 0)
+		rc = dml_sched_link_send(w->link, &m);
+		parts_attach(NULL, &rep->p, 0);
+		if (rc != 0)
 			break;
+		if (released)
+			sh->released.n = 0;
 		sent++;
 	}
 	memmove(&sh->queue[0], &sh->queue[sent], (sh->nqueue - sent) * sizeof(sh->queue[0]));
@@ -1169,6 +1302,8 @@ void dml_worker_free(struct dml_worker *w)
 	dml_secret_free(w->secret, w->secret_len);
 	dml_job_spec_free(w->sh.spec);
 	assign_clear(&w->sh.as);
+	part_list_clear(&w->sh.held);
+	part_list_clear(&w->sh.released);
 	if (w->env.be)
 		w->env.be->close(w->env.be_ctx);
 	pthread_cond_destroy(&w->sh.cv);

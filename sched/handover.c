@@ -1,0 +1,126 @@
+/*
+ * Partitions handed from worker to worker at their walks' positions
+ * (handover.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "assign.h"
+#include "handover.h"
+#include "util.h"
+
+void dml_handover_init(struct dml_handover *h, uint64_t npart)
+{
+	memset(h, 0, sizeof(*h));
+	h->npart = npart;
+	h->pos = dml_xcalloc(npart ? npart : 1, sizeof(*h->pos));
+	h->holder = dml_xmalloc((npart ? npart : 1) * sizeof(*h->holder));
+	for (uint64_t p = 0; p < npart; p++)
+		h->holder[p] = DML_ASSIGN_NONE;
+}
+
+void dml_handover_free(struct dml_handover *h)
+{
+	free(h->pos);
+	free(h->holder);
+	memset(h, 0, sizeof(*h));
+}
+
+static void wait_count(struct dml_handover *h, uint64_t waiting, uint64_t now)
+{
+	if (!waiting)
+		h->since_ms = 0;
+	else if (!h->since_ms)
+		h->since_ms = now ? now : 1;
+	h->waiting = waiting;
+}
+
+void dml_handover_plan(struct dml_handover *h, const uint32_t *owner, const bool *live,
+		       size_t nworkers, uint64_t now)
+{
+	uint64_t waiting = 0;
+
+	for (uint64_t p = 0; p < h->npart; p++) {
+		uint32_t w = h->holder[p];
+
+		if (w == owner[p])
+			continue;
+		if (w == DML_ASSIGN_NONE || w >= nworkers || !live[w])
+			h->holder[p] = owner[p];
+		else
+			waiting++;
+	}
+	wait_count(h, waiting, now);
+}
+
+/* Partition p of worker w at position pos, if w walks it: the position. */
+static int position(struct dml_handover *h, uint32_t w, uint32_t p, uint64_t pos)
+{
+	if (p >= h->npart || h->holder[p] != w)
+		return 0;
+	if (pos > h->pos[p])
+		h->pos[p] = pos;
+	return 1;
+}
+
+int dml_handover_report(struct dml_handover *h, const uint32_t *owner, uint32_t w,
+			const Dml__Progress *p, uint64_t now)
+{
+	uint64_t waiting = h->waiting;
+	int moved = 0;
+
+	if (p->n_positions == p->n_partitions)
+		for (size_t k = 0; k < p->n_partitions; k++)
+			position(h, w, p->partitions[k], p->positions[k]);
+	if (p->n_released_positions != p->n_released)
+		return 0;
+	for (size_t k = 0; k < p->n_released; k++) {
+		uint32_t q = p->released[k];
+
+		if (!position(h, w, q, p->released_positions[k]))
+			continue;
+		/* one it let go of but owns again is listed for it again as it is */
+		if (owner[q] != w && waiting)
+			waiting--;
+		moved |= owner[q] != w && owner[q] != DML_ASSIGN_NONE;
+		h->holder[q] = owner[q];
+	}
+	wait_count(h, waiting, now);
+	return moved;
+}
+
+uint64_t dml_handover_expire(struct dml_handover *h, const uint32_t *owner, uint64_t now,
+			     uint64_t hold_ms)
+{
+	uint64_t moved = 0;
+
+	if (!h->waiting || now - h->since_ms < hold_ms)
+		return 0;
+	for (uint64_t p = 0; p < h->npart; p++) {
+		if (h->holder[p] == owner[p])
+			continue;
+		h->holder[p] = owner[p];
+		moved++;
+	}
+	wait_count(h, 0, now);
+	return moved;
+}
+
+void dml_handover_epochs(const struct dml_handover *h, uint64_t n, double *min, double *max)
+{
+	*min = *max = 0;
+	if (!n || !h->npart || n < h->npart)
+		return;
+	for (uint64_t p = 0; p < h->npart; p++) {
+		uint64_t b, e;
+		double passes;
+
+		dml_partition_range(n, (uint32_t)h->npart, (uint32_t)p, &b, &e);
+		passes = (double)h->pos[p] / (double)(e - b);
+
+		if (p == 0 || passes < *min)
+			*min = passes;
+		if (p == 0 || passes > *max)
+			*max = passes;
+	}
+}
