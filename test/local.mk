@@ -73,6 +73,11 @@ dist_noinst_SCRIPTS += test/check_units.sh
 # cgroups are not writable).
 TESTS += test/check_fleet.sh
 dist_noinst_SCRIPTS += test/check_fleet.sh
+
+# dml-local --links: workers in network namespaces behind rate-limited veth
+# pairs (exit 77 = SKIP without root and iproute2).
+TESTS += test/check_links.sh
+dist_noinst_SCRIPTS += test/check_links.sh
 EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/dml-sched.service \
 	conf/systemd/dml-worker@.service conf/systemd/README conf/local/sched.conf \
 	conf/local/server.conf conf/local/worker.conf

@@ -1,8 +1,9 @@
 # Unequal machines on one host, for tools/dml-local and the tests: a CPU
 # quota per process through the kernel's cgroup cpu controller, so that a
 # "slow worker" is really slower (the scheduler throttles it), not told to
-# pretend. Sourced by bash; every function returns non-zero and says why on
-# stderr when it cannot do its part.
+# pretend; and a network link of its own with a rate limit (the fleet_link_
+# functions, below). Sourced by bash; every function returns non-zero and
+# says why on stderr when it cannot do its part.
 #
 #   cgroup v1: ROOT/cpu/GROUP/NAME/cpu.cfs_period_us and cpu.cfs_quota_us
 #   cgroup v2: ROOT/GROUP/NAME/cpu.max ("QUOTA PERIOD"), the cpu controller
@@ -133,4 +134,181 @@ fleet_remove() { # GROUP
 	done
 	echo "cannot remove the cgroup $base/$1 (a process is still in it?)" >&2
 	return 1
+}
+
+# ---- links -----------------------------------------------------------------
+#
+# A link of its own for a process: a network namespace joined to this host by
+# a veth pair, with a tbf rate limit on each end. A qdisc shapes only what
+# leaves its device, so the two limits make both directions slow: what the
+# process sends leaves through the namespace's end, what it receives through
+# the host's. Inside, lo is up and the default route goes to the host end;
+# so the process reaches every address of this host but loopback (the kernel
+# drops 127.0.0.0/8 arriving from outside lo). Daemons it must reach listen
+# on the host end of a link, which every namespace reaches through its own.
+#
+# Link B (0 <= B < 32768) owns the B-th /30 of 198.18.0.0/15 (RFC 2544's
+# range for benchmarking, never routed on the internet): the host end has
+# address 4B+1, the namespace's end 4B+2. Names: namespace dml-link-B, host
+# end dmlB-h, namespace end dmlB-n. B starts at a hash of the caller's name
+# for the link (its run directory and worker), so concurrent runs start far
+# apart, and moves on past a B whose namespace or device exists or whose /30
+# already holds an address here. Making the namespace is the claim: `ip
+# netns add` of an existing name fails, so two runs that race for one B do
+# not share it. There is no emulated latency: this kernel has no netem.
+#
+# Must never: remove a link it was not given the number of, or leave a
+# namespace, a device or a qdisc behind after fleet_link_remove.
+
+fleet_link_count=32768
+# The qdisc's bucket: 10 ms at the link's rate, so that a burst is short next
+# to any transfer worth measuring, but at least 16 KiB (a few full frames):
+# tbf drops a frame larger than its bucket, and at 1mbit 10 ms is less than
+# one frame of 1514 bytes.
+fleet_link_burst_ms=10
+fleet_link_burst_min=16384
+
+# Fails saying why links cannot be made here.
+fleet_link_check() {
+	if ! command -v ip >/dev/null 2>&1; then
+		echo "no 'ip' command (iproute2): network namespaces cannot be made here" >&2
+	elif ! command -v tc >/dev/null 2>&1; then
+		echo "no 'tc' command (iproute2): links cannot be rate-limited here" >&2
+	elif [ "$(id -u)" != 0 ]; then
+		echo "network namespaces and veth pairs need root (this is uid $(id -u))" >&2
+	elif ! ip netns list >/dev/null 2>&1; then
+		echo "'ip netns' does not work here: $(ip netns list 2>&1 | head -n 1)" >&2
+	else
+		return 0
+	fi
+	return 1
+}
+
+# A rate as tc takes it ("100mbit", "1.5gbit", "500kbit", any case) in
+# bits per second; fails on anything else, and below 8 kbit (1 KB/s), where
+# a single frame of a few KB takes longer than the cluster's failure
+# detection allows a heartbeat.
+fleet_link_bits() { # RATE
+	local r=${1,,}
+	[[ $r =~ ^([0-9]{1,6}(\.[0-9]{1,3})?)(bit|kbit|mbit|gbit|tbit)$ ]] || return 1
+	awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
+		m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9; m["tbit"] = 1e12
+		b = n * m[u]
+		if (b < 8000) exit 1
+		printf "%.0f\n", b }'
+}
+
+fleet_bad_rate() { # TEXT: says why it is not a rate, and fails
+	echo "'$1' is not a link rate (a number and bit, kbit, mbit, gbit or tbit;" \
+		"at least 8kbit; e.g. 100mbit)" >&2
+	return 1
+}
+
+fleet_link_ns() { printf 'dml-link-%s\n' "$1"; } # B
+fleet_link_dev() { printf 'dml%s-%s\n' "$1" "$2"; } # B h|n
+
+# An address of link B's /30: its network (0), host end (1) or namespace
+# end (2).
+fleet_link_addr() { # B 0|1|2
+	local a=$(($1 * 4 + $2))
+	printf '198.%d.%d.%d\n' $((18 + a / 65536)) $((a / 256 % 256)) $((a % 256))
+}
+
+fleet_link_ns_exists() { # NAMESPACE
+	ip netns list 2>/dev/null | awk -v n="$1" '$1 == n { f = 1 } END { exit !f }'
+}
+
+# Run COMMAND; when it fails, say "cannot WHAT: " and its error.
+fleet_link_do() { # WHAT COMMAND...
+	local what=$1 err
+	shift
+	err=$("$@" 2>&1 >/dev/null) && return 0
+	echo "cannot $what: ${err:-$1 failed}" >&2
+	return 1
+}
+
+# Give link B, whose namespace exists, its pair, addresses, routes and rate.
+fleet_link_setup() { # B BITS
+	local ns host peer gw burst
+	ns=$(fleet_link_ns "$1")
+	host=$(fleet_link_dev "$1" h)
+	peer=$(fleet_link_dev "$1" n)
+	gw=$(fleet_link_addr "$1" 1)
+	burst=$(awk -v b="$2" -v ms="$fleet_link_burst_ms" -v min="$fleet_link_burst_min" \
+		'BEGIN { v = int(b / 8 * ms / 1000); print (v < min ? min : v) }')
+	fleet_link_do "make the veth pair $host/$peer" \
+		ip link add "$host" type veth peer name "$peer" netns "$ns" &&
+		fleet_link_do "address $host" ip addr add "$gw/30" dev "$host" &&
+		fleet_link_do "bring $host up" ip link set "$host" up &&
+		fleet_link_do "bring lo up in $ns" ip -n "$ns" link set lo up &&
+		fleet_link_do "address $peer in $ns" \
+			ip -n "$ns" addr add "$(fleet_link_addr "$1" 2)/30" dev "$peer" &&
+		fleet_link_do "bring $peer up in $ns" ip -n "$ns" link set "$peer" up &&
+		fleet_link_do "route $ns through $gw" ip -n "$ns" route add default via "$gw" &&
+		fleet_link_do "limit $host to $2 bit/s (tc tbf)" tc qdisc add dev "$host" \
+			root tbf rate "${2}bit" burst "$burst" latency 50ms &&
+		fleet_link_do "limit $peer to $2 bit/s (tc tbf)" tc -n "$ns" qdisc add \
+			dev "$peer" root tbf rate "${2}bit" burst "$burst" latency 50ms
+}
+
+# Make a link of RATE for NAME (see above); prints its number B.
+fleet_link_make() { # NAME RATE
+	local bits b i ns err
+	bits=$(fleet_link_bits "$2") || fleet_bad_rate "$2" || return 1
+	fleet_link_check || return 1
+	b=$(($(printf '%s' "$1" | cksum | cut -d' ' -f1) % fleet_link_count))
+	for ((i = 0; i < 64; i++, b = (b + 1) % fleet_link_count)); do
+		ns=$(fleet_link_ns "$b")
+		if fleet_link_ns_exists "$ns" || [ -e "/sys/class/net/$(fleet_link_dev "$b" h)" ] ||
+			[ -n "$(ip -o -4 addr show to "$(fleet_link_addr "$b" 0)/30")" ]; then
+			continue
+		fi
+		if ! err=$(ip netns add "$ns" 2>&1); then
+			fleet_link_ns_exists "$ns" && continue # another run was quicker
+			echo "cannot make the network namespace $ns: $err" >&2
+			return 1
+		fi
+		if ! fleet_link_setup "$b" "$bits"; then
+			fleet_link_remove "$b"
+			return 1
+		fi
+		printf '%s\n' "$b"
+		return 0
+	done
+	echo "no free link for $1: 64 in a row from $(fleet_link_ns "$b") are taken" >&2
+	return 1
+}
+
+# `tc [OPTION] qdisc show` for link B's host end (h) or namespace end (n).
+fleet_link_qdisc() { # B h|n [OPTION]
+	local dev in_ns=()
+	dev=$(fleet_link_dev "$1" "$2")
+	[ "$2" = h ] || in_ns=(-n "$(fleet_link_ns "$1")")
+	tc "${in_ns[@]}" ${3:+"$3"} qdisc show dev "$dev"
+}
+
+# The rate of the tbf qdisc on link B's end h or n, as tc prints it
+# ("20Mbit"); fails where there is none.
+fleet_link_rate_of() { # B h|n
+	fleet_link_qdisc "$1" "$2" 2>/dev/null | sed -n 's/^qdisc tbf .* rate \([^ ]*\) .*/\1/p' | grep .
+}
+
+# Remove link B: its pair (which takes both ends and their qdiscs) and its
+# namespace; fails naming what stays.
+fleet_link_remove() { # B
+	local ns host
+	ns=$(fleet_link_ns "$1")
+	host=$(fleet_link_dev "$1" h)
+	# The pair goes first and at once: a namespace dies asynchronously once
+	# its last process has left, and its end of the pair with it.
+	[ ! -e "/sys/class/net/$host" ] || ip link del "$host" 2>/dev/null
+	! fleet_link_ns_exists "$ns" || ip netns del "$ns" 2>/dev/null
+	if [ -e "/sys/class/net/$host" ]; then
+		echo "cannot remove the veth pair $host" >&2
+		return 1
+	fi
+	if fleet_link_ns_exists "$ns"; then
+		echo "cannot remove the network namespace $ns" >&2
+		return 1
+	fi
 }

@@ -13,5 +13,5 @@ tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_session.c \
 	tools/dmlctl_print.c tools/dmlctl_export.c tools/dmlctl_ckpt.c tools/curve_svg.c tools/curve_svg.h
 tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local
-# Sourced by dml-local and test/check_fleet.sh.
+# Sourced by dml-local, test/check_fleet.sh and test/check_links.sh.
 EXTRA_DIST += tools/fleet.sh
