@@ -98,6 +98,18 @@ struct job_impl {
 	int guessed;
 	struct dml_handover ho;    /* where each partition's walk stands, and who
 				    * walks it (from the first plan on) */
+	uint64_t examples;         /* the workers' examples together */
+	/* the partitions listed for each worker (it owns and walks them),
+	 * grouped by worker from listed_at[i] to listed_at[i + 1], as of
+	 * assignment version listed_version for listed_n workers */
+	uint32_t *listed;
+	uint64_t *listed_at;
+	uint64_t listed_version;
+	size_t listed_n;
+	/* reports taken; the job's clock as looked up after report number
+	 * clock_reports - 1 at assignment version clock_version
+	 * (clock_reports 0: never looked up) */
+	uint64_t reports, clock, clock_reports, clock_version;
 };
 
 struct dml_jobs {
@@ -700,6 +712,8 @@ static void job_free(struct job_impl *ji)
 	free(ji->job.ckpts);
 	free(ji->job.owner);
 	dml_handover_free(&ji->ho);
+	free(ji->listed);
+	free(ji->listed_at);
 	free(ji->job.workers);
 	free(ji->priv);
 	free(ji);
@@ -912,11 +926,7 @@ int dml_jobs_start(struct dml_job *job, const struct dml_job_candidate *cand, si
 
 static uint64_t job_examples(const struct dml_job *job)
 {
-	uint64_t sum = 0;
-
-	for (size_t i = 0; i < job->nworkers; i++)
-		sum += job->workers[i].examples;
-	return sum;
+	return impl_c(job)->examples;
 }
 
 /* The training set's size: what the workers report, else the spec's. */
@@ -925,12 +935,19 @@ static uint64_t job_data_examples(const struct dml_job *job)
 	return job->data_examples ? job->data_examples : job->spec->examples;
 }
 
-/* The stop condition met, described into why; 0 when none is. */
-static int job_stop_met(const struct dml_job *job, char *why, size_t len)
+/*
+ * The stop condition met, described into why; 0 when none is. reporter:
+ * the worker whose report this follows, or NO_WORKER. Every worker at its
+ * stop can only have come about with the reporter there, so a live
+ * reporter that is not spares the look at every worker (a report of each
+ * of 10,000 workers would cost 10,000 looks).
+ */
+static int job_stop_met(const struct dml_job *job, size_t reporter, char *why, size_t len)
 {
 	const Dml__JobSpec *spec = job->spec;
 	uint64_t data = job_data_examples(job);
 	size_t live = 0, at_max = 0, finished = 0;
+	const struct dml_job_worker *r = reporter == NO_WORKER ? NULL : &job->workers[reporter];
 
 	if (*spec->metric && spec->target > 0 && job->has_metric) {
 		int lower = dml_metric_lower_is_better(spec->metric);
@@ -947,6 +964,8 @@ static int job_stop_met(const struct dml_job *job, char *why, size_t len)
 			 spec->max_epochs, job_examples(job), data);
 		return 1;
 	}
+	if (r && r->live && !r->finished && !(spec->max_clocks && r->clock >= spec->max_clocks))
+		return 0;
 	for (size_t i = 0; i < job->nworkers; i++) {
 		const struct dml_job_worker *w = &job->workers[i];
 
@@ -1007,7 +1026,7 @@ int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reas
 		job_event_handed(job, node_id, what, held, &gainers);
 	job_running_reason(job);
 	/* the workers left may all be at their stop already, and report no more */
-	if (job_stop_met(job, stop, sizeof(stop)))
+	if (job_stop_met(job, NO_WORKER, stop, sizeof(stop)))
 		job_done(job, stop, now);
 	return 1;
 }
@@ -1096,9 +1115,7 @@ static void worker_speed(struct dml_job_worker *w, struct worker_priv *wp,
 		wp->mark_cpu_s = cpu_s;
 		return;
 	}
-	busy = work_s - wp->mark_work_s;
-	if (cores > 0 && (cpu_s - wp->mark_cpu_s) / cores > busy)
-		busy = (cpu_s - wp->mark_cpu_s) / cores;
+	busy = dml_busy_s(work_s - wp->mark_work_s, cpu_s - wp->mark_cpu_s, cores);
 	if (busy < SPEED_SAMPLE_S)
 		return;
 	sample = (double)(examples - wp->mark_examples) / busy;
@@ -1119,13 +1136,16 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 	struct worker_priv *wp = &impl(job)->priv[i];
 	double rate = clamp_num(p->examples_per_s), compute_s = clamp_num(p->compute_s);
 	double wait_s = clamp_num(p->wait_s), held_s = clamp_num(p->held_s);
+	uint64_t added;
 
+	impl(job)->reports++;
 	w->clock = p->clock;
-	worker_speed(w, wp, p->examples, compute_s + (held_s < wait_s ? wait_s - held_s : 0),
+	worker_speed(w, wp, p->examples, dml_work_s(compute_s, wait_s, held_s),
 		     clamp_num(p->cpu_s), clamp_num(p->cores));
 	/* a count that went down is a restarted worker counting from 0 again */
-	w->examples += p->examples >= wp->examples_raw ? p->examples - wp->examples_raw
-						       : p->examples;
+	added = p->examples >= wp->examples_raw ? p->examples - wp->examples_raw : p->examples;
+	w->examples += added;
+	impl(job)->examples += added;
 	wp->examples_raw = p->examples;
 	w->examples_per_s = rate;
 	if (rate > 0) {
@@ -1141,6 +1161,8 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 	w->compute_s = compute_s;
 	w->wait_s = wait_s;
 	w->held_s = held_s;
+	w->cpu_s = clamp_num(p->cpu_s);
+	w->cores = clamp_num(p->cores);
 	w->finished = p->finished != 0;
 	w->last_report_ms = now;
 	if (p->data_examples)
@@ -1197,7 +1219,7 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 		dml_jobs_fail(job, why, now);
 		return 1;
 	}
-	if (!job_stop_met(job, why, sizeof(why)))
+	if (!job_stop_met(job, i, why, sizeof(why)))
 		return moved | job_stalls(job, now) | job_rebalance_auto(job, now);
 	job_done(job, why, now);
 	return 1;
@@ -1317,37 +1339,86 @@ int dml_job_finished(const struct dml_job *job)
 		       job->state == DML__JOB_STATE__STOPPED);
 }
 
-void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a)
+/*
+ * Group the partitions listed for each worker (it owns and walks them), in
+ * increasing order, once per assignment version: each worker's assignment
+ * then costs its own partitions, not a look at every partition.
+ */
+static void job_listing(struct job_impl *ji)
 {
-	const struct dml_handover *ho;
+	const struct dml_job *job = &ji->job;
+	const uint32_t *holder = ji->ho.holder;
+	uint64_t *at;
+
+	if (ji->listed && ji->listed_version == job->assignment_version &&
+	    ji->listed_n == job->nworkers)
+		return;
+	free(ji->listed);
+	free(ji->listed_at);
+	ji->listed = dml_xmalloc((job->num_partitions ? job->num_partitions : 1) *
+				 sizeof(*ji->listed));
+	/* counted into at[i + 2], so that at[i + 1] is worker i's start after
+	 * the sums and its end once its partitions are placed */
+	at = ji->listed_at = dml_xcalloc(job->nworkers + 2, sizeof(*at));
+	for (uint64_t p = 0; p < job->num_partitions; p++)
+		if (job->owner[p] != DML_ASSIGN_NONE && holder[p] == job->owner[p])
+			at[job->owner[p] + 2]++;
+	for (size_t i = 0; i < job->nworkers; i++)
+		at[i + 2] += at[i + 1];
+	for (uint64_t p = 0; p < job->num_partitions; p++)
+		if (job->owner[p] != DML_ASSIGN_NONE && holder[p] == job->owner[p])
+			ji->listed[at[job->owner[p] + 1]++] = (uint32_t)p;
+	ji->listed_version = job->assignment_version;
+	ji->listed_n = job->nworkers;
+}
+
+/*
+ * dml_job_clock, looked up again only after a report or a new assignment
+ * version (what moves a worker's clock or changes who is live): sending
+ * every worker its assignment would otherwise look at every worker each.
+ */
+static uint64_t job_clock_now(struct job_impl *ji)
+{
+	if (ji->clock_reports != ji->reports + 1 ||
+	    ji->clock_version != ji->job.assignment_version) {
+		ji->clock = dml_job_clock(&ji->job);
+		ji->clock_reports = ji->reports + 1;
+		ji->clock_version = ji->job.assignment_version;
+	}
+	return ji->clock;
+}
+
+void dml_job_assignment(struct dml_job *job, uint32_t node_id, Dml__Assignment *a)
+{
+	struct job_impl *ji;
 	size_t i, k = 0;
 	uint32_t *v;
-	uint64_t *pos;
+	uint64_t *pos, n;
 
 	if (!job || !a)
 		return;
-	ho = &impl_c(job)->ho;
+	ji = impl(job);
 	a->job = job->id;
 	a->version = job->assignment_version;
 	a->state = job->state;
 	a->num_partitions = (uint32_t)job->num_partitions;
-	a->start_clock = dml_job_clock(job);
+	a->start_clock = job_clock_now(ji);
 	a->n_partitions = 0;
 	a->partitions = NULL;
 	i = worker_index(job, node_id);
 	if (i != NO_WORKER)
 		a->batch_size = job->workers[i].batch;
 	if (i == NO_WORKER || !job->workers[i].live || !job->workers[i].npart || !job->owner ||
-	    !ho->holder)
+	    !ji->ho.holder)
 		return;
-	v = dml_xmalloc(job->workers[i].npart * sizeof(*v));
-	pos = dml_xmalloc(job->workers[i].npart * sizeof(*pos));
 	/* one that another worker still walks is listed once it let go */
-	for (uint64_t p = 0; p < job->num_partitions && k < job->workers[i].npart; p++) {
-		if (job->owner[p] == i && ho->holder[p] == i) {
-			pos[k] = ho->pos[p];
-			v[k++] = (uint32_t)p;
-		}
+	job_listing(ji);
+	n = ji->listed_at[i + 1] - ji->listed_at[i];
+	v = dml_xmalloc((n ? n : 1) * sizeof(*v));
+	pos = dml_xmalloc((n ? n : 1) * sizeof(*pos));
+	for (uint64_t j = ji->listed_at[i]; j < ji->listed_at[i + 1]; j++) {
+		pos[k] = ji->ho.pos[ji->listed[j]];
+		v[k++] = ji->listed[j];
 	}
 	a->n_partitions = a->n_positions = k;
 	a->partitions = v;
@@ -1428,6 +1499,8 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 		ws[i].batch_size = w->batch;
 		ws[i].held_s = w->held_s;
 		ws[i].speed = w->speed;
+		ws[i].cpu_s = w->cpu_s;
+		ws[i].cores = w->cores;
 		wp[i] = &ws[i];
 		if (w->live)
 			st.examples_per_s += w->examples_per_s;
@@ -1682,11 +1755,14 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 
 		w->live = ws->state == DML__NODE_STATE__ALIVE;
 		w->examples = ws->examples;
+		ji->examples += ws->examples;
 		w->examples_per_s = clamp_num(ws->examples_per_s);
 		w->loss = clamp_num(ws->loss);
 		w->compute_s = clamp_num(ws->compute_s);
 		w->wait_s = clamp_num(ws->wait_s);
 		w->held_s = clamp_num(ws->held_s);
+		w->cpu_s = clamp_num(ws->cpu_s);
+		w->cores = clamp_num(ws->cores);
 		w->finished = r->finished[i];
 		w->last_report_ms = now;
 		text_set(w->reason, "%s", ws->reason ? ws->reason : "");

@@ -62,6 +62,7 @@ struct dml_job_worker {
 	uint64_t examples;
 	double examples_per_s, loss, compute_s, wait_s;
 	double held_s;             /* of wait_s: pulls held for other workers */
+	double cpu_s, cores;       /* its steps' CPU seconds; the cores it may use */
 	int finished;              /* reported its stop condition met */
 	uint64_t last_report_ms;
 	char reason[DML_JOB_REASON_MAX + 1]; /* why it last gained or lost work */
@@ -214,7 +215,7 @@ int dml_job_finished(const struct dml_job *job);
  * out until that one lets go of it (handover.h). A worker that is not a
  * live member gets an empty list and the job's state.
  */
-void dml_job_assignment(const struct dml_job *job, uint32_t node_id, Dml__Assignment *a);
+void dml_job_assignment(struct dml_job *job, uint32_t node_id, Dml__Assignment *a);
 
 /** Free what dml_job_assignment allocated in a, and empty its lists. */
 void dml_job_assignment_clear(Dml__Assignment *a);

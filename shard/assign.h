@@ -177,6 +177,29 @@ int dml_assign_key_ranges(uint64_t space, const double *weights, uint32_t nserve
 			  struct dml_shard_range *ranges, uint32_t *nranges);
 
 /**
+ * A worker's seconds at its own work from its cumulative figures: its
+ * steps' computing, and its waits less what the servers held its pulls for
+ * other workers' clocks (what is left is its own communication).
+ */
+static inline double dml_work_s(double compute_s, double wait_s, double held_s)
+{
+	return compute_s + (held_s < wait_s ? wait_s - held_s : 0);
+}
+
+/**
+ * How long a worker was busy over a stretch in which it worked work_s
+ * (dml_work_s) and used cpu_s of CPU time with cores to use (0: not
+ * known): the longer of the two. Under a CPU quota a step that fits in the
+ * period's budget runs at full speed and the wait for other workers lets
+ * the budget refill, so wall time alone shows a quota'd worker as fast as
+ * an unlimited one; its CPU time over its cores is what its work costs.
+ */
+static inline double dml_busy_s(double work_s, double cpu_s, double cores)
+{
+	return cores > 0 && cpu_s / cores > work_s ? cpu_s / cores : work_s;
+}
+
+/**
  * Load spread of one clock, for reports: with times[i] the compute time of
  * worker i in that clock,
  *

@@ -1873,6 +1873,8 @@ START_TEST(status_reports_the_whole_job)
 	p.loss = 1.0;
 	p.compute_s = 1.5;
 	p.wait_s = 0.5;
+	p.cpu_s = 2.5;
+	p.cores = 0.6;
 	ck_assert_int_eq(dml_jobs_progress(job, 1, &p, 1500), 0);
 	p.clock = 9;
 	p.loss = 3.0;
@@ -1911,6 +1913,8 @@ START_TEST(status_reports_the_whole_job)
 	ck_assert_double_eq(st->workers[0]->loss, 1.0);
 	ck_assert_double_eq(st->workers[0]->compute_s, 1.5);
 	ck_assert_double_eq(st->workers[0]->wait_s, 0.5);
+	ck_assert_double_eq(st->workers[0]->cpu_s, 2.5);
+	ck_assert_double_eq(st->workers[0]->cores, 0.6);
 	ck_assert_uint_eq(st->workers[0]->partitions, 12);
 	ck_assert_str_eq(st->workers[0]->reason, "gained 4 partitions (worker 3 lost)");
 	ck_assert_uint_eq(st->workers[2]->worker, 3);

@@ -103,9 +103,9 @@ test_check_sched_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # The scheduler's job table and job files, with a fake clock.
 check_PROGRAMS += test/check_jobs
 TESTS += test/check_jobs
-test_check_jobs_SOURCES = test/check_jobs.c sched/jobs.c sched/handover.c
+test_check_jobs_SOURCES = test/check_jobs.c
 test_check_jobs_CFLAGS = $(TEST_CFLAGS)
-test_check_jobs_LDADD = sched/libdmljobconf.la shard/libdmlshard.la server/libdmlstore.la \
+test_check_jobs_LDADD = sched/libdmljobs.la sched/libdmljobconf.la shard/libdmlshard.la server/libdmlstore.la \
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Shard maps planned over servers by capacity, and checked as received.

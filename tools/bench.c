@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_assign.h"
 #include "bench_clicks.h"
 #include "bench_hetero.h"
 #include "bench_recovery.h"
@@ -1510,6 +1511,8 @@ static const struct bench_cmd {
 	  bench_recovery_main, bench_recovery_usage },
 	{ "hetero", "time to accuracy on unequal workers, with and without placement "
 		    "by measured speed", bench_hetero_main, bench_hetero_usage },
+	{ "assign", "the scheduler's placement for 10,000 simulated workers",
+	  bench_assign_main, bench_assign_usage },
 };
 
 static void bench_usage(FILE *out)

@@ -447,6 +447,8 @@ static void cluster_poll_workers(const char *json, struct bench_poll *p)
 		w->compute_s = cluster_json_num(c, "compute_s");
 		w->wait_s = cluster_json_num(c, "wait_s");
 		w->held_s = cluster_json_num(c, "held_s");
+		w->cpu_s = cluster_json_num(c, "cpu_s");
+		w->cores = cluster_json_num(c, "cores");
 		w->speed = cluster_json_num(c, "speed");
 		if (bench_json_get(c, "batch_size", v, sizeof(v)) == 0 &&
 		    dml_parse_u64(v, 0, UINT32_MAX, &u) == 0)

@@ -77,6 +77,7 @@ struct bench_poll_worker {
 	uint64_t clock;
 	double compute_s;        /* seconds computing training steps, so far */
 	double wait_s, held_s;   /* seconds waiting; of them, held for others */
+	double cpu_s, cores;     /* its steps' CPU seconds; the cores it may use */
 	double speed;            /* examples per second of its own work (smoothed) */
 	uint32_t batch;          /* examples per clock it is given */
 	uint32_t partitions;

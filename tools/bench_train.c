@@ -90,6 +90,7 @@ struct train_opts {
 	double slow_after_s;
 	unsigned slow_worker;
 	const char *slow_cpus;
+	double smooth_epochs;     /* bench_train_cfg's */
 };
 
 void bench_train_usage(FILE *out)
@@ -493,37 +494,49 @@ static int train_eval_snap(struct train_eval *e, const struct train_layout *l,
 /*
  * Score the snapshots taken at or after t0_ns in order until the first at or
  * above target, then the last one: time, epochs and final accuracy into r.
+ * With window > 0 a snapshot stands for the mean accuracy of those within
+ * the last window epochs up to it: near its plateau a curve crosses the
+ * target many times, and one lucky copy would decide the time.
  */
 static int train_series_evaluate(struct train_eval *e, const struct train_layout *l,
 				 const struct train_series *s, uint64_t t0_ns,
-				 double target, struct train_result *r)
+				 double target, double window, struct train_result *r)
 {
-	double data = (double)e->data_examples, acc = NAN;
-	size_t i = 0, last;
-	int rc;
+	double data = (double)e->data_examples, acc = NAN, sum = 0;
+	double *accs = dml_xcalloc(s->n + 1, sizeof(*accs));
+	size_t i = 0, from, last;
+	int rc = 0;
 
 	while (i < s->n && s->v[i].ns < t0_ns)
 		i++;
-	if (i == s->n)
+	if (i == s->n) {
+		free(accs);
 		return 0;
+	}
 	last = s->n - 1;
 	r->snaps = s->n - i;
-	for (; i <= last && !r->reached; i++) {
-		if (bench_interrupted())
-			return DML_ECLOSED;
-		rc = train_eval_snap(e, l, s->v[i].vals, &acc);
-		if (rc)
-			return rc;
-		dml_info("copy %zu at %.3f s, %.2f epochs: accuracy %.4f", i,
-			 (double)(s->v[i].ns - t0_ns) / 1e9, s->v[i].examples / data,
-			 acc);
-		if (acc >= target) {
+	for (from = i; i <= last && !r->reached; i++) {
+		double ep = s->v[i].examples / data, mean;
+
+		if (bench_interrupted() || (rc = train_eval_snap(e, l, s->v[i].vals, &acc))) {
+			free(accs);
+			return rc ? rc : DML_ECLOSED;
+		}
+		accs[i] = acc;
+		sum += acc;
+		while (from < i && s->v[from].examples / data < ep - window)
+			sum -= accs[from++];
+		mean = window > 0 ? sum / (double)(i - from + 1) : acc;
+		dml_info("copy %zu at %.3f s, %.2f epochs: accuracy %.4f (mean %.4f)", i,
+			 (double)(s->v[i].ns - t0_ns) / 1e9, ep, acc, mean);
+		if (mean >= target) {
 			r->reached = 1;
 			r->t_target = (double)(s->v[i].ns - t0_ns) / 1e9;
-			r->ep_target = s->v[i].examples / data;
-			r->acc_target = acc;
+			r->ep_target = ep;
+			r->acc_target = mean;
 		}
 	}
+	free(accs);
 	/* i is past the snapshot scored last; the last one may still be due. */
 	if (i <= last) {
 		rc = train_eval_snap(e, l, s->v[last].vals, &acc);
@@ -921,7 +934,8 @@ static int train_cluster_figures(struct train_cluster *k, struct train_ctx *c,
 	if (lp && !isnan(lp->metric))
 		snprintf(r->note, sizeof(r->note), "the job's own last evaluation: "
 			 "accuracy %.4f (state %s)", lp->metric, lp->state);
-	return train_series_evaluate(&c->eval, &c->layout, s, t0, c->o->target, r);
+	return train_series_evaluate(&c->eval, &c->layout, s, t0, c->o->target,
+				     c->o->smooth_epochs, r);
 }
 
 static int train_cluster(struct train_ctx *c, struct train_series *s,
@@ -1233,7 +1247,7 @@ static int train_measure(struct train_ctx *c, struct train_result *rs,
 		rc = train_single(c, &s, rs);
 		if (rc == 0)
 			rc = train_series_evaluate(&c->eval, &c->layout, &s, 0,
-						   c->o->target, rs);
+						   c->o->target, 0, rs);
 		rs->ran = rc == 0;
 		train_series_destroy(&s);
 	}
@@ -1318,6 +1332,7 @@ int bench_train_cluster_run(const struct bench_train_cfg *cfg, struct bench_trai
 		.max_seconds = cfg->max_seconds, .skip_single = 1, .keep = cfg->keep,
 		.cpus = cfg->cpus, .slow_after_s = cfg->slow_after_s,
 		.slow_worker = cfg->slow_worker, .slow_cpus = cfg->slow_cpus,
+		.smooth_epochs = cfg->smooth_epochs,
 	};
 	struct train_paths p;
 	struct train_ctx c;

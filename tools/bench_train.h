@@ -39,6 +39,9 @@ struct bench_train_cfg {
 	double slow_after_s;
 	unsigned slow_worker;
 	const char *slow_cpus;
+	/* the target is met when the mean accuracy of the copies within the
+	 * last smooth_epochs epochs reaches it (0: one copy's) */
+	double smooth_epochs;
 };
 
 /** What one run measured. */

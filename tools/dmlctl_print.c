@@ -489,6 +489,8 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_num(j, "compute_s", w->compute_s);
 	ctl_json_num(j, "wait_s", w->wait_s);
 	ctl_json_num(j, "held_s", w->held_s);
+	ctl_json_num(j, "cpu_s", w->cpu_s);
+	ctl_json_num(j, "cores", w->cores);
 	ctl_json_num(j, "rate", w->rate);
 	ctl_json_u64(j, "batch_size", w->batch_size);
 	ctl_json_num(j, "speed", w->speed);

@@ -5,8 +5,9 @@ tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h tools/be
 	tools/bench_clicks.h tools/bench_cluster.c tools/bench_cluster.h \
 	tools/bench_sparse.c tools/bench_sparse.h tools/bench_server.c tools/bench_server.h \
 	tools/bench_recovery.c tools/bench_recovery.h tools/bench_hetero.c \
-	tools/bench_hetero.h tools/curve_svg.c tools/curve_svg.h
-tools_dml_bench_LDADD = worker/libdml.la store/libdmlstorelog.la shard/libdmlshard.la \
+	tools/bench_hetero.h tools/bench_assign.c tools/bench_assign.h tools/curve_svg.c \
+	tools/curve_svg.h
+tools_dml_bench_LDADD = sched/libdmljobs.la worker/libdml.la store/libdmlstorelog.la shard/libdmlshard.la \
 	$(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
 tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_session.c \

@@ -975,13 +975,13 @@ static void leave(struct dml_worker *w)
 
 /*
  * Point report p at the partition lists of its job (sh NULL: at none, as
- * the queue keeps it), the released ones only when first (one report takes
- * them). Says whether it took the released ones.
+ * the queue keeps it), the released ones only with take_released (one
+ * report takes them). Says whether it took the released ones.
  */
-static int parts_attach(const struct shared *sh, Dml__Progress *p, int first)
+static int parts_attach(const struct shared *sh, Dml__Progress *p, int take_released)
 {
 	const struct part_list *held = sh ? &sh->held : NULL;
-	const struct part_list *rel = sh && first ? &sh->released : NULL;
+	const struct part_list *rel = sh && take_released ? &sh->released : NULL;
 
 	if (held && held->job != p->job)
 		held = NULL;
@@ -1002,14 +1002,14 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	struct dml_worker *w = arg;
 	struct shared *sh = &w->sh;
 	size_t sent = 0;
-	int done, rc;
+	int done, rc, released_sent = 0;
 
 	pthread_mutex_lock(&sh->mu);
 	while (sent < sh->nqueue) {
 		struct report *rep = &sh->queue[sent];
 		Dml__Meta m = DML__META__INIT;
 
-		int released = parts_attach(sh, &rep->p, !sent);
+		int released = parts_attach(sh, &rep->p, !released_sent);
 
 		rep->p.error = rep->error;
 		m.type = DML__MSG_TYPE__PROGRESS;
@@ -1019,8 +1019,10 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 		parts_attach(NULL, &rep->p, 0);
 		if (rc != 0)
 			break;
-		if (released)
+		if (released) {
 			sh->released.n = 0;
+			released_sent = 1;
+		}
 		sent++;
 	}
 	memmove(&sh->queue[0], &sh->queue[sent], (sh->nqueue - sent) * sizeof(sh->queue[0]));
