@@ -82,6 +82,11 @@ struct worker_priv {
 	 * when it has been set aside as stalled (0: it is not) */
 	uint64_t slow_since_ms, stalled_since_ms;
 	int has_loss;              /* it reported a loss at least once */
+	/* its link: bytes and seconds of its own communication when last
+	 * measured, and whether link_bps averages measures */
+	uint64_t mark_bytes;
+	double mark_comm_s;
+	int link_measured;
 	uint64_t examples_raw;     /* examples in its latest report */
 };
 
@@ -1102,6 +1107,38 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
  * speed, so the first alone made a 0.15 core worker look as fast as an
  * unlimited one whenever its batch was small, and its batch swung.
  */
+/* Average sample into *avg (the first one as it is). */
+static void average_in(double *avg, int *measured, double sample)
+{
+	*avg = *measured ? RATE_ALPHA * sample + (1 - RATE_ALPHA) * *avg : sample;
+	*measured = 1;
+}
+
+/*
+ * A worker's link: bytes per second of its own communication (its waits
+ * less what servers held its pulls for others), averaged in once it
+ * communicated SPEED_SAMPLE_S since the last measure.
+ */
+static void worker_link(struct dml_job_worker *w, struct worker_priv *wp, uint64_t bytes,
+			double comm_s)
+{
+	double sample;
+
+	/* a count that went down is a restarted worker counting from 0 again */
+	if (bytes < wp->mark_bytes || comm_s < wp->mark_comm_s) {
+		wp->mark_bytes = bytes;
+		wp->mark_comm_s = comm_s;
+		return;
+	}
+	if (comm_s - wp->mark_comm_s < SPEED_SAMPLE_S)
+		return;
+	sample = (double)(bytes - wp->mark_bytes) / (comm_s - wp->mark_comm_s);
+	wp->mark_bytes = bytes;
+	wp->mark_comm_s = comm_s;
+	if (sample > 0 && isfinite(sample))
+		average_in(&w->link_bps, &wp->link_measured, sample);
+}
+
 static void worker_speed(struct dml_job_worker *w, struct worker_priv *wp,
 			 uint64_t examples, double work_s, double cpu_s, double cores)
 {
@@ -1122,11 +1159,8 @@ static void worker_speed(struct dml_job_worker *w, struct worker_priv *wp,
 	wp->mark_examples = examples;
 	wp->mark_work_s = work_s;
 	wp->mark_cpu_s = cpu_s;
-	if (!(sample > 0) || !isfinite(sample))
-		return;
-	w->speed = wp->speed_measured ? RATE_ALPHA * sample + (1 - RATE_ALPHA) * w->speed
-				      : sample;
-	wp->speed_measured = 1;
+	if (sample > 0 && isfinite(sample))
+		average_in(&w->speed, &wp->speed_measured, sample);
 }
 
 static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
@@ -1142,17 +1176,15 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 	w->clock = p->clock;
 	worker_speed(w, wp, p->examples, dml_work_s(compute_s, wait_s, held_s),
 		     clamp_num(p->cpu_s), clamp_num(p->cores));
+	worker_link(w, wp, p->bytes, dml_work_s(0, wait_s, held_s));
 	/* a count that went down is a restarted worker counting from 0 again */
 	added = p->examples >= wp->examples_raw ? p->examples - wp->examples_raw : p->examples;
 	w->examples += added;
 	impl(job)->examples += added;
 	wp->examples_raw = p->examples;
 	w->examples_per_s = rate;
-	if (rate > 0) {
-		w->rate = wp->rate_measured ? RATE_ALPHA * rate + (1 - RATE_ALPHA) * w->rate
-					    : rate;
-		wp->rate_measured = 1;
-	}
+	if (rate > 0)
+		average_in(&w->rate, &wp->rate_measured, rate);
 	/* NaN is "no loss yet" (dml.proto), not a loss of 0 */
 	if (!isnan(p->loss)) {
 		w->loss = clamp_num(p->loss);
@@ -1501,6 +1533,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 		ws[i].speed = w->speed;
 		ws[i].cpu_s = w->cpu_s;
 		ws[i].cores = w->cores;
+		ws[i].link_bps = w->link_bps;
 		wp[i] = &ws[i];
 		if (w->live)
 			st.examples_per_s += w->examples_per_s;

@@ -63,6 +63,8 @@ struct dml_job_worker {
 	double examples_per_s, loss, compute_s, wait_s;
 	double held_s;             /* of wait_s: pulls held for other workers */
 	double cpu_s, cores;       /* its steps' CPU seconds; the cores it may use */
+	double link_bps;           /* smoothed bytes per second of its own
+				    * communication (0: not measured yet) */
 	int finished;              /* reported its stop condition met */
 	uint64_t last_report_ms;
 	char reason[DML_JOB_REASON_MAX + 1]; /* why it last gained or lost work */

@@ -131,7 +131,9 @@ struct sched_role_arg {
 };
 
 /* What a per-worker metric of the active job shows (sched_metrics.c). */
-enum sched_worker_figure { SWF_RATE, SWF_SPEED, SWF_BATCH, SWF_PARTITIONS, SWF_COUNT };
+enum sched_worker_figure {
+	SWF_RATE, SWF_SPEED, SWF_BATCH, SWF_PARTITIONS, SWF_LINK, SWF_COUNT
+};
 
 struct sched_worker_arg {
 	struct dml_sched *sched;

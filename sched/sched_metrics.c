@@ -130,6 +130,7 @@ static void collect_workers(struct dml_metrics_scrape *sc, void *arg)
 		const struct dml_job_worker *w = &job->workers[i];
 		double v = a->figure == SWF_RATE ? w->examples_per_s :
 			   a->figure == SWF_SPEED ? w->speed :
+			   a->figure == SWF_LINK ? w->link_bps :
 			   a->figure == SWF_BATCH ? (double)w->batch : (double)w->npart;
 
 		if (!w->live)
@@ -190,6 +191,10 @@ static const struct dml_metric_desc
 		[SWF_PARTITIONS] = { "dml_sched_worker_partitions",
 				     "Data partitions each live worker of the active job holds",
 				     GAUGE, "worker", NULL, 0 },
+		[SWF_LINK] = { "dml_sched_worker_link_bytes_per_second",
+			       "Bytes per second of its own communication with the servers "
+			       "of each live worker of the active job, smoothed", GAUGE,
+			       "worker", NULL, 0 },
 	},
 	m_map = { "dml_sched_shard_map_version", "Shard map version of the active job",
 		  GAUGE, NULL, NULL, 0 };

@@ -21,6 +21,7 @@
 #include "job_conf.h"
 #include "jobs.h"
 #include "table.h"
+#include "util.h"
 
 #define ERRLEN 512
 
@@ -1188,6 +1189,48 @@ START_TEST(a_moved_partition_goes_on_where_its_walker_stopped)
 	ck_assert_int_eq(let_go(job, 2, before, 24, 1040), 0);
 	ck_assert_int_eq(listed_at(job, 3, from2), 900 + from2);
 	ck_assert_uint_eq(job->assignment_version, version);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
+/*
+ * A worker's link: the bytes its steps moved over its own communication
+ * (waits less what the servers held its pulls for others), averaged once
+ * it communicated 0.05 s since the last measure; a restarted worker's
+ * counts start over.
+ */
+START_TEST(the_link_is_bytes_over_own_communication)
+{
+	static const struct { uint64_t bytes; double wait, held, want; } r[] = {
+		{ 0, 0, 0, 0 },                    /* the first marks */
+		{ 1000000, 0.6, 0.1, 2e6 },        /* 1 MB in 0.5 s */
+		{ 1001000, 0.61, 0.1, 2e6 },       /* 0.01 s: too little to tell */
+		{ 3040000, 1.41, 0.4, 0.3 * 4e6 + 0.7 * 2e6 }, /* 2.04 MB in 0.51 s */
+		{ 500, 0.2, 0, 0.3 * 4e6 + 0.7 * 2e6 }, /* restarted: marks again */
+	};
+	Dml__Progress p = DML__PROGRESS__INIT;
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+	Dml__JobStatus *st;
+
+	spec_init(&b);
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);
+	p.job = job->id;
+	p.loss = NAN;
+	for (size_t k = 0; k < DML_ARRAY_LEN(r); k++) {
+		p.bytes = r[k].bytes;
+		p.wait_s = r[k].wait;
+		p.held_s = r[k].held;
+		p.clock = k;
+		ck_assert_int_ge(dml_jobs_progress(job, 1, &p, 10 + k), 0);
+		ck_assert_double_eq_tol(dml_job_worker(job, 1)->link_bps, r[k].want, 1e-3);
+	}
+	ck_assert_double_eq(dml_job_worker(job, 2)->link_bps, 0);
+	st = dml_job_status(job, 20);
+	ck_assert_double_eq_tol(st->workers[0]->link_bps, r[4].want, 1e-3);
+	dml_job_status_free(st);
 	dml_jobs_free(jobs);
 }
 END_TEST
@@ -2466,6 +2509,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, all_lost_leaves_partitions_unowned_until_one_rejoins);
 	tcase_add_test(table, a_rejoining_worker_starts_at_the_job_clock);
 	tcase_add_test(table, a_moved_partition_goes_on_where_its_walker_stopped);
+	tcase_add_test(table, the_link_is_bytes_over_own_communication);
 	tcase_add_test(table, new_workers_are_recruited_when_the_spec_allows);
 	tcase_add_test(table, every_worker_at_max_clocks_is_done);
 	tcase_add_test(table, a_lost_straggler_does_not_hold_a_finished_job);

@@ -98,11 +98,30 @@ keys=65536
 printf '%s\n' "[job]" "name = links" "app = lsq" "data = synthetic" "staleness = 0" \
 	"batch_size = 8" "max_clocks = $clocks" "examples = 512" "dim = $keys" "[table]" \
 	"id = 0" "keys = $keys" "optimizer = sgd" "lr = 0.0001" >"$tmp/job.conf"
-timeout 120 "$builddir/tools/dmlctl" -s "$(. "$run/env" && echo "$DML_SCHEDULER")" \
-	--secret "$run/secret" submit "$tmp/job.conf" --wait >"$tmp/job.out" 2>&1 ||
+dmlctl=("$builddir/tools/dmlctl" -s "$(. "$run/env" && echo "$DML_SCHEDULER")"
+	--secret "$run/secret")
+timeout 120 "${dmlctl[@]}" submit "$tmp/job.conf" --wait >"$tmp/job.out" 2>&1 ||
 	fail "the job: $(tail -n 5 "$tmp/job.out")"
 grep -q "done: every worker reached $clocks clocks" "$tmp/job.out" ||
 	fail "the job: $(tail -n 5 "$tmp/job.out")"
+
+# The scheduler's estimate of each worker's link (bytes its steps moved
+# per second of its own communication): worker 2's near its 20 Mbit/s
+# (2.5 MB/s; a push leaves while the next step computes, so a step's bytes
+# can take less than their time to cross), worker 1's on loopback far above
+# it, or not measured: 40 clocks there may not add up to the 0.05 s of
+# communication a measure needs.
+"${dmlctl[@]}" --json status 1 >"$tmp/status.json" 2>&1 ||
+	fail "dmlctl status: $(cat "$tmp/status.json")"
+link_of() { # WORKER
+	grep -o "\"worker\":$1,[^}]*" "$tmp/status.json" |
+		sed -n 's/.*"link_bps":\([0-9.e+]*\).*/\1/p'
+}
+link1=$(link_of 1)
+link2=$(link_of 2)
+awk -v a="${link1:-0}" -v b="${link2:-0}" \
+	'BEGIN { exit !(b >= 1.25e6 && b <= 5e6 && (a == 0 || a > 4 * b)) }' ||
+	fail "links estimated at ${link1:-?} (loopback) and ${link2:-?} (20 Mbit/s) bytes/s"
 least=$((clocks * keys * 4 * 3 / 4))
 stats=
 for end in h n; do
@@ -119,4 +138,4 @@ done
 [ ! -e "/sys/class/net/$host" ] || fail "down left the device $host"
 [ ! -e "$run/links" ] || fail "down left $run/links"
 echo "PASS: worker 2 in $ns behind 20Mbit on both ends, a $clocks-clock BSP job done;$stats" \
-	"all removed by down and by a failed up"
+	"links estimated at $link1 and $link2 bytes/s; all removed by down and by a failed up"

@@ -781,6 +781,7 @@ START_TEST(test_job_flow)
 	metrics_has(&t, "dml_sched_worker_partitions{worker=\"1\"} 16");
 	metrics_has(&t, "dml_sched_worker_batch_size{worker=\"1\"} ");
 	metrics_has(&t, "dml_sched_worker_speed{worker=\"1\"} ");
+	metrics_has(&t, "dml_sched_worker_link_bytes_per_second{worker=\"1\"} ");
 	metrics_has(&t, "dml_sched_job_loss 0.5");
 	metrics_has(&t, "dml_sched_shard_map_version 2");
 	metrics_has(&t, "dml_sched_workers{state=\"dead\"} 1");

@@ -491,6 +491,7 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_num(j, "held_s", w->held_s);
 	ctl_json_num(j, "cpu_s", w->cpu_s);
 	ctl_json_num(j, "cores", w->cores);
+	ctl_json_num(j, "link_bps", w->link_bps);
 	ctl_json_num(j, "rate", w->rate);
 	ctl_json_u64(j, "batch_size", w->batch_size);
 	ctl_json_num(j, "speed", w->speed);
@@ -641,7 +642,7 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 {
 	static const char *const head[] = {
 		"WORKER", "STATE", "CLOCK", "EXAMPLES", "EXAMPLES/S", "LOSS", "PARTITIONS",
-		"BATCH", "RATE", "SPEED", "COMPUTING", "REASON"
+		"BATCH", "RATE", "SPEED", "LINK MB/S", "COMPUTING", "REASON"
 	};
 	struct table t;
 
@@ -662,9 +663,11 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 		row[7] = cellf("%u", w->batch_size);
 		row[8] = cell_num("%.1f", w->rate);
 		row[9] = cell_num("%.1f", w->speed);
-		row[10] = cell_num("%.0f%%", w->compute_s + w->wait_s > 0 ?
+		/* its link as its training uses it */
+		row[10] = cell_num("%.1f", w->link_bps > 0 ? w->link_bps / 1e6 : NAN);
+		row[11] = cell_num("%.0f%%", w->compute_s + w->wait_s > 0 ?
 				   100 * w->compute_s / (w->compute_s + w->wait_s) : NAN);
-		row[11] = cell(w->reason);
+		row[12] = cell(w->reason);
 	}
 	table_print(&t, out, indent);
 	table_free(&t);

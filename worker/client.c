@@ -136,6 +136,7 @@ struct dml {
 	uint64_t clock;
 	uint64_t last_min_clock;
 	uint64_t held_ns;              /* pulls waited for, held by their servers */
+	uint64_t bytes_closed;         /* moved over connections closed since */
 	uint64_t next_handle, next_wire;
 	struct request **reqs;         /* handle hash */
 	struct part **parts;           /* wire-id hash */
@@ -801,6 +802,7 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 
 	if (l->conn != c)
 		return;
+	l->d->bytes_closed += dml_conn_bytes_in(c) + dml_conn_bytes_out(c);
 	l->conn = NULL;
 	l->ready = 0;
 	l->closing = 0;
@@ -1581,6 +1583,17 @@ uint64_t dml_last_pull_min_clock(const dml_t *d)
 uint64_t dml_pulls_held_ns(const dml_t *d)
 {
 	return d ? d->held_ns : 0;
+}
+
+uint64_t dml_bytes(const dml_t *d)
+{
+	uint64_t n = d ? d->bytes_closed : 0;
+
+	for (uint32_t i = 0; d && i < d->nlinks; i++)
+		if (d->links[i]->conn)
+			n += dml_conn_bytes_in(d->links[i]->conn) +
+			     dml_conn_bytes_out(d->links[i]->conn);
+	return n;
 }
 
 int dml_progress(dml_t *d, int timeout_ms)

@@ -167,6 +167,12 @@ uint64_t dml_last_pull_min_clock(const dml_t *d);
  * other workers cost it rather than its own communication.
  */
 uint64_t dml_pulls_held_ns(const dml_t *d);
+/**
+ * Bytes sent to and received from the servers so far, whole frames, over
+ * every connection this handle had: with the time its requests took that
+ * was not held for others, what its link to the servers carries.
+ */
+uint64_t dml_bytes(const dml_t *d);
 
 /** Drive the network for at most timeout_ms (0 = just what is ready). */
 int dml_progress(dml_t *d, int timeout_ms);

@@ -317,6 +317,7 @@ struct run {
 	uint64_t compute_ns, wait_ns;
 	uint64_t held_ns;         /* of wait_ns: pulls held for other workers' clocks */
 	uint64_t cpu_ns;          /* CPU time of its steps, every thread */
+	uint64_t bytes;           /* its steps moved to and from the servers */
 	double cores;             /* the CPU it may use (cpu_limit.h), when last read */
 	uint64_t started_ns, last_report_ns;
 	struct rate rate;
@@ -433,6 +434,7 @@ static void run_report(struct run *r, enum report_kind kind, uint64_t step_examp
 	rep.p.wait_s = seconds(r->wait_ns);
 	rep.p.held_s = seconds(r->held_ns);
 	rep.p.cpu_s = seconds(r->cpu_ns);
+	rep.p.bytes = r->bytes;
 	/* a quota may change while it runs: read it again for each report */
 	if (due || !r->cores)
 		r->cores = dml_cpu_limit_cores();
@@ -817,7 +819,7 @@ static uint64_t cpu_now_ns(void)
 static int run_clock(struct run *r, int last)
 {
 	uint64_t t0 = dml_now_ns(), w0 = r->io.wait_ns, h0 = dml_pulls_held_ns(r->d);
-	uint64_t c0 = cpu_now_ns();
+	uint64_t c0 = cpu_now_ns(), b0 = dml_bytes(r->d);
 	uint64_t elapsed, waited, held;
 	struct dml_app_step st;
 	char why[sizeof(r->err)];
@@ -842,6 +844,7 @@ static int run_clock(struct run *r, int last)
 	held = dml_pulls_held_ns(r->d) - h0;
 	r->held_ns += held < waited ? held : waited;
 	r->cpu_ns += cpu_now_ns() - c0;
+	r->bytes += dml_bytes(r->d) - b0;
 	if ((last || (r->eval_every && r->clock % r->eval_every == 0 &&
 		      assign_has_part(&r->as, 0))) &&
 	    (rc = run_evaluate(r)) != 0)
