@@ -65,6 +65,8 @@
 #define REBALANCE_THRESHOLD 0.25   /* rebalance = auto: the default drift, */
 #define REBALANCE_HOLD_MS 5000u    /* and how long it must last */
 #define STALL_RETRY_HOLDS 4        /* a stalled worker tries again after this many holds */
+#define CHECK_ALWAYS_WORKERS 64    /* jobs this small look at their load at every report, */
+#define CHECK_EVERY_MS 50          /* larger ones at most this often */
 #define LIST_MAX 72                /* bytes of a number list inside an event line */
 #define ERROR_TEXT_MAX 120         /* bytes of a worker's error text kept */
 #define NO_WORKER SIZE_MAX
@@ -115,6 +117,11 @@ struct job_impl {
 	 * clock_reports - 1 at assignment version clock_version
 	 * (clock_reports 0: never looked up) */
 	uint64_t reports, clock, clock_reports, clock_version;
+	uint64_t checked_ms;       /* the load was last looked at (job_check_due) */
+	/* node id -> worker index + 1 (0: empty), open addressing, at most
+	 * half full: a report finds its worker without looking at the others */
+	uint32_t *slot;
+	size_t nslots;
 };
 
 struct dml_jobs {
@@ -242,13 +249,44 @@ static int job_active(const struct dml_job *job)
 	return job->state == DML__JOB_STATE__RUNNING || job->state == DML__JOB_STATE__PAUSED;
 }
 
+static size_t worker_hash(uint32_t node_id, size_t nslots)
+{
+	return (size_t)((node_id * UINT64_C(0x9e3779b97f4a7c15)) >> 32) & (nslots - 1);
+}
+
 static size_t worker_index(const struct dml_job *job, uint32_t node_id)
 {
-	for (size_t i = 0; i < job->nworkers; i++) {
-		if (job->workers[i].node_id == node_id)
-			return i;
+	const struct job_impl *ji = impl_c(job);
+
+	if (!ji->nslots)
+		return NO_WORKER;
+	for (size_t h = worker_hash(node_id, ji->nslots); ji->slot[h];
+	     h = (h + 1) & (ji->nslots - 1)) {
+		if (job->workers[ji->slot[h] - 1].node_id == node_id)
+			return ji->slot[h] - 1;
 	}
 	return NO_WORKER;
+}
+
+static void worker_index_put(struct job_impl *ji, size_t i)
+{
+	size_t h = worker_hash(ji->job.workers[i].node_id, ji->nslots);
+
+	while (ji->slot[h])
+		h = (h + 1) & (ji->nslots - 1);
+	ji->slot[h] = (uint32_t)i + 1;
+}
+
+/* Room in the index for one more worker, keeping it at most half full. */
+static void worker_index_grow(struct job_impl *ji)
+{
+	if (2 * (ji->job.nworkers + 1) <= ji->nslots)
+		return;
+	ji->nslots = ji->nslots ? 2 * ji->nslots : 16;
+	free(ji->slot);
+	ji->slot = dml_xcalloc(ji->nslots, sizeof(*ji->slot));
+	for (size_t i = 0; i < ji->job.nworkers; i++)
+		worker_index_put(ji, i);
 }
 
 static size_t live_count(const struct dml_job *job)
@@ -300,11 +338,13 @@ static struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
 		job->workers = dml_xrealloc(job->workers, ji->wcap * sizeof(*job->workers));
 		ji->priv = dml_xrealloc(ji->priv, ji->wcap * sizeof(*ji->priv));
 	}
+	worker_index_grow(ji);
 	w = &job->workers[job->nworkers];
 	memset(w, 0, sizeof(*w));
 	memset(&ji->priv[job->nworkers], 0, sizeof(*ji->priv));
-	job->nworkers++;
 	w->node_id = node_id;
+	worker_index_put(ji, job->nworkers);
+	job->nworkers++;
 	w->live = 1;
 	w->rate = w->speed = rate_ok(rate);
 	w->batch = job->spec->batch_size;
@@ -719,6 +759,7 @@ static void job_free(struct job_impl *ji)
 	dml_handover_free(&ji->ho);
 	free(ji->listed);
 	free(ji->listed_at);
+	free(ji->slot);
 	free(ji->job.workers);
 	free(ji->priv);
 	free(ji);
@@ -1229,6 +1270,22 @@ static int job_handed(struct dml_job *job, size_t i, const Dml__Progress *p, uin
 	return 1;
 }
 
+/*
+ * Whether this report looks at the whole job's load (drift, stalls): a look
+ * costs O(workers log workers), and at every report of 10,000 workers it
+ * cost 3 ms each, 30 s a round of reports. A large job looks at most every
+ * CHECK_EVERY_MS, which the hold times it compares with dwarf.
+ */
+static int job_check_due(struct job_impl *ji, uint64_t now)
+{
+	if (ji->job.nworkers <= CHECK_ALWAYS_WORKERS)
+		return 1;
+	if (ji->checked_ms && since(now, ji->checked_ms) < CHECK_EVERY_MS)
+		return 0;
+	ji->checked_ms = now;
+	return 1;
+}
+
 int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress *p,
 		      uint64_t now)
 {
@@ -1252,7 +1309,8 @@ int dml_jobs_progress(struct dml_job *job, uint32_t node_id, const Dml__Progress
 		return 1;
 	}
 	if (!job_stop_met(job, i, why, sizeof(why)))
-		return moved | job_stalls(job, now) | job_rebalance_auto(job, now);
+		return moved | (job_check_due(impl(job), now) ?
+				job_stalls(job, now) | job_rebalance_auto(job, now) : 0);
 	job_done(job, why, now);
 	return 1;
 }

@@ -1235,6 +1235,40 @@ START_TEST(the_link_is_bytes_over_own_communication)
 }
 END_TEST
 
+/*
+ * A job of more than 64 workers looks at its load (drift, first measures,
+ * stalls) at most every 50 ms, not at each report: a look costs
+ * O(workers log workers).
+ */
+START_TEST(a_large_job_looks_at_its_load_at_most_every_50_ms)
+{
+	struct dml_job_candidate c[100];
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+
+	spec_init(&b);
+	jobs = jobs_with(&b, 0, &job);
+	for (uint32_t i = 0; i < 100; i++) {
+		c[i].node_id = i + 1;
+		c[i].rate = 10;
+	}
+	ck_assert_int_eq(dml_jobs_start(job, c, 100, 0), 0);
+	ck_assert_uint_eq(job->assignment_version, 1);
+	/* worker 1 looks at t = 1000; the others measure in the same ms: the
+	 * split their first measures call for waits for the next look */
+	for (uint32_t id = 1; id <= 100; id++)
+		report(job, id, 1, 0, id <= 50 ? 300 : 100, 1000, 0);
+	report(job, 1, 2, 0, 300, 1049, 0);
+	ck_assert_uint_eq(job->assignment_version, 1);
+	report(job, 1, 2, 0, 300, 1050, 1);
+	ck_assert_uint_eq(job->assignment_version, 2);
+	ck_assert_str_eq(last_event(job), "split by the workers' first measured rates (load "
+			 "deviation 50%)");
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 START_TEST(a_rejoining_worker_starts_at_the_job_clock)
 {
 	struct dml_job_candidate c = { 3, 10 };
@@ -2510,6 +2544,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, a_rejoining_worker_starts_at_the_job_clock);
 	tcase_add_test(table, a_moved_partition_goes_on_where_its_walker_stopped);
 	tcase_add_test(table, the_link_is_bytes_over_own_communication);
+	tcase_add_test(table, a_large_job_looks_at_its_load_at_most_every_50_ms);
 	tcase_add_test(table, new_workers_are_recruited_when_the_spec_allows);
 	tcase_add_test(table, every_worker_at_max_clocks_is_done);
 	tcase_add_test(table, a_lost_straggler_does_not_hold_a_finished_job);

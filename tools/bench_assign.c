@@ -3,8 +3,9 @@
  * through the scheduler's own job table (sched/jobs.c), no daemons. A job
  * with batches split by speed starts on --workers simulated workers
  * (default 10,000) with --parts partitions each, their profile rates spread
- * over 100 to 1000 examples/s: the first plan. Then every worker reports a
- * rate and a speed that drifted by up to 20% and every hundredth one is
+ * over 100 to 1000 examples/s: the first plan. Then every worker reports,
+ * within a second, a rate and a speed that drifted by up to 20% (the job
+ * rebalances itself as it would: rebalance = auto), every hundredth one is
  * lost, and the operator's rebalance plans again, moving as few partitions
  * as possible. Last, each live worker's assignment is built as the
  * scheduler sends it. Prints each step's time, and PASS or FAIL for the
@@ -105,8 +106,8 @@ static int assign_job(struct dml_jobs *jobs, const struct assign_opts *o, struct
 
 	snprintf(text, sizeof(text),
 		 "[job]\nname = plan\napp = lsq\ndata = synthetic\nexamples = %" PRIu64 "\n"
-		 "dim = 4\nbatch_size = %d\nstaleness = 0\nbatch_split = rate\n"
-		 "rebalance = off\nmax_clocks = 100\npartitions = %" PRIu64 "\n"
+		 "dim = 4\nbatch_size = %d\nstaleness = 0\nbatch_split = rate\nrebalance = auto\n"
+		 "max_clocks = 100\npartitions = %" PRIu64 "\n"
 		 "[table]\nid = 0\nkind = dense\nkeys = 4\nwidth = 1\n",
 		 (uint64_t)o->workers * o->parts * 100, ASSIGN_BATCH,
 		 (uint64_t)o->workers * o->parts);
@@ -181,18 +182,20 @@ static int assign_run(const struct assign_opts *o)
 		p.examples_per_s = cand[i].rate * drift;
 		p.compute_s = 640 / (cand[i].rate * drift);
 		p.loss = NAN;
-		dml_jobs_progress(job, i + 1, &p, 2);
+		/* spread over a second, as workers report a few times a second */
+		dml_jobs_progress(job, i + 1, &p, 1000 + (uint64_t)i * 1000 / o->workers);
 	}
-	snprintf(what, sizeof(what), "a report from each of %u workers", o->workers);
+	snprintf(what, sizeof(what), "%u reports within 1 s, one a worker", o->workers);
 	assign_line(what, assign_ms(t), 0);
 	/* each loss plans again at once: its partitions go to the others */
 	t = dml_now_ns();
 	for (unsigned i = 99; i < o->workers; i += 100)
-		dml_jobs_worker_lost(job, i + 1, "gone", 2);
+		dml_jobs_worker_lost(job, i + 1, "gone", 2000);
 	snprintf(what, sizeof(what), "%u workers lost, one after the other", o->workers / 100);
 	assign_line(what, assign_ms(t), 0);
 	t = dml_now_ns();
-	rc = dml_jobs_control(jobs, job->id, DML__JOB_ACTION__REBALANCE, 3, what, sizeof(what));
+	rc = dml_jobs_control(jobs, job->id, DML__JOB_ACTION__REBALANCE, 2001, what,
+			      sizeof(what));
 	assign_line("rebalance by the reported rates", assign_ms(t), 1);
 	if (rc || !assign_whole(job)) {
 		dml_err("assign: the rebalance is not whole%s%s", rc ? ": " : "", rc ? what : "");
