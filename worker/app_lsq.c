@@ -137,14 +137,13 @@ static void source_fill(const struct lsq *a, const struct source *s, const uint6
 {
 	for (size_t k = 0; k < rows; k++) {
 		float *xr = x + k * a->dim;
-
-		pos = slots ? slots[k] : pos + (k > 0);
+		uint64_t at = slots ? slots[k] : pos + k;
 
 		if (s->cx) {
-			memcpy(xr, s->cx + pos * a->dim, (size_t)a->dim * sizeof(float));
-			y[k] = s->cy[pos];
+			memcpy(xr, s->cx + at * a->dim, (size_t)a->dim * sizeof(float));
+			y[k] = s->cy[at];
 		} else {
-			dml_lsq_example(a->seed, dml_records_at(&s->rec, pos), a->w_true, a->dim, xr,
+			dml_lsq_example(a->seed, dml_records_at(&s->rec, at), a->w_true, a->dim, xr,
 					&y[k]);
 		}
 	}
@@ -303,7 +302,7 @@ static struct dml_walk *lsq_walk(void *state)
 	return &((struct lsq *)state)->walk;
 }
 
-/* Pull w into a->w; fill() (may be NULL) runs while the pull travels. */
+/* Pull w into a->w; the batch's rows records are made while it travels. */
 static int pull_w(struct lsq *a, struct dml_app_io *io, size_t rows, char *err,
 		  size_t errlen)
 {
