@@ -15,6 +15,7 @@ void dml_handover_init(struct dml_handover *h, uint64_t npart)
 	h->npart = npart;
 	h->pos = dml_xcalloc(npart ? npart : 1, sizeof(*h->pos));
 	h->holder = dml_xmalloc((npart ? npart : 1) * sizeof(*h->holder));
+	h->waits = dml_xcalloc(npart ? npart : 1, sizeof(*h->waits));
 	for (uint64_t p = 0; p < npart; p++)
 		h->holder[p] = DML_ASSIGN_NONE;
 }
@@ -23,34 +24,40 @@ void dml_handover_free(struct dml_handover *h)
 {
 	free(h->pos);
 	free(h->holder);
+	free(h->waits);
 	memset(h, 0, sizeof(*h));
 }
 
-static void wait_count(struct dml_handover *h, uint64_t waiting, uint64_t now)
+/* Partition p waits no more (it went to its owner). */
+static void wait_end(struct dml_handover *h, uint64_t p)
 {
-	if (!waiting)
-		h->since_ms = 0;
-	else if (!h->since_ms)
-		h->since_ms = now ? now : 1;
-	h->waiting = waiting;
+	if (h->waits[p] && h->waiting)
+		h->waiting--;
+	h->waits[p] = 0;
+	if (!h->waiting)
+		h->oldest = 0;
 }
 
 void dml_handover_plan(struct dml_handover *h, const uint32_t *owner, const bool *live,
 		       size_t nworkers, uint64_t now)
 {
-	uint64_t waiting = 0;
-
+	h->waiting = h->oldest = 0;
 	for (uint64_t p = 0; p < h->npart; p++) {
 		uint32_t w = h->holder[p];
 
-		if (w == owner[p])
+		if (w != owner[p] && (w == DML_ASSIGN_NONE || w >= nworkers || !live[w]))
+			h->holder[p] = w = owner[p];
+		if (w == owner[p]) {
+			h->waits[p] = 0;
 			continue;
-		if (w == DML_ASSIGN_NONE || w >= nworkers || !live[w])
-			h->holder[p] = owner[p];
-		else
-			waiting++;
+		}
+		/* a partition that waited before goes on waiting from then */
+		if (!h->waits[p])
+			h->waits[p] = now + 1;
+		if (!h->oldest || h->waits[p] < h->oldest)
+			h->oldest = h->waits[p];
+		h->waiting++;
 	}
-	wait_count(h, waiting, now);
 }
 
 /* Partition p of worker w at position pos, if w walks it: the position. */
@@ -64,9 +71,8 @@ static int position(struct dml_handover *h, uint32_t w, uint32_t p, uint64_t pos
 }
 
 int dml_handover_report(struct dml_handover *h, const uint32_t *owner, uint32_t w,
-			const Dml__Progress *p, uint64_t now)
+			const Dml__Progress *p)
 {
-	uint64_t waiting = h->waiting;
 	int moved = 0;
 
 	if (p->n_positions == p->n_partitions)
@@ -80,29 +86,34 @@ int dml_handover_report(struct dml_handover *h, const uint32_t *owner, uint32_t 
 		if (!position(h, w, q, p->released_positions[k]))
 			continue;
 		/* one it let go of but owns again is listed for it again as it is */
-		if (owner[q] != w && waiting)
-			waiting--;
 		moved |= owner[q] != w && owner[q] != DML_ASSIGN_NONE;
 		h->holder[q] = owner[q];
+		wait_end(h, q);
 	}
-	wait_count(h, waiting, now);
 	return moved;
 }
 
 uint64_t dml_handover_expire(struct dml_handover *h, const uint32_t *owner, uint64_t now,
 			     uint64_t hold_ms)
 {
-	uint64_t moved = 0;
+	uint64_t moved = 0, oldest = 0;
 
-	if (!h->waiting || now - h->since_ms < hold_ms)
+	/* oldest is at most the oldest wait left: a look that finds none due
+	 * sets it right */
+	if (!h->waiting || now + 1 - h->oldest < hold_ms)
 		return 0;
 	for (uint64_t p = 0; p < h->npart; p++) {
-		if (h->holder[p] == owner[p])
+		if (!h->waits[p])
 			continue;
+		if (now + 1 - h->waits[p] < hold_ms) {
+			oldest = !oldest || h->waits[p] < oldest ? h->waits[p] : oldest;
+			continue;
+		}
 		h->holder[p] = owner[p];
+		wait_end(h, p);
 		moved++;
 	}
-	wait_count(h, 0, now);
+	h->oldest = h->waiting ? oldest : 0;
 	return moved;
 }
 

@@ -31,8 +31,10 @@ struct dml_handover {
 	uint64_t *pos;            /* per partition: records of it taken in this job */
 	uint32_t *holder;         /* per partition: the worker walking it, or
 				   * DML_ASSIGN_NONE */
-	uint64_t waiting;         /* partitions whose owner waits for their holder */
-	uint64_t since_ms;        /* when the oldest wait began (0: none waits) */
+	uint64_t *waits;          /* per partition: 1 + when its owner began to wait
+				   * for its holder (0: it does not wait) */
+	uint64_t waiting;         /* partitions whose owner waits */
+	uint64_t oldest;          /* at most the oldest of waits (0: none waits) */
 };
 
 /** Start h for npart partitions: none held, every position 0. */
@@ -54,11 +56,12 @@ void dml_handover_plan(struct dml_handover *h, const uint32_t *owner, const bool
  * worker (whose assignment now lists it), else 0.
  */
 int dml_handover_report(struct dml_handover *h, const uint32_t *owner, uint32_t w,
-			const Dml__Progress *p, uint64_t now);
+			const Dml__Progress *p);
 
 /**
- * Give every partition waiting for longer than hold_ms to its owner anyway.
- * Returns how many went.
+ * Give every partition that has waited hold_ms or longer to its owner
+ * anyway (each counts from when a plan first made it wait). Returns how
+ * many went.
  */
 uint64_t dml_handover_expire(struct dml_handover *h, const uint32_t *owner, uint64_t now,
 			     uint64_t hold_ms);

@@ -1259,7 +1259,7 @@ static int job_handed(struct dml_job *job, size_t i, const Dml__Progress *p, uin
 
 	if (!ji->ho.pos || !job->owner)
 		return 0;
-	moved = dml_handover_report(&ji->ho, job->owner, (uint32_t)i, p, now);
+	moved = dml_handover_report(&ji->ho, job->owner, (uint32_t)i, p);
 	late = dml_handover_expire(&ji->ho, job->owner, now, hold);
 	if (late)
 		job_event(job, "%" PRIu64 " partitions handed on without their worker letting "

@@ -18,6 +18,7 @@
 #include "assign.h"
 #include "check_run.h"
 #include "dml_error.h"
+#include "handover.h"
 #include "job_conf.h"
 #include "jobs.h"
 #include "table.h"
@@ -1266,6 +1267,37 @@ START_TEST(a_large_job_looks_at_its_load_at_most_every_50_ms)
 	ck_assert_str_eq(last_event(job), "split by the workers' first measured rates (load "
 			 "deviation 50%)");
 	dml_jobs_free(jobs);
+}
+END_TEST
+
+/*
+ * Each partition waits for its walker from the plan that made it wait: a
+ * later plan's waits are not cut short by an earlier one's hold.
+ */
+START_TEST(a_partition_waits_its_own_hold)
+{
+	const bool live[2] = { true, true };
+	uint32_t owner[4] = { 0, 0, 1, 1 };
+	struct dml_handover h;
+
+	dml_handover_init(&h, 4);
+	dml_handover_plan(&h, owner, live, 2, 0);
+	ck_assert_uint_eq(h.waiting, 0);
+	owner[0] = 1;
+	dml_handover_plan(&h, owner, live, 2, 100);
+	ck_assert_uint_eq(h.waiting, 1);
+	owner[2] = 0;
+	dml_handover_plan(&h, owner, live, 2, 900);
+	ck_assert_uint_eq(h.waiting, 2);
+	ck_assert_uint_eq(dml_handover_expire(&h, owner, 1099, 1000), 0);
+	ck_assert_uint_eq(dml_handover_expire(&h, owner, 1100, 1000), 1);
+	ck_assert_uint_eq(h.holder[0], 1);
+	ck_assert_uint_eq(h.holder[2], 1);
+	ck_assert_uint_eq(dml_handover_expire(&h, owner, 1899, 1000), 0);
+	ck_assert_uint_eq(dml_handover_expire(&h, owner, 1900, 1000), 1);
+	ck_assert_uint_eq(h.holder[2], 0);
+	ck_assert_uint_eq(h.waiting, 0);
+	dml_handover_free(&h);
 }
 END_TEST
 
@@ -2543,6 +2575,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, all_lost_leaves_partitions_unowned_until_one_rejoins);
 	tcase_add_test(table, a_rejoining_worker_starts_at_the_job_clock);
 	tcase_add_test(table, a_moved_partition_goes_on_where_its_walker_stopped);
+	tcase_add_test(table, a_partition_waits_its_own_hold);
 	tcase_add_test(table, the_link_is_bytes_over_own_communication);
 	tcase_add_test(table, a_large_job_looks_at_its_load_at_most_every_50_ms);
 	tcase_add_test(table, new_workers_are_recruited_when_the_spec_allows);
