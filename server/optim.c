@@ -23,8 +23,11 @@
 /* Constants of an application, computed once per row or run, not per value. */
 struct optim_k {
 	float lr, wd, mu, eps;
-	float b1, b2;      /* adam: decay rates */
-	float step_size;   /* adam: lr / (1 - beta1^t) */
+	float b1, b2;      /* adam: decay rates, to the push's weight */
+	float a1, a2;      /* adam: 1 - b1, 1 - b2 */
+	float weight;      /* adam, adagrad: steps the push counts as */
+	float inv_w;       /* adam, adagrad: 1 / weight, for the mean gradient */
+	float step_size;   /* adam: weight * lr / (1 - beta1^t) */
 	float inv_c2;      /* adam: 1 / (1 - beta2^t) */
 };
 
@@ -59,11 +62,12 @@ static inline void kernel_momentum(const struct optim_k *k, float *restrict w,
 static inline void kernel_adagrad(const struct optim_k *k, float *restrict w,
 				  float *restrict h, const float *restrict g, size_t n)
 {
-	const float lr = k->lr, wd = k->wd, eps = k->eps;
+	const float lr = k->lr * k->weight, wd = k->wd, eps = k->eps;
+	const float weight = k->weight, inv_w = k->inv_w;
 
 	for (size_t i = 0; i < n; i++) {
-		float gi = g[i] + wd * w[i];
-		float hi = h[i] + gi * gi;
+		float gi = g[i] * inv_w + wd * w[i];
+		float hi = h[i] + weight * gi * gi;
 
 		h[i] = hi;
 		w[i] -= lr * gi / (sqrtf(hi) + eps);
@@ -75,11 +79,11 @@ static inline void kernel_adam(const struct optim_k *k, float *restrict w,
 			       const float *restrict g, size_t n)
 {
 	const float wd = k->wd, eps = k->eps, b1 = k->b1, b2 = k->b2;
-	const float a1 = 1.0f - b1, a2 = 1.0f - b2;
+	const float a1 = k->a1, a2 = k->a2, inv_w = k->inv_w;
 	const float step_size = k->step_size, inv_c2 = k->inv_c2;
 
 	for (size_t i = 0; i < n; i++) {
-		float gi = g[i] + wd * w[i];
+		float gi = g[i] * inv_w + wd * w[i];
 		float mi = b1 * m[i] + a1 * gi;
 		float vi = b2 * v[i] + a2 * gi * gi;
 
@@ -166,7 +170,7 @@ static void step_constants(const struct dml_optim_conf *c, uint32_t t, struct op
 		double c1 = 1.0 - pow((double)c->beta1, (double)t);
 		double c2 = 1.0 - pow((double)c->beta2, (double)t);
 
-		k->step_size = (float)(lr / c1);
+		k->step_size = (float)(lr / c1) * k->weight;
 		k->inv_c2 = (float)(1.0 / c2);
 	}
 }
@@ -179,12 +183,37 @@ struct optim_run {
 	uint32_t t;        /* step the constants are for; 0: none yet */
 };
 
-static void run_init(const struct dml_optim_conf *c, struct optim_run *run)
+/* A decay rate over weight steps, and one minus it, each to float precision
+ * (1 - beta^weight in float would lose most digits for a small weight). */
+static void decay_to(float beta, float weight, float *b, float *a)
+{
+	double l = (double)weight * log((double)beta);
+
+	*b = (float)exp(l);
+	*a = (float)-expm1(l);
+}
+
+static void run_init(const struct dml_optim_conf *c, float weight, struct optim_run *run)
 {
 	run->k = (struct optim_k){
 		.lr = c->lr, .wd = c->weight_decay, .mu = c->momentum, .eps = c->eps,
-		.b1 = c->beta1, .b2 = c->beta2,
+		.b1 = c->beta1, .b2 = c->beta2, .a1 = 1.0f - c->beta1, .a2 = 1.0f - c->beta2,
+		.weight = 1.0f, .inv_w = 1.0f,
 	};
+	/* Weight 1 keeps the plain formulas bit for bit (beta 0 has no log). */
+	if (weight != 1.0f && (c->kind == DML_OPT_ADAM || c->kind == DML_OPT_ADAGRAD)) {
+		run->k.weight = weight;
+		run->k.inv_w = 1.0f / weight;
+		if (c->kind == DML_OPT_ADAM) {
+			if (c->beta1 > 0.0f)
+				decay_to(c->beta1, weight, &run->k.b1, &run->k.a1);
+			if (c->beta2 > 0.0f)
+				decay_to(c->beta2, weight, &run->k.b2, &run->k.a2);
+		}
+	}
+	/* The first row computes the bias-corrected step; until then (no step
+	 * counter in use) adam's step is lr scaled the same way. */
+	run->k.step_size = c->lr * run->k.weight;
 	run->t = 0;
 }
 
@@ -243,18 +272,24 @@ apply_one(const struct dml_optim_conf *c, struct optim_run *run, float *w,
 	}
 }
 
-void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
-		     uint32_t *step, const float *g, size_t n)
+void dml_optim_apply_weighted(const struct dml_optim_conf *c, float *w, float *state,
+			      uint32_t *step, const float *g, size_t n, float weight)
 {
 	struct optim_run run;
 
-	run_init(c, &run);
+	run_init(c, weight, &run);
 	apply_one(c, &run, w, state, step, g, n);
+}
+
+void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
+		     uint32_t *step, const float *g, size_t n)
+{
+	dml_optim_apply_weighted(c, w, state, step, g, n, 1.0f);
 }
 
 void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *state,
 			  uint32_t *steps, size_t width, const uint64_t *rows, size_t n,
-			  const float *g)
+			  const float *g, float weight)
 {
 	const size_t sw = width * dml_optim_state_floats(c);
 	struct optim_run run;
@@ -276,7 +311,7 @@ void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *
 		}
 		return;
 	}
-	run_init(c, &run);
+	run_init(c, weight, &run);
 	for (size_t i = 0; i < n; i++, g += width) {
 		uint64_t r = rows[i];
 

@@ -40,7 +40,8 @@ size_t dml_optim_state_floats(const struct dml_optim_conf *c);
 int dml_optim_uses_step(const struct dml_optim_conf *c);
 
 /**
- * Apply gradient g to the n values w. state holds
+ * Apply gradient g to the n values w as a push of weight 1 (see
+ * dml_optim_apply_weighted). state holds
  * dml_optim_state_floats(c) consecutive blocks of n floats (for ADAM: m
  * first, then v); it may be NULL when that count is 0. step is the row's step
  * counter, incremented (saturating) when dml_optim_uses_step(c), and
@@ -50,14 +51,32 @@ void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
 		     uint32_t *step, const float *g, size_t n);
 
 /**
+ * As dml_optim_apply, for a push of the given weight: how many batches of
+ * the job's batch_size g sums over (each divided by batch_size), > 0 and
+ * finite. ADD, SGD and MOMENTUM apply g as it is, which already carries
+ * that many batches. ADAM and ADAGRAD divide their step by the size of
+ * recent gradients, so a sum over more examples would not move further:
+ * they take the push as weight steps of its mean gradient g / weight. ADAM
+ * decays m and v by beta^weight and mixes in the mean gradient by
+ * 1 - beta^weight, then steps weight times as far; ADAGRAD adds weight
+ * times the mean's square and steps weight times as far. Workers given
+ * unequal batches of one clock so move the model as far per example as
+ * workers given equal ones. The step counter still counts pushes. Weight 1
+ * is exactly dml_optim_apply.
+ */
+void dml_optim_apply_weighted(const struct dml_optim_conf *c, float *w, float *state,
+			      uint32_t *step, const float *g, size_t n, float weight);
+
+/**
  * Apply n gradient rows of width floats (row i at g + i * width) to rows of
  * row-major arrays: rows[i] selects row rows[i] of values (width floats a
  * row), of state (width * dml_optim_state_floats(c) floats a row, laid out as
  * for dml_optim_apply; NULL if that count is 0) and of steps (NULL unless
- * dml_optim_uses_step(c)). Rows may repeat; they are applied in order.
+ * dml_optim_uses_step(c)). Rows may repeat; they are applied in order,
+ * each as a push of weight weight (dml_optim_apply_weighted).
  */
 void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *state,
 			  uint32_t *steps, size_t width, const uint64_t *rows, size_t n,
-			  const float *g);
+			  const float *g, float weight);
 
 #endif

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,6 +497,12 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		dml_server_store_duplicate(ss, m->request_id);
 		return 0;
 	}
+	if (m->weight != 0.0f && !(m->weight > 0.0f && isfinite(m->weight))) {
+		dml_server_reply_error(ss, m->request_id, DML_EINVAL, "push to table %u: "
+				       "weight %g is not a positive finite number", m->table,
+				       (double)m->weight);
+		return 0;
+	}
 	if (dml_server_cut_holds(ss, m))
 		return DML_CONN_HOLD;
 	if (!request_served(ss, m, te, keys))
@@ -507,11 +514,12 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	}
 	keys = (const uint64_t *)payload;
 	if (m->dense)
-		rc = dml_table_push_range(te->table, m->key_begin, m->key_end,
-					  (const float *)payload);
+		rc = dml_table_push_range_weighted(te->table, m->key_begin, m->key_end,
+						   (const float *)payload, dml_push_weight_of(m));
 	else
-		rc = dml_table_push_keys(te->table, keys, m->num_keys,
-					 (const float *)(payload + m->num_keys * 8ull));
+		rc = dml_table_push_keys_weighted(te->table, keys, m->num_keys,
+						  (const float *)(payload + m->num_keys * 8ull),
+						  dml_push_weight_of(m));
 	if (rc) {
 		dml_server_reply_error(ss, m->request_id, rc, "push to table %u: %s", m->table,
 				       dml_strerror(rc));

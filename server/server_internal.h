@@ -145,6 +145,12 @@ struct dml_server {
 
 /* ---- server.c ---- */
 
+/** A PUSH's weight (Meta.weight, 0 meaning 1), checked positive and finite. */
+static inline float dml_push_weight_of(const Dml__Meta *m)
+{
+	return m->weight != 0.0f ? m->weight : 1.0f;
+}
+
 /** Answer request_id with ERROR code; DML_ERANGE carries the map version. */
 void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 			    const char *fmt, ...) __attribute__((format(printf, 4, 5)));

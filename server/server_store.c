@@ -418,6 +418,7 @@ void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8
 	r.incarnation = incarnation;
 	r.seq = m->seq;
 	r.clock = m->clock;
+	r.weight = dml_push_weight_of(m);
 	append_then_ack(ss, &r, m->request_id, "a push");
 }
 
@@ -492,6 +493,7 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 {
 	struct replay *rp = arg;
 	struct table_entry *te = table_of(rp->s, r->table);
+	float weight = r->weight != 0.0f ? r->weight : 1.0f;
 	int rc;
 
 	rp->n++;
@@ -517,8 +519,10 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 		rc = r->dense ? dml_table_import_range(te->table, r->begin, r->end, r->values)
 			      : dml_table_import_keys(te->table, r->keys, r->nkeys, r->values);
 	else
-		rc = r->dense ? dml_table_push_range(te->table, r->begin, r->end, r->values)
-			      : dml_table_push_keys(te->table, r->keys, r->nkeys, r->values);
+		rc = r->dense ? dml_table_push_range_weighted(te->table, r->begin, r->end,
+							      r->values, weight)
+			      : dml_table_push_keys_weighted(te->table, r->keys, r->nkeys,
+							     r->values, weight);
 	if (rc)
 		snprintf(rp->err, rp->errlen, "log record %" PRIu64 ": %s", rp->n,
 			 dml_strerror(rc));

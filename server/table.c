@@ -534,13 +534,27 @@ uint64_t dml_table_value_bytes(const struct dml_table *t)
 	return t->nrows * t->width * sizeof(float);
 }
 
+/* A push's weight (dml_optim_apply_weighted): positive and finite. */
+static int weight_check(float weight)
+{
+	return weight > 0.0f && isfinite(weight) ? 0 : DML_EINVAL;
+}
+
 int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 			 const float *grad)
+{
+	return dml_table_push_range_weighted(t, begin, end, grad, 1.0f);
+}
+
+int dml_table_push_range_weighted(struct dml_table *t, uint64_t begin, uint64_t end,
+				  const float *grad, float weight)
 {
 	const struct dml_optim_conf *oc;
 	uint64_t r, last;
 	int rc = range_check(t, begin, end, grad);
 
+	if (rc == 0)
+		rc = weight_check(weight);
 	if (rc || begin == end)
 		return rc;
 	if ((rc = dense_writable(t)) != 0)
@@ -553,8 +567,8 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 	if (!t->uses_step && t->state_width <= t->width) {
 		/* One pass over the whole slice: with at most one state float per
 		 * value, the slice's state is one block lined up with its values. */
-		dml_optim_apply(oc, row_values(t, r), row_state(t, r), NULL, grad,
-				(last - r) * t->width);
+		dml_optim_apply_weighted(oc, row_values(t, r), row_state(t, r), NULL, grad,
+					 (last - r) * t->width, weight);
 		return 0;
 	}
 	/* Row by row, each with its own step counter; batches of row indices
@@ -566,7 +580,7 @@ int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 		while (n < TABLE_RANGE_BATCH && r < last)
 			rows[n++] = r++;
 		dml_optim_apply_rows(oc, t->values, t->state, t->steps, t->width, rows, n,
-				     grad);
+				     grad, weight);
 		grad += n * t->width;
 	}
 	return 0;
@@ -653,13 +667,13 @@ static inline void stage_rows(struct dml_table *t, const uint64_t *keys, size_t 
 
 /* Stage 3: apply n gradient rows, or copy n rows out. */
 static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n,
-			     const float *grad, float *out)
+			     const float *grad, float weight, float *out)
 {
 	if (grad) {
 		for (size_t i = 0; t->before_write && i < n; i++)
 			will_write(t, rows[i], rows[i] + 1);
 		dml_optim_apply_rows(&t->conf.optim, t->values, t->state, t->steps,
-				     t->width, rows, n, grad);
+				     t->width, rows, n, grad, weight);
 		for (size_t i = 0; t->dirty && i < n; i++)
 			mark_row(t, rows[i]);
 		return;
@@ -676,7 +690,7 @@ static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n
  * g - 2 is applied, so each access has had time to arrive when it is used.
  */
 static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
-		      const float *grad, float *out)
+		      const float *grad, float weight, float *out)
 {
 	uint64_t hashes[3][TABLE_GROUP], rows[3][TABLE_GROUP];
 	const size_t w = t->width, groups = (n + TABLE_GROUP - 1) / TABLE_GROUP;
@@ -702,7 +716,7 @@ static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 			size_t first = (g - 2) * TABLE_GROUP;
 
 			stage_use(t, rows[(g - 2) % 3], group_len(n, g - 2),
-				  grad ? grad + first * w : NULL,
+				  grad ? grad + first * w : NULL, weight,
 				  grad ? NULL : out + first * w);
 		}
 	}
@@ -720,13 +734,21 @@ static int keys_check(const struct dml_table *t, const uint64_t *keys, size_t n,
 int dml_table_push_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 			const float *grad)
 {
+	return dml_table_push_keys_weighted(t, keys, n, grad, 1.0f);
+}
+
+int dml_table_push_keys_weighted(struct dml_table *t, const uint64_t *keys, size_t n,
+				 const float *grad, float weight)
+{
 	int rc = keys_check(t, keys, n, grad);
 
+	if (rc == 0)
+		rc = weight_check(weight);
 	if (rc || n == 0)
 		return rc;
 	if (t->conf.kind == DML_TABLE_DENSE && (rc = dense_writable(t)) != 0)
 		return rc;
-	return keys_batch(t, keys, n, grad, NULL);
+	return keys_batch(t, keys, n, grad, weight, NULL);
 }
 
 int dml_table_pull_keys(struct dml_table *t, const uint64_t *keys, size_t n, float *out)
@@ -735,7 +757,7 @@ int dml_table_pull_keys(struct dml_table *t, const uint64_t *keys, size_t n, flo
 
 	if (rc || n == 0)
 		return rc;
-	return keys_batch(t, keys, n, NULL, out);
+	return keys_batch(t, keys, n, NULL, 1.0f, out);
 }
 
 int dml_table_foreach(const struct dml_table *t,

@@ -71,6 +71,13 @@ uint64_t dml_table_bytes(const struct dml_table *t);
  */
 int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 			 const float *grad);
+/**
+ * As dml_table_push_range, for a push of the given weight (how many
+ * batch_size batches grad sums over; see dml_optim_apply_weighted).
+ * DML_EINVAL also unless 0 < weight < inf.
+ */
+int dml_table_push_range_weighted(struct dml_table *t, uint64_t begin, uint64_t end,
+				  const float *grad, float weight);
 /** Copy the values of [begin, end) into out. Errors as above. */
 int dml_table_pull_range(struct dml_table *t, uint64_t begin, uint64_t end, float *out);
 
@@ -101,6 +108,9 @@ uint64_t dml_table_value_bytes(const struct dml_table *t);
  */
 int dml_table_push_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 			const float *grad);
+/** As dml_table_push_keys, for a push of the given weight (as above). */
+int dml_table_push_keys_weighted(struct dml_table *t, const uint64_t *keys, size_t n,
+				 const float *grad, float weight);
 /** Copy the rows of n keys into out (n * width floats); creates missing rows. */
 int dml_table_pull_keys(struct dml_table *t, const uint64_t *keys, size_t n, float *out);
 

@@ -13,7 +13,9 @@
  * format covers it):
  *
  *	u32 job, u32 table, u32 worker, u64 incarnation, u64 seq, u64 clock,
- *	u8 flags (1: dense, 2: rows), u64 begin, u64 end, u32 nkeys, u32 width,
+ *	u8 flags (1: dense, 2: rows, 4: moved, 8: weighted), u64 begin,
+ *	u64 end, u32 nkeys, u32 width,
+ *	f32 weight (weighted pushes only: a weight other than 1),
  *	u64 keys[nkeys] (sparse only; nkeys is 0 when dense),
  *	f32 values[(dense ? end - begin : nkeys) * width]
  *
@@ -27,6 +29,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +67,15 @@ enum {
 	REC_HDR = 61,
 };
 
-enum { REC_F_DENSE = 1, REC_F_ROWS = 2, REC_F_MOVED = 4 };
+enum { REC_F_DENSE = 1, REC_F_ROWS = 2, REC_F_MOVED = 4, REC_F_WEIGHT = 8 };
+#define REC_FLAGS (REC_F_DENSE | REC_F_ROWS | REC_F_MOVED | REC_F_WEIGHT)
+
+/* A push of a weight other than 1 carries it after the header (so a log of
+ * unweighted pushes reads as it did before weights). */
+static int rec_weighted(const struct dml_log_rec *r)
+{
+	return !r->rows && r->weight != 0.0f && r->weight != 1.0f;
+}
 
 #define DEDUPE_VAL 16
 #define SCRATCH_MIN 64
@@ -199,6 +210,8 @@ static const char *rec_layout(int dense, uint64_t begin, uint64_t end, uint32_t 
 static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valbytes,
 		       uint8_t *p)
 {
+	size_t hdr = REC_HDR;
+
 	dml_store_le32(p + REC_JOB, r->job);
 	dml_store_le32(p + REC_TABLE, r->table);
 	dml_store_le32(p + REC_WORKER, r->worker);
@@ -206,15 +219,20 @@ static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valb
 	store_put_le64(p + REC_SEQ, r->seq);
 	store_put_le64(p + REC_CLOCK, r->clock);
 	p[REC_DENSE] = (r->dense ? REC_F_DENSE : 0) | (r->rows ? REC_F_ROWS : 0) |
-		       (r->moved ? REC_F_ROWS | REC_F_MOVED : 0);
+		       (r->moved ? REC_F_ROWS | REC_F_MOVED : 0) |
+		       (rec_weighted(r) ? REC_F_WEIGHT : 0);
 	store_put_le64(p + REC_BEGIN, r->dense || r->moved ? r->begin : 0);
 	store_put_le64(p + REC_END, r->dense || r->moved ? r->end : 0);
 	dml_store_le32(p + REC_NKEYS, r->dense ? 0 : r->nkeys);
 	dml_store_le32(p + REC_WIDTH, r->width);
+	if (rec_weighted(r)) {
+		memcpy(p + hdr, &r->weight, sizeof(float));
+		hdr += sizeof(float);
+	}
 	if (keybytes)
-		memcpy(p + REC_HDR, r->keys, keybytes);
+		memcpy(p + hdr, r->keys, keybytes);
 	if (valbytes)
-		memcpy(p + REC_HDR + keybytes, r->values, valbytes);
+		memcpy(p + hdr + keybytes, r->values, valbytes);
 }
 
 /* The header's fields into r; arrays are placed by rec_decode. */
@@ -261,28 +279,37 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 		      struct dml_log_rec *r, char *err, size_t errlen)
 {
 	const uint8_t *p = v->mv_data;
-	size_t keybytes, valbytes;
+	size_t keybytes, valbytes, hdr = REC_HDR;
 	const char *why;
 
 	if (v->mv_size < REC_HDR)
 		return bad_rec(s, lsn, err, errlen, "%zu bytes, shorter than a header (%d)",
 			       v->mv_size, REC_HDR);
 	rec_header(p, r);
-	if ((p[REC_DENSE] & ~(REC_F_DENSE | REC_F_ROWS | REC_F_MOVED)) ||
-	    (r->moved && !r->rows))
+	if ((p[REC_DENSE] & ~REC_FLAGS) || (r->moved && !r->rows) ||
+	    ((p[REC_DENSE] & REC_F_WEIGHT) && r->rows))
 		return bad_rec(s, lsn, err, errlen, "flags %d", p[REC_DENSE]);
+	if (p[REC_DENSE] & REC_F_WEIGHT) {
+		if (v->mv_size < REC_HDR + sizeof(float))
+			return bad_rec(s, lsn, err, errlen, "%zu bytes, shorter than a "
+				       "weighted header", v->mv_size);
+		memcpy(&r->weight, p + REC_HDR, sizeof(float));
+		if (!(r->weight > 0.0f && isfinite(r->weight)))
+			return bad_rec(s, lsn, err, errlen, "weight %g", (double)r->weight);
+		hdr += sizeof(float);
+	}
 	if (r->moved && r->begin >= r->end)
 		return bad_rec(s, lsn, err, errlen, "moved rows of an empty range");
 	why = rec_layout(r->dense, r->begin, r->end, r->nkeys, r->width, &keybytes, &valbytes);
 	if (why)
 		return bad_rec(s, lsn, err, errlen, "%s", why);
-	if (v->mv_size - REC_HDR != keybytes + valbytes)
+	if (v->mv_size - hdr != keybytes + valbytes)
 		return bad_rec(s, lsn, err, errlen, "%zu bytes, its header says %zu", v->mv_size,
-			       REC_HDR + keybytes + valbytes);
+			       hdr + keybytes + valbytes);
 	if (store_scratch_reserve(s, keybytes + valbytes))
 		return dml_fail(DML_ENOMEM, err, errlen, "%s: log record %" PRIu64
 				": out of memory", s->path, lsn);
-	memcpy(s->scratch, p + REC_HDR, keybytes + valbytes);
+	memcpy(s->scratch, p + hdr, keybytes + valbytes);
 	r->keys = r->dense ? NULL : s->scratch;
 	/* Never NULL, so that fn may memcpy zero values from it. */
 	r->values = (const void *)((const uint8_t *)s->scratch + keybytes);
@@ -590,7 +617,9 @@ int dml_store_append(struct dml_store *s, const struct dml_log_rec *r)
 		return DML_EINVAL;
 	if ((keybytes && !r->keys) || (valbytes && !r->values))
 		return DML_EINVAL;
-	size = REC_HDR + keybytes + valbytes;
+	if (rec_weighted(r) && !(r->weight > 0.0f && isfinite(r->weight)))
+		return DML_EINVAL;
+	size = REC_HDR + (rec_weighted(r) ? sizeof(float) : 0) + keybytes + valbytes;
 	if (size > SIZE_MAX - s->len)
 		return DML_ENOMEM;
 	offs = grow(s->offs, &s->offs_cap, s->n + 1, sizeof(*s->offs), 64);

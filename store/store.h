@@ -61,6 +61,7 @@ struct dml_log_rec {
 	const uint64_t *keys;
 	uint32_t width;           /* values per key */
 	const float *values;      /* (dense ? end - begin : nkeys) * width */
+	float weight;             /* a push's Meta.weight; 0 means 1 */
 	/* rows that arrived from another server (MIGRATE) while map version
 	 * `version` was installed, the whole of [begin, end) of the table's
 	 * key space (dense keys; sparse key hashes, the rows by keys[]) */

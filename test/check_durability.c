@@ -14,12 +14,15 @@
  *     would replay that push twice);
  *   - a clean stop (SIGTERM) with durability batch keeps every
  *     acknowledged push;
+ *   - pushes of unequal weights (dml_push_weight) to adam tables come back
+ *     from the log bit for bit, weights and all;
  *   - a store of another server, and a damaged data file, are refused at
  *     start with a message naming the file and the problem.
  */
 #define _GNU_SOURCE
 #include <check.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +48,13 @@
 #define ROUNDS 90
 #define WINDOW 16
 
+/* Tables 2 and 3 take the weighted pushes, and the same ones unweighted. */
+#define ADAM_KEYS 8
 static const char tables[] =
 	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 65536\noptimizer = sgd\nlr = 1\n"
-	"[table]\nid = 1\nkind = sparse\nwidth = 2\noptimizer = sgd\nlr = 1\n";
+	"[table]\nid = 1\nkind = sparse\nwidth = 2\noptimizer = sgd\nlr = 1\n"
+	"[table]\nid = 2\nkind = dense\nwidth = 4\nkeys = 8\noptimizer = adam\nlr = 0.01\n"
+	"[table]\nid = 3\nkind = dense\nwidth = 4\nkeys = 8\noptimizer = adam\nlr = 0.01\n";
 
 /* The [store] section for a store in the environment's folder. */
 static char *store_conf(struct dml_test_env *env, const char *durability,
@@ -336,6 +343,57 @@ START_TEST(test_batch_logs_changed_rows)
 }
 END_TEST
 
+/* Tables 2 and 3 into rows (ADAM_KEYS * WIDTH floats each). */
+static void pull_adam(dml_t *d, float (*rows)[ADAM_KEYS * WIDTH])
+{
+	dml_handle_t h;
+
+	for (uint32_t t = 0; t < 2; t++) {
+		ck_assert_int_eq(dml_pull_range(d, 2 + t, 0, ADAM_KEYS, rows[t], &h), 0);
+		ck_assert_int_eq(dml_wait(d, h), 0);
+	}
+}
+
+/*
+ * Workers given unequal batches push with weights (dml_push_weight); the
+ * log keeps each push's weight, so a replay gives the rows the pushes made,
+ * not those the same gradients unweighted would have (table 3 has those).
+ */
+START_TEST(test_weighted_pushes_replayed)
+{
+	static const float weights[] = { 1.37f, 1.33f, 0.3f };
+	float before[2][ADAM_KEYS * WIDTH], after[2][ADAM_KEYS * WIDTH], g[ADAM_KEYS * WIDTH];
+	struct rig g_rig;
+	dml_handle_t h;
+
+	rig_up(&g_rig, "sync", "0");
+	ck_assert_int_eq(dml_push_weight(g_rig.d, 0.0f), DML_EINVAL);
+	ck_assert_int_eq(dml_push_weight(g_rig.d, -1.0f), DML_EINVAL);
+	ck_assert_int_eq(dml_push_weight(g_rig.d, NAN), DML_EINVAL);
+	ck_assert_int_eq(dml_push_weight(g_rig.d, INFINITY), DML_EINVAL);
+	for (int r = 0; r < 60; r++) {
+		for (size_t i = 0; i < DML_ARRAY_LEN(g); i++)
+			g[i] = weights[r % 3] * (float)((int)((i * 7 + (size_t)r) % 9) - 4) * 0.1f;
+		ck_assert_int_eq(dml_push_weight(g_rig.d, weights[r % 3]), 0);
+		ck_assert_int_eq(dml_push_range(g_rig.d, 2, 0, ADAM_KEYS, g, &h), 0);
+		ck_assert_int_eq(dml_wait(g_rig.d, h), 0);
+		ck_assert_int_eq(dml_push_weight(g_rig.d, 1.0f), 0);
+		ck_assert_int_eq(dml_push_range(g_rig.d, 3, 0, ADAM_KEYS, g, &h), 0);
+		ck_assert_int_eq(dml_wait(g_rig.d, h), 0);
+	}
+	pull_adam(g_rig.d, before);
+	ck_assert(memcmp(before[0], before[1], sizeof(before[0])) != 0);
+	dml_close(g_rig.d);
+	dml_test_server_kill(g_rig.s);
+	ck_assert_int_eq(dml_test_server_restart(g_rig.s), 0);
+	g_rig.d = worker(g_rig.env, g_rig.s);
+	ck_assert_uint_eq(last_replayed(&g_rig), 120);
+	pull_adam(g_rig.d, after);
+	ck_assert(memcmp(before, after, sizeof(before)) == 0);
+	rig_down(&g_rig);
+}
+END_TEST
+
 /* A server that must refuse to start on store: exit status 2, saying want. */
 static void expect_refusal(struct dml_test_env *env, uint32_t node, const char *store,
 			   const char *want)
@@ -400,6 +458,7 @@ static Suite *durability_suite(void)
 	tcase_add_test(tc, test_kill_points_with_checkpoints);
 	tcase_add_test(tc, test_clean_stop_batch);
 	tcase_add_test(tc, test_batch_logs_changed_rows);
+	tcase_add_test(tc, test_weighted_pushes_replayed);
 	tcase_add_test(tc, test_refusals);
 	suite_add_tcase(s, tc);
 	return s;

@@ -110,7 +110,8 @@ parts2=$(awk '$1 == 2 && $2 == "alive" { print $7 }' "$tmp/job.out")
 "${dmlctl[@]}" stop 1 >/dev/null 2>&1 || fail "dmlctl stop 1"
 
 # The same under BSP: batches follow the workers' compute speeds (LB-BSP),
-# so the slow worker takes a smaller batch, and it takes it (its log).
+# so the slow worker takes a smaller batch, and it takes it, its pushes
+# weighing what their examples make of batch_size (its log).
 printf '%s\n' "[job]" "name = lbbsp" "app = lsq" "data = synthetic" \
 	"staleness = 0" "batch_size = 512" "max_clocks = 1000000" "examples = 5000" \
 	"dim = 2048" "rebalance_hold_ms = 1000" "[table]" "id = 0" "keys = 2048" \
@@ -133,10 +134,12 @@ parts2=$(awk '$1 == 2 && $2 == "alive" { print $7 }' "$tmp/job.out")
 	fail "BSP: worker 2's batch is ${batch2:-?} (${parts2:-?} partitions) after 60 s:" \
 		"$(cat "$tmp/job.out")"
 for ((i = 0; i < 50; i++)); do
-	grep -q "job 2: .*batch [0-9]* -> $batch2 " "$run/worker2.log" && break
+	grep -q "job 2: .*batch [0-9]* -> $batch2 (pushes of weight 0\.[0-9]*)" \
+		"$run/worker2.log" && break
 	sleep 0.2
 done
-grep -q "job 2: .*batch [0-9]* -> $batch2 " "$run/worker2.log" ||
+grep -q "job 2: .*batch [0-9]* -> $batch2 (pushes of weight 0\.[0-9]*)" \
+	"$run/worker2.log" ||
 	fail "worker 2 did not take batch $batch2: $(tail -n 5 "$run/worker2.log")"
 "${dmlctl[@]}" stop 2 >/dev/null 2>&1 || fail "dmlctl stop 2"
 # Its quota back, so that it stops in time (a sanitizer's exit scan alone

@@ -385,13 +385,14 @@ static void answer_free(struct answer *a)
 	a->stats = NULL;
 }
 
-/* A dense push of one key of table 0 (width DW). */
-static void raw_push_key(struct raw *r, uint32_t job, uint64_t key, uint64_t seq,
-			 const float *g, struct answer *a)
+/* A dense push of one key of table 0 (width DW), of weight (0: none sent). */
+static void raw_push_key_weighted(struct raw *r, uint32_t job, uint64_t key, uint64_t seq,
+				  const float *g, float weight, struct answer *a)
 {
 	Dml__Meta m = DML__META__INIT;
 
 	m.type = DML__MSG_TYPE__PUSH;
+	m.weight = weight;
 	m.job = job;
 	m.table = 0;
 	m.seq = seq;
@@ -400,6 +401,12 @@ static void raw_push_key(struct raw *r, uint32_t job, uint64_t key, uint64_t seq
 	m.key_begin = key;
 	m.key_end = key + 1;
 	raw_call(r, &m, g, DW * sizeof(float), a);
+}
+
+static void raw_push_key(struct raw *r, uint32_t job, uint64_t key, uint64_t seq,
+			 const float *g, struct answer *a)
+{
+	raw_push_key_weighted(r, job, key, seq, g, 0.0f, a);
 }
 
 /* A dense pull of one key of table 0 at clock; its request id. */
@@ -724,6 +731,11 @@ START_TEST(test_remap_refusals)
 	raw_open(env, dml_test_server_port(s), DML__ROLE__WORKER, 9, 1, JOB, 0, &w);
 	ck_assert_uint_eq(w.map_version, 2);
 	ck_assert_uint_eq(w.ntables, 2);
+	/* A weight that is not a positive finite number is refused, and its
+	 * sequence number stays free. */
+	raw_push_key_weighted(&w, JOB, 10, 1, g, -1.0f, &a);
+	ck_assert_int_eq(a.code, DML_EINVAL);
+	ck_assert_str_eq(a.message, "push to table 0: weight -1 is not a positive finite number");
 	raw_push_key(&w, JOB, 10, 1, g, &a);
 	ck_assert_int_eq(a.type, DML__MSG_TYPE__ACK);
 	raw_pull_key(&w, JOB, 10, &a);

@@ -12,6 +12,7 @@
 #include <check.h>
 #include <inttypes.h>
 #include <lmdb.h>
+#include <math.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,7 +31,8 @@
 #define MAP (1u << 20)
 
 /* The record layout store.c documents: offsets the damage tests poke at. */
-enum { OFF_DENSE = 36, OFF_BEGIN = 37, OFF_END = 45, OFF_NKEYS = 53, OFF_WIDTH = 57 };
+enum { OFF_DENSE = 36, OFF_BEGIN = 37, OFF_END = 45, OFF_NKEYS = 53, OFF_WIDTH = 57,
+       OFF_HDR = 61 };
 
 static const char *dir(void)
 {
@@ -98,7 +100,16 @@ static struct dml_log_rec rec_n(uint32_t n)
 		r.begin = n;
 		r.end = n + 9;
 	}
+	/* Some pushes weigh other than 1 (Meta.weight). */
+	if (n % 5 == 4 && !r.rows)
+		r.weight = 0.25f * (float)(n % 7 + 1);
 	return r;
+}
+
+/* A record's weight as replay gives it: 0 for 1. */
+static float weight_of(const struct dml_log_rec *r)
+{
+	return r->weight == 1.0f ? 0.0f : r->weight;
 }
 
 static void same_rec(const struct dml_log_rec *a, const struct dml_log_rec *b)
@@ -116,6 +127,7 @@ static void same_rec(const struct dml_log_rec *a, const struct dml_log_rec *b)
 	ck_assert_int_eq(!!a->moved, !!b->moved);
 	ck_assert_uint_eq(a->version, b->version);
 	ck_assert_uint_eq(a->width, b->width);
+	ck_assert_float_eq(weight_of(a), weight_of(b));
 	if (a->dense || a->moved) {
 		ck_assert_uint_eq(a->begin, b->begin);
 		ck_assert_uint_eq(a->end, b->end);
@@ -647,6 +659,53 @@ START_TEST(test_damaged_records_refused)
 	poke64(bad + OFF_END, 0);
 	poke32(bad + OFF_NKEYS, 3);
 	damaged_record(bad, len, "dense record with keys");
+
+	/* A weight after the header: none there, not a positive finite
+	 * number, or on rows (which are put back, not pushed). */
+	memcpy(bad, good, len);
+	bad[OFF_DENSE] |= 8;
+	damaged_record(bad, OFF_HDR + 2, "shorter than a weighted header");
+	memcpy(bad + OFF_HDR + 4, good + OFF_HDR, len - OFF_HDR);
+	{
+		const float weights[] = { NAN, -1.0f, 0.0f, INFINITY };
+		const char *const why[] = { "weight nan", "weight -1", "weight 0", "weight inf" };
+
+		for (size_t i = 0; i < DML_ARRAY_LEN(weights); i++) {
+			memcpy(bad + OFF_HDR, &weights[i], sizeof(float));
+			damaged_record(bad, len + 4, why[i]);
+		}
+	}
+	bad[OFF_DENSE] |= 2;
+	damaged_record(bad, len + 4, "flags 10");
+}
+END_TEST
+
+/* A weight other than 1 costs a record 4 bytes; weight 1 costs nothing. */
+START_TEST(test_weight_costs_four_bytes)
+{
+	struct dml_store *s;
+	struct dml_log_rec r;
+	size_t plain, weighted;
+
+	values_init();
+	s = open_ok(1, MAP);
+	r = rec_n(0);
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+	dml_store_pending(s, &plain);
+	r.weight = 1.0f;
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+	dml_store_pending(s, &weighted);
+	ck_assert_uint_eq(weighted, 2 * plain);
+	r.weight = 1.5f;
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+	dml_store_pending(s, &weighted);
+	ck_assert_uint_eq(weighted, 3 * plain + 4);
+	r.weight = -1.5f;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r.weight = NAN;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	commit_ok(s);
+	dml_store_close(s);
 }
 END_TEST
 
@@ -1119,6 +1178,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_creates_directory);
 	tcase_add_test(tc, test_map_full);
 	tcase_add_test(tc, test_damaged_records_refused);
+	tcase_add_test(tc, test_weight_costs_four_bytes);
 	tcase_add_test(tc, test_replay_stops_on_fn);
 	tcase_add_test(tc, test_empty_commit_and_null_close);
 	tcase_add_test(tc, test_bad_append_refused);

@@ -14,11 +14,12 @@
  *   (c) the same under SSP, staleness 2;
  *   (d) the fleet without its slowest worker, BSP, batch_size each.
  *
- * Every configuration takes one optimizer step per batch_size examples: a
- * server applies each push as a step (Adam in mlp.conf, whose steps do not
- * grow with the gradient's size), and each worker's push sums its batch
- * over batch_size. (d) with the same global batch over fewer workers would
- * take fewer steps an epoch, and need more epochs.
+ * Every configuration moves the model as far per batch_size examples: each
+ * worker's push sums its batch over batch_size and carries its weight (its
+ * batch over batch_size), which Adam in mlp.conf, whose steps do not grow
+ * with the gradient's size, takes as that many steps. (d) with the same
+ * global batch over fewer workers would take fewer steps an epoch, and
+ * need more epochs.
  *
  * For each: the time to the target test accuracy (copies of the model
  * scored after the run, as dml-bench train does), the load spread (each

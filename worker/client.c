@@ -23,6 +23,7 @@
  * handle can reach, re-route a part that was sent and not answered (only an
  * ERANGE answer means "not applied"), or reuse a push sequence number.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,7 @@ struct part {
 	enum part_kind kind;
 	uint64_t wire_id;
 	uint64_t seq;
+	float weight;                  /* push: Meta.weight, 0 for 1 */
 	unsigned sends;                /* times written to a connection */
 	uint32_t table, width;
 	int dense;
@@ -134,6 +136,7 @@ struct dml {
 	char map_why[512];
 
 	uint64_t clock;
+	float push_weight;             /* of pushes from now on; 0 for 1 */
 	uint64_t last_min_clock;
 	uint64_t held_ns;              /* pulls waited for, held by their servers */
 	uint64_t bytes_closed;         /* moved over connections closed since */
@@ -330,6 +333,7 @@ static int part_send(struct dml *d, struct part *p)
 	case PART_PUSH:
 		m.type = DML__MSG_TYPE__PUSH;
 		m.seq = p->seq;
+		m.weight = p->weight;
 		if (!p->dense) {
 			iov[n].iov_base = (void *)p->keys;
 			iov[n++].iov_len = p->nkeys * sizeof(uint64_t);
@@ -408,11 +412,13 @@ static const struct dml_shard_table *lookup_table(struct dml *d, uint32_t table)
 	return dml_shard_map_table(&d->map, table);
 }
 
-static struct part *part_new(enum part_kind kind, const struct dml_shard_table *t)
+static struct part *part_new(struct dml *d, enum part_kind kind,
+			     const struct dml_shard_table *t)
 {
 	struct part *p = dml_xcalloc(1, sizeof(*p));
 
 	p->kind = kind;
+	p->weight = kind == PART_PUSH ? d->push_weight : 0.0f;
 	p->table = t->id;
 	p->width = t->width;
 	p->dense = 1;   /* key-list requests clear it */
@@ -429,6 +435,7 @@ static struct part *part_piece(const struct part *p)
 	q->table = p->table;
 	q->width = p->width;
 	q->dense = p->dense;
+	q->weight = p->weight;
 	q->bounced_ns = p->bounced_ns;
 	return q;
 }
@@ -1436,7 +1443,7 @@ static int submit_range(struct dml *d, enum part_kind kind, uint32_t table, uint
 		return DML_EINVAL;
 	if (begin >= end || end > t->keys)
 		return DML_ERANGE;
-	p = part_new(kind, t);
+	p = part_new(d, kind, t);
 	p->begin = begin;
 	p->end = end;
 	p->vals = vals;
@@ -1457,7 +1464,7 @@ static int submit_keys(struct dml *d, enum part_kind kind, uint32_t table,
 		return DML_ENOTFOUND;
 	if (n == 0 || n > UINT32_MAX || !keys)
 		return DML_EINVAL;
-	p = part_new(kind, t);
+	p = part_new(d, kind, t);
 	p->dense = 0;
 	p->keys = keys;
 	p->nkeys = (uint32_t)n;
@@ -1568,6 +1575,15 @@ int dml_clock(dml_t *d)
 			send_clock(l);
 	}
 	return rc;
+}
+
+int dml_push_weight(dml_t *d, float weight)
+{
+	if (!d || !(weight > 0.0f && isfinite(weight)))
+		return DML_EINVAL;
+	/* 1 travels as the field's default: nothing on the wire. */
+	d->push_weight = weight == 1.0f ? 0.0f : weight;
+	return 0;
 }
 
 uint64_t dml_current_clock(const dml_t *d)

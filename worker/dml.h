@@ -153,6 +153,17 @@ int dml_wait_all(dml_t *d);
  * Does not block. Returns an error if a server is gone for good.
  */
 int dml_clock(dml_t *d);
+/**
+ * The weight of the pushes made from now on: how many batches of the job's
+ * batch_size each pushed gradient sums over, the sum divided by batch_size
+ * (a worker given twice batch_size examples a step pushes weight 2). A
+ * server whose optimizer scales its step by the size of recent gradients
+ * (adam, adagrad) takes such a push as that many steps of its mean
+ * gradient, so unequal batches move the model as far per example as equal
+ * ones; other optimizers apply the sum as it is. Default 1. DML_EINVAL
+ * unless 0 < weight < inf.
+ */
+int dml_push_weight(dml_t *d, float weight);
 /** The caller's current clock (the clock option before the first dml_clock). */
 uint64_t dml_current_clock(const dml_t *d);
 /**

@@ -529,6 +529,19 @@ static uint32_t assign_batch(const struct run *r, const struct assign *a)
 	return a->batch ? a->batch : r->spec->batch_size;
 }
 
+/* Apps push a batch's gradient summed over the spec's batch_size: a push
+ * carries the batches of that size its examples make (dml_push_weight). */
+static float assign_weight(const struct run *r, const struct assign *a)
+{
+	return (float)((double)assign_batch(r, a) / r->spec->batch_size);
+}
+
+static void run_push_weight(struct run *r, const struct assign *a)
+{
+	if (r->d)
+		dml_push_weight(r->d, assign_weight(r, a));
+}
+
 /* The app takes assignment a's batch size; r->err says why not. */
 static int run_set_batch(struct run *r, const struct assign *a)
 {
@@ -544,6 +557,8 @@ static int run_set_batch(struct run *r, const struct assign *a)
 	}
 	if ((rc = r->app->set_batch(r->state, batch, why, sizeof(why))) != 0)
 		run_fail(r, "%s", why);
+	else
+		run_push_weight(r, a);
 	return rc;
 }
 
@@ -608,6 +623,7 @@ static int run_open(struct run *r)
 	}
 	if ((rc = run_check_tables(r)) != 0)
 		return rc;
+	run_push_weight(r, &r->as);
 	r->io = (struct dml_app_io){ &libdml_io, r->d, 0 };
 	r->eval_every = r->spec->eval_every ? r->spec->eval_every :
 			r->app->default_eval_every;
@@ -701,9 +717,11 @@ static int run_follow(struct run *r, const struct assign *next)
 	if (new_parts)
 		run_report(r, REPORT_NOW, 0, 0, 0);
 	dml_info("job %" PRIu32 ": partitions %zu -> %zu of %" PRIu32 ", batch %" PRIu32
-		 " -> %" PRIu32 " at clock %" PRIu64 " (assignment v%" PRIu64 ", %" PRIu64
-		 " examples)", r->as.job, before, r->as.nparts, r->as.num_partitions, batch,
-		 assign_batch(r, &r->as), r->clock, r->as.version, run_examples_held(r));
+		 " -> %" PRIu32 " (pushes of weight %.3g) at clock %" PRIu64 " (assignment v%"
+		 PRIu64 ", %" PRIu64 " examples)", r->as.job, before, r->as.nparts,
+		 r->as.num_partitions, batch, assign_batch(r, &r->as),
+		 (double)assign_weight(r, &r->as), r->clock, r->as.version,
+		 run_examples_held(r));
 	return 0;
 }
 
