@@ -106,7 +106,7 @@ int dml_meta_value_count(const Dml__Meta *m, uint64_t *count)
 
 static bool type_is_known(int type)
 {
-	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__CHECKPOINT;
+	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__EVICT;
 }
 
 static bool type_is_data(int type)
@@ -386,6 +386,7 @@ static const char *const msg_type_names[] = {
 	[DML__MSG_TYPE__SHARDMAP_REPLY] = "shardmap_reply",
 	[DML__MSG_TYPE__MIGRATE] = "migrate",
 	[DML__MSG_TYPE__CHECKPOINT] = "checkpoint",
+	[DML__MSG_TYPE__EVICT] = "evict",
 };
 
 const char *dml_msg_type_name(int type)

@@ -235,6 +235,17 @@ struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id);
 /** A new, zeroed entry for job id (ids come in increasing order). */
 struct sched_job *dml_sched_job_add(struct dml_sched *s, uint32_t id);
 
+/* ---- sched_evict.c: servers stop waiting for a lost worker ------------- */
+
+/**
+ * Worker of the active job was lost: under BSP and SSP, tell every server
+ * of its map to drop the worker's clock and close its connections.
+ */
+void dml_sched_evict(struct dml_sched *s, const struct dml_job *job, uint32_t worker);
+
+/** Server (re)registered: tell it again of the job's workers not live. */
+void dml_sched_evict_again(struct dml_sched *s, const struct dml_job *job, uint32_t server);
+
 /* ---- sched_ckpt.c: job-wide checkpoints -------------------------------- */
 
 /**

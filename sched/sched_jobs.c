@@ -690,6 +690,8 @@ static void server_registered(struct dml_sched *s, const struct dml_node *n, uin
 
 	if (!xj || !xj->map || dml_job_finished(job) || refused(s, n))
 		return;
+	/* It may have missed an EVICT while it was away. */
+	dml_sched_evict_again(s, job, n->node_id);
 	was = map_server(xj->map, n->node_id);
 	ms = act_server(s, n->node_id);
 	/* Its answer to the round, if any, went down with the old link. */
@@ -727,8 +729,9 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 		const struct dml_node *n = dml_nodes_find(s->nodes, e->role, e->node_id);
 
 		if (e->dead) {
-			if ((job = active_job(s)) != NULL)
-				(void)dml_jobs_worker_lost(job, e->node_id, e->reason, now);
+			if ((job = active_job(s)) != NULL &&
+			    dml_jobs_worker_lost(job, e->node_id, e->reason, now))
+				dml_sched_evict(s, job, e->node_id);
 			continue;
 		}
 		/* It may have died again since it registered. */
@@ -1027,8 +1030,8 @@ static void worker_refused(struct dml_sched *s, struct session *ss, const Dml__M
 	dml_warn("worker %" PRIu32 " refused its assignment (request %" PRIu64 "): %s",
 		 ss->node_id, m->request_id, text);
 	snprintf(why, sizeof(why), "refused its assignment: %s", text);
-	if (job)
-		(void)dml_jobs_worker_lost(job, ss->node_id, why, now);
+	if (job && dml_jobs_worker_lost(job, ss->node_id, why, now))
+		dml_sched_evict(s, job, ss->node_id);
 }
 
 void dml_sched_handle_reply(struct session *ss, const Dml__Meta *m)

@@ -898,6 +898,35 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 
+void dml_server_evict(struct dml_server *s, uint32_t worker)
+{
+	struct dml_ssp_worker *w = dml_ssp_find(&s->ssp, worker);
+	unsigned closed = 0;
+
+	/* A hung worker keeps its connections open, so the reaper never
+	 * counts it gone: close them, and it rejoins by reconnecting. */
+	for (struct dml_peer *x = s->peers.head; x; x = x->next) {
+		struct session *ss = (struct session *)x;
+
+		if (!ss->worker || ss->node_id != worker)
+			continue;
+		drop_held(s, ss, 0, NULL);
+		dml_conn_abort(x->conn, DML_ECLOSED);
+		closed++;
+	}
+	if (!w || !w->live) {
+		dml_info("job %u: the scheduler lost worker %u, not in the clock set here "
+			 "(%u connections closed)", s->job.id, worker, closed);
+		return;
+	}
+	dml_ssp_leave(&s->ssp, w);
+	dml_info("job %u: the scheduler lost worker %u at clock %llu: dropped from the clock "
+		 "set, %u connections closed; slowest clock is now %llu", s->job.id, worker,
+		 (unsigned long long)w->clock, closed,
+		 (unsigned long long)dml_ssp_min_clock(&s->ssp));
+	release_held(s);
+}
+
 /* ---- lifecycle ---------------------------------------------------------- */
 
 

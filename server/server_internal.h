@@ -158,6 +158,13 @@ void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 /** Answer request_id with ACK. */
 void dml_server_reply_ack(struct session *ss, uint64_t request_id);
 
+/**
+ * The scheduler lost worker (EVICT): close its connections and drop it
+ * from the clock set, so that the others stop waiting for its clock. It
+ * rejoins, at the slowest clock, when it connects again.
+ */
+void dml_server_evict(struct dml_server *s, uint32_t worker);
+
 /** Free every table entry (tables and range sets); ntables becomes 0. */
 void dml_server_tables_free(struct dml_server *s);
 

@@ -1344,6 +1344,14 @@ void dml_server_job_on_sched(struct dml_sched_link *l, const Dml__Meta *m, void 
 		dml_server_cut_on_sched(s, m);
 		return;
 	}
+	if (m->type == DML__MSG_TYPE__EVICT) {
+		if (m->job == s->job.id && m->job != 0)
+			dml_server_evict(s, m->worker);
+		else
+			dml_debug("scheduler: evicting worker %u of job %u, not held here (job "
+				  "%u)", m->worker, m->job, s->job.id);
+		return;
+	}
 	if (m->type != DML__MSG_TYPE__SHARDMAP) {
 		dml_debug("scheduler: ignoring a %s frame", dml_msg_type_name((int)m->type));
 		return;

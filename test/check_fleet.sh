@@ -10,25 +10,11 @@
 # Exit status: 0 pass, 1 fail, 77 skip.
 set -u
 
-srcdir=${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-builddir=${DML_BUILDDIR:-.}
-builddir=$(cd "$builddir" && pwd)
+before_cleanup() {
+	[ -z "${busy_group:-}" ] || fleet_remove "$busy_group" 2>/dev/null
+}
+. "${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/test/local_cluster.sh" fleet
 . "$srcdir/tools/fleet.sh"
-
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-
-tmp=$(mktemp -d -t dml-fleet.XXXXXX) || fail "mktemp"
-run=$tmp/run
-local_=("$srcdir/tools/dml-local")
-cleanup() {
-	"${local_[@]}" down --dir "$run" >/dev/null 2>&1
-	[ -n "${busy_group:-}" ] && fleet_remove "$busy_group" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 # cgroup v2's files, on a scratch tree (plain files: only what is written).
 mkdir -p "$tmp/v2" && echo "cpuset cpu io memory" >"$tmp/v2/cgroup.controllers"
@@ -83,14 +69,9 @@ for spec in worker1:0.25 worker2:0.25; do
 done
 
 # An asynchronous job; worker 2 slows down to a tenth in the middle of it.
-dmlctl=("$builddir/tools/dmlctl" -s "$(. "$run/env" && echo "$DML_SCHEDULER")"
-	--secret "$run/secret")
-printf '%s\n' "[job]" "name = slowdown" "app = lsq" "data = synthetic" \
-	"staleness = -1" "batch_size = 512" "max_clocks = 1000000" "examples = 5000" \
-	"dim = 2048" "[table]" "id = 0" "keys = 2048" "optimizer = sgd" "lr = 0.01" \
-	>"$tmp/job.conf"
-"${dmlctl[@]}" submit "$tmp/job.conf" >"$tmp/submit.out" 2>&1 ||
-	fail "submit: $(cat "$tmp/submit.out")"
+local_cluster_dmlctl
+local_cluster_lsq slowdown 2048 0.01 "staleness = -1" "batch_size = 512" \
+	"max_clocks = 1000000" "examples = 5000"
 sleep 2
 fleet_set "$base/$group/worker2" 0.02 || fail "cannot slow worker 2 down"
 "${local_[@]}" status --dir "$run" --build "$builddir" >"$tmp/status.out" 2>&1
@@ -112,12 +93,8 @@ parts2=$(awk '$1 == 2 && $2 == "alive" { print $7 }' "$tmp/job.out")
 # The same under BSP: batches follow the workers' compute speeds (LB-BSP),
 # so the slow worker takes a smaller batch, and it takes it, its pushes
 # weighing what their examples make of batch_size (its log).
-printf '%s\n' "[job]" "name = lbbsp" "app = lsq" "data = synthetic" \
-	"staleness = 0" "batch_size = 512" "max_clocks = 1000000" "examples = 5000" \
-	"dim = 2048" "rebalance_hold_ms = 1000" "[table]" "id = 0" "keys = 2048" \
-	"optimizer = sgd" "lr = 0.01" >"$tmp/bsp.conf"
-"${dmlctl[@]}" submit "$tmp/bsp.conf" >"$tmp/submit.out" 2>&1 ||
-	fail "submit: $(cat "$tmp/submit.out")"
+local_cluster_lsq lbbsp 2048 0.01 "staleness = 0" "batch_size = 512" \
+	"max_clocks = 1000000" "examples = 5000" "rebalance_hold_ms = 1000"
 # The first split may follow a measure taken while the tests beside this
 # one held the CPU; later ones correct it, so wait for the batch to fall.
 batch2=

@@ -10,24 +10,8 @@
 # Exit status: 0 pass, 1 fail, 77 skip.
 set -u
 
-srcdir=${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-builddir=${DML_BUILDDIR:-.}
-builddir=$(cd "$builddir" && pwd)
+. "${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/test/local_cluster.sh" links
 . "$srcdir/tools/fleet.sh"
-
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-
-tmp=$(mktemp -d -t dml-links.XXXXXX) || fail "mktemp"
-run=$tmp/run
-local_=("$srcdir/tools/dml-local")
-cleanup() {
-	"${local_[@]}" down --dir "$run" >/dev/null 2>&1
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
 
 # Rates as tc takes them, and nothing else; addresses inside 198.18.0.0/15.
 [ "$(fleet_link_bits 20mbit)" = 20000000 ] || fail "20mbit is '$(fleet_link_bits 20mbit)'"
@@ -98,8 +82,7 @@ keys=65536
 printf '%s\n' "[job]" "name = links" "app = lsq" "data = synthetic" "staleness = 0" \
 	"batch_size = 8" "max_clocks = $clocks" "examples = 512" "dim = $keys" "[table]" \
 	"id = 0" "keys = $keys" "optimizer = sgd" "lr = 0.0001" >"$tmp/job.conf"
-dmlctl=("$builddir/tools/dmlctl" -s "$(. "$run/env" && echo "$DML_SCHEDULER")"
-	--secret "$run/secret")
+local_cluster_dmlctl
 timeout 120 "${dmlctl[@]}" submit "$tmp/job.conf" --wait >"$tmp/job.out" 2>&1 ||
 	fail "the job: $(tail -n 5 "$tmp/job.out")"
 grep -q "done: every worker reached $clocks clocks" "$tmp/job.out" ||

@@ -1059,6 +1059,100 @@ START_TEST(test_remap_held_pulls)
 }
 END_TEST
 
+/* CLOCK: r finished the clocks before clock. */
+static void raw_clock(struct raw *r, uint64_t clock)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__CLOCK;
+	m.clock = clock;
+	raw_send(r, &m, NULL, 0);
+}
+
+/* The server closed r's connection (nothing more was sent on it). */
+static void raw_expect_closed(struct raw *r)
+{
+	struct pollfd pfd = { .fd = r->fd, .events = POLLIN };
+	char c;
+
+	ck_assert_int_eq(poll(&pfd, 1, WAIT_MS), 1);
+	ck_assert_int_le(read(r->fd, &c, 1), 0);
+}
+
+/* Worker id's clock in the server's STATS (asked over ctl); -1 if absent. */
+static int64_t stats_clock(struct raw *ctl, uint32_t id)
+{
+	Dml__Meta m = DML__META__INIT;
+	struct answer a;
+	int64_t clock = -1;
+
+	m.type = DML__MSG_TYPE__STATS;
+	raw_call(ctl, &m, NULL, 0, &a);
+	ck_assert_ptr_nonnull(a.stats);
+	for (size_t i = 0; i < a.stats->n_workers; i++)
+		if (a.stats->workers[i]->worker == id)
+			clock = (int64_t)a.stats->workers[i]->clock;
+	answer_free(&a);
+	return clock;
+}
+
+/*
+ * A hung worker keeps its connection open, so the server would wait for
+ * its clock for ever. The scheduler's EVICT drops it from the clock set and
+ * closes the connection: a pull parked for its clock is answered. When it
+ * connects again it joins at the slowest clock.
+ */
+START_TEST(test_evict_drops_a_hung_worker)
+{
+	const uint32_t one[] = { 1 };
+	struct dml_test_env *env;
+	struct dml_fake_sched *f;
+	struct dml_test_server *s[1];
+	struct job j;
+	struct raw a, b, ctl;
+	struct answer ans;
+	uint64_t parked;
+	uint16_t port;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_fake_sched_start(dml_test_env_secret(env), &f), 0);
+	job_init(&j, JOB);
+	j.spec.staleness = 0;
+	j.spec.workers = 2;
+	s[0] = start_server(env, f, 1, NULL, j.addr[1], sizeof(j.addr[1]));
+	port = dml_test_server_port(s[0]);
+	job_map(&j, 1, one, 1, one_ranges, 2);
+	install_all(f, &j, one, 1, 0);
+	raw_open(env, port, DML__ROLE__WORKER, 9, 1, JOB, 0, &a);
+	raw_open(env, port, DML__ROLE__WORKER, 11, 1, JOB, 0, &b);
+	raw_open(env, port, DML__ROLE__CONTROL, 0, 1, 0, 0, &ctl);
+	raw_clock(&a, 1);
+	parked = raw_pull_send(&a, JOB, 10, 1);
+	ck_assert_int_eq(stats_clock(&ctl, 9), 1);
+
+	ck_assert_int_eq(dml_fake_sched_evict(f, 1, JOB, 11), 0);
+	raw_answer(&a, parked, &ans);
+	ck_assert_int_eq(ans.type, DML__MSG_TYPE__PULL_REPLY);
+	expect_log(s[0], "job 7: the scheduler lost worker 11 at clock 0: dropped from the "
+		   "clock set, 1 connections closed; slowest clock is now 1");
+	raw_expect_closed(&b);
+	raw_close(&b);
+
+	/* Back, it holds nobody back: it starts at the slowest clock. */
+	raw_open(env, port, DML__ROLE__WORKER, 11, 1, JOB, 0, &b);
+	ck_assert_int_eq(stats_clock(&ctl, 11), 1);
+	parked = raw_pull_send(&a, JOB, 10, 2);
+	raw_clock(&b, 2);
+	raw_clock(&a, 2);
+	raw_answer(&a, parked, &ans);
+	ck_assert_int_eq(ans.type, DML__MSG_TYPE__PULL_REPLY);
+	raw_close(&a);
+	raw_close(&b);
+	raw_close(&ctl);
+	all_down(s, 1, f, env);
+}
+END_TEST
+
 /* Server id with a [store] in the environment's folder, its port pinned. */
 static struct dml_test_server *start_store_server(struct dml_test_env *env,
 						  struct dml_fake_sched *f, uint32_t id,
@@ -1205,6 +1299,7 @@ static Suite *remap_suite(void)
 	tcase_add_test(tc, test_remap_many_frames);
 	tcase_add_test(tc, test_remap_newer_map_midway);
 	tcase_add_test(tc, test_remap_held_pulls);
+	tcase_add_test(tc, test_evict_drops_a_hung_worker);
 	tcase_add_test(tc, test_joiner_restart_keeps_moved_rows);
 	tcase_add_test(tc, test_sender_restart_resumes_its_move);
 	suite_add_tcase(s, tc);

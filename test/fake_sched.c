@@ -414,6 +414,17 @@ int dml_fake_sched_checkpoint_wait(struct dml_fake_sched *f, uint32_t server, in
 	return rc;
 }
 
+int dml_fake_sched_evict(struct dml_fake_sched *f, uint32_t server, uint32_t job,
+			 uint32_t worker)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__EVICT;
+	m.job = job;
+	m.worker = worker;
+	return request_begin(f, server, &m);
+}
+
 int dml_fake_sched_install_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,
 				char *err, size_t errlen)
 {

@@ -71,6 +71,14 @@ int dml_fake_sched_checkpoint_begin(struct dml_fake_sched *f, uint32_t server, u
 int dml_fake_sched_checkpoint_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,
 				   uint64_t *clock, uint64_t *bytes, char *err, size_t errlen);
 
+/**
+ * Send EVICT {job, worker} to registered server `server` (no answer comes;
+ * the next request to that server may replace it before it is sent, so
+ * wait for its effect first). 0 or DML_ENOTFOUND.
+ */
+int dml_fake_sched_evict(struct dml_fake_sched *f, uint32_t server, uint32_t job,
+			 uint32_t worker);
+
 /** Stop the thread, close everything, free. NULL is fine. */
 void dml_fake_sched_stop(struct dml_fake_sched *f);
 

@@ -78,6 +78,12 @@ dist_noinst_SCRIPTS += test/check_fleet.sh
 # pairs (exit 77 = SKIP without root and iproute2).
 TESTS += test/check_links.sh
 dist_noinst_SCRIPTS += test/check_links.sh
+
+# A hung worker (SIGSTOP) under BSP: lost, its clock dropped by the
+# servers (EVICT), the job going on; back, it takes up at the job's clock.
+TESTS += test/check_stall.sh
+dist_noinst_SCRIPTS += test/check_stall.sh
+EXTRA_DIST += test/local_cluster.sh
 EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/dml-sched.service \
 	conf/systemd/dml-worker@.service conf/systemd/README conf/local/sched.conf \
 	conf/local/server.conf conf/local/worker.conf

@@ -1556,15 +1556,11 @@ int dml_wait_all(dml_t *d)
 	return rc;
 }
 
-int dml_clock(dml_t *d)
+/* The clock is now d->clock: tell the servers of the current map. */
+static int clock_announce(struct dml *d)
 {
 	int rc = 0;
 
-	if (!d)
-		return DML_EINVAL;
-	if (d->conf.role != 0)
-		return DML_EROLE;
-	d->clock++;
 	/* The servers of the current map; one that joins later hears it on ready. */
 	for (uint32_t i = 0; i < d->nroute; i++) {
 		struct link *l = d->route[i];
@@ -1575,6 +1571,28 @@ int dml_clock(dml_t *d)
 			send_clock(l);
 	}
 	return rc;
+}
+
+int dml_clock(dml_t *d)
+{
+	if (!d)
+		return DML_EINVAL;
+	if (d->conf.role != 0)
+		return DML_EROLE;
+	d->clock++;
+	return clock_announce(d);
+}
+
+int dml_clock_to(dml_t *d, uint64_t clock)
+{
+	if (!d)
+		return DML_EINVAL;
+	if (d->conf.role != 0)
+		return DML_EROLE;
+	if (clock <= d->clock)
+		return 0;
+	d->clock = clock;
+	return clock_announce(d);
 }
 
 int dml_push_weight(dml_t *d, float weight)

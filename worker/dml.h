@@ -154,6 +154,13 @@ int dml_wait_all(dml_t *d);
  */
 int dml_clock(dml_t *d);
 /**
+ * Move the clock on to clock (nothing if it is not ahead), telling every
+ * server as dml_clock does: a worker that the job went on without (its
+ * servers dropped it while it hung) takes up again at the job's clock
+ * rather than holding the others back while it walks its missed clocks.
+ */
+int dml_clock_to(dml_t *d, uint64_t clock);
+/**
  * The weight of the pushes made from now on: how many batches of the job's
  * batch_size each pushed gradient sums over, the sum divided by batch_size
  * (a worker given twice batch_size examples a step pushes weight 2). A

@@ -693,6 +693,28 @@ static void run_release(struct run *r, const struct assign *next)
 	pthread_mutex_unlock(&r->w->sh.mu);
 }
 
+/*
+ * The job went on without this worker (it hung, the scheduler lost it and
+ * the servers dropped its clock): take up at the job's clock, where its
+ * new assignment starts it, rather than walk every clock it missed while
+ * the others wait for it. A live worker is never behind its assignment's
+ * start, the slowest live clock.
+ */
+static int run_catch_up(struct run *r, uint64_t clock)
+{
+	uint64_t was = r->clock;
+	int rc = dml_clock_to(r->d, clock);
+
+	if (rc) {
+		run_fail(r, "clock %" PRIu64 " -> %" PRIu64 ": %s", was, clock, dml_strerror(rc));
+		return rc;
+	}
+	r->clock = dml_current_clock(r->d);
+	dml_info("job %" PRIu32 ": the job went on without this worker: clock %" PRIu64
+		 " -> %" PRIu64, r->as.job, was, r->clock);
+	return 0;
+}
+
 /* A new assignment of the same job: take its partitions and batch size. */
 static int run_follow(struct run *r, const struct assign *next)
 {
@@ -702,6 +724,8 @@ static int run_follow(struct run *r, const struct assign *next)
 	char why[sizeof(r->err)];
 	int rc;
 
+	if (next->start_clock > r->clock && (rc = run_catch_up(r, next->start_clock)) != 0)
+		return rc;
 	if (!new_parts && assign_batch(r, next) == batch)
 		return 0;
 	if (new_parts && (rc = run_walk_parts(r, next, why, sizeof(why))) != 0) {

@@ -1,0 +1,48 @@
+# Sourced by the shell tests that run a tools/dml-local cluster, with the
+# test's short name as its argument:
+#
+#	. "${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/test/local_cluster.sh" NAME
+#
+# Sets srcdir and builddir, fail, a temporary directory $tmp holding the
+# cluster's run directory $run, and local_ (the dml-local command). On
+# exit, however the test ends, the cluster goes down and $tmp goes; a test
+# with more to undo defines before_cleanup, which runs first.
+
+srcdir=${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+builddir=${DML_BUILDDIR:-.}
+builddir=$(cd "$builddir" && pwd)
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+tmp=$(mktemp -d -t "dml-$1.XXXXXX") || fail "mktemp"
+run=$tmp/run
+local_=("$srcdir/tools/dml-local")
+
+local_cluster_cleanup() {
+	! declare -F before_cleanup >/dev/null || before_cleanup
+	"${local_[@]}" down --dir "$run" >/dev/null 2>&1
+	rm -rf "$tmp"
+}
+trap local_cluster_cleanup EXIT
+
+# dmlctl for the cluster of $run, once it is up.
+local_cluster_dmlctl() {
+	dmlctl=("$builddir/tools/dmlctl" -s "$(. "$run/env" && echo "$DML_SCHEDULER")"
+		--secret "$run/secret")
+}
+
+# Submit a synthetic lsq job of one dense table with sgd: $tmp/NAME.conf
+# from NAME and the [job] lines given ("staleness = 0", ...), then
+# keys = dim, lr and the rest as the table's.
+local_cluster_lsq() {
+	local name=$1 dim=$2 lr=$3
+	shift 3
+	printf '%s\n' "[job]" "name = $name" "app = lsq" "data = synthetic" "dim = $dim" \
+		"$@" "[table]" "id = 0" "keys = $dim" "optimizer = sgd" "lr = $lr" \
+		>"$tmp/$name.conf"
+	"${dmlctl[@]}" submit "$tmp/$name.conf" >"$tmp/submit.out" 2>&1 ||
+		fail "submit $name: $(cat "$tmp/submit.out")"
+}
