@@ -7,6 +7,7 @@
 #ifndef DML_UTIL_H
 #define DML_UTIL_H
 
+#include <float.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -15,6 +16,16 @@ void *dml_xmalloc(size_t n);
 void *dml_xcalloc(size_t count, size_t size);
 void *dml_xrealloc(void *p, size_t n);
 char *dml_xstrdup(const char *s);
+
+/**
+ * A push's weight (Meta.weight): how many batch_size batches its gradient
+ * sums over. Every layer that takes one (libdml, the server, its tables,
+ * the gradient log) accepts exactly the positive finite numbers.
+ */
+static inline int dml_push_weight_ok(float weight)
+{
+	return weight > 0.0f && weight <= FLT_MAX; /* false for NaN and inf */
+}
 
 /** Monotonic clock in nanoseconds. */
 uint64_t dml_now_ns(void);

@@ -18,7 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -497,7 +496,7 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		dml_server_store_duplicate(ss, m->request_id);
 		return 0;
 	}
-	if (m->weight != 0.0f && !(m->weight > 0.0f && isfinite(m->weight))) {
+	if (m->weight != 0.0f && !dml_push_weight_ok(m->weight)) {
 		dml_server_reply_error(ss, m->request_id, DML_EINVAL, "push to table %u: "
 				       "weight %g is not a positive finite number", m->table,
 				       (double)m->weight);

@@ -27,6 +27,7 @@
 #include "dml_error.h"
 #include "optim.h"
 #include "table.h"
+#include "util.h"
 
 #define TABLE_MAX_WIDTH 65536u
 #define TABLE_ALIGN 64u
@@ -534,12 +535,6 @@ uint64_t dml_table_value_bytes(const struct dml_table *t)
 	return t->nrows * t->width * sizeof(float);
 }
 
-/* A push's weight (dml_optim_apply_weighted): positive and finite. */
-static int weight_check(float weight)
-{
-	return weight > 0.0f && isfinite(weight) ? 0 : DML_EINVAL;
-}
-
 int dml_table_push_range(struct dml_table *t, uint64_t begin, uint64_t end,
 			 const float *grad)
 {
@@ -553,8 +548,8 @@ int dml_table_push_range_weighted(struct dml_table *t, uint64_t begin, uint64_t 
 	uint64_t r, last;
 	int rc = range_check(t, begin, end, grad);
 
-	if (rc == 0)
-		rc = weight_check(weight);
+	if (rc == 0 && !dml_push_weight_ok(weight))
+		rc = DML_EINVAL;
 	if (rc || begin == end)
 		return rc;
 	if ((rc = dense_writable(t)) != 0)
@@ -742,8 +737,8 @@ int dml_table_push_keys_weighted(struct dml_table *t, const uint64_t *keys, size
 {
 	int rc = keys_check(t, keys, n, grad);
 
-	if (rc == 0)
-		rc = weight_check(weight);
+	if (rc == 0 && !dml_push_weight_ok(weight))
+		rc = DML_EINVAL;
 	if (rc || n == 0)
 		return rc;
 	if (t->conf.kind == DML_TABLE_DENSE && (rc = dense_writable(t)) != 0)

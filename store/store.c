@@ -29,7 +29,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,7 +293,7 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 			return bad_rec(s, lsn, err, errlen, "%zu bytes, shorter than a "
 				       "weighted header", v->mv_size);
 		memcpy(&r->weight, p + REC_HDR, sizeof(float));
-		if (!(r->weight > 0.0f && isfinite(r->weight)))
+		if (!dml_push_weight_ok(r->weight))
 			return bad_rec(s, lsn, err, errlen, "weight %g", (double)r->weight);
 		hdr += sizeof(float);
 	}
@@ -617,7 +616,7 @@ int dml_store_append(struct dml_store *s, const struct dml_log_rec *r)
 		return DML_EINVAL;
 	if ((keybytes && !r->keys) || (valbytes && !r->values))
 		return DML_EINVAL;
-	if (rec_weighted(r) && !(r->weight > 0.0f && isfinite(r->weight)))
+	if (rec_weighted(r) && !dml_push_weight_ok(r->weight))
 		return DML_EINVAL;
 	size = REC_HDR + (rec_weighted(r) ? sizeof(float) : 0) + keybytes + valbytes;
 	if (size > SIZE_MAX - s->len)

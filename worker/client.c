@@ -23,7 +23,6 @@
  * handle can reach, re-route a part that was sent and not answered (only an
  * ERANGE answer means "not applied"), or reuse a push sequence number.
  */
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1597,7 +1596,7 @@ int dml_clock_to(dml_t *d, uint64_t clock)
 
 int dml_push_weight(dml_t *d, float weight)
 {
-	if (!d || !(weight > 0.0f && isfinite(weight)))
+	if (!d || !dml_push_weight_ok(weight))
 		return DML_EINVAL;
 	/* 1 travels as the field's default: nothing on the wire. */
 	d->push_weight = weight == 1.0f ? 0.0f : weight;
