@@ -445,6 +445,7 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 	/* On a clean stop the nodes did not fail: leave them as they were. */
 	if (ss->registered && !s->peers.stopping)
 		(void)dml_nodes_disconnect(s->nodes, ss->role, ss->node_id, now_ms());
+	dml_sched_ckpt_forget(s, ss);
 	dml_peers_remove(&s->peers, &ss->peer);
 	free(ss);
 }

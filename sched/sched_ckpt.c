@@ -14,7 +14,10 @@
  * checkpoint_every_s seconds. A server that refuses, the map changing,
  * the job ending or ROUND_TIMEOUT_MS passing end a round as failed, with
  * the reason in the job's status; servers drop a prepare that no cut
- * follows, so pushes never stay held.
+ * follows, so pushes never stay held. An operator's request is answered
+ * when a round started after it ends: one under way when it came (say a
+ * periodic one, cut before it asked) does not count, and the next starts
+ * as soon as that one ends.
  *
  * Must never: cut below a clock a server answered (it may have applied
  * pushes of it), list a checkpoint before every server ACKed its cut, or
@@ -23,6 +26,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dml_error.h"
@@ -94,6 +98,7 @@ static int all_registered(struct dml_sched *s, char *err, size_t errlen)
 
 static void round_fail(struct dml_sched *s, struct dml_job *job, uint64_t now,
 		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void serve_waiters(struct dml_sched *s, struct dml_job *job, uint64_t now);
 
 static void round_fail(struct dml_sched *s, struct dml_job *job, uint64_t now,
 		       const char *fmt, ...)
@@ -117,6 +122,7 @@ static void round_fail(struct dml_sched *s, struct dml_job *job, uint64_t now,
 	c->failures++;
 	for (size_t i = 0; i < s->act.nservers; i++)
 		s->act.servers[i].ckpt_request = 0;
+	serve_waiters(s, job, now);
 }
 
 int dml_sched_ckpt_start(struct dml_sched *s, struct dml_job *job, const char *why,
@@ -162,6 +168,131 @@ int dml_sched_ckpt_start(struct dml_sched *s, struct dml_job *job, const char *w
 	dml_info("job %" PRIu32 " (%s): checkpoint (%s): preparing on %zu servers", job->id,
 		 dml_job_name(job), why, s->act.nservers);
 	return 0;
+}
+
+/* Answer one waiter: the round that ended (c->failed says whether it did). */
+static void answer(struct dml_sched *s, const struct sched_ckpt_waiter *w,
+		   const struct dml_job *job)
+{
+	const struct sched_ckpt *c = &s->act.ckpt;
+	Dml__Meta m = DML__META__INIT;
+
+	if (c->failed[0]) {
+		dml_sched_reply_error(w->ss, w->request_id, DML_ESTATE,
+				      "checkpoint of job %" PRIu32 " failed: %s", job->id,
+				      c->failed);
+		return;
+	}
+	m.type = DML__MSG_TYPE__ACK;
+	m.request_id = w->request_id;
+	m.job = job->id;
+	m.clock = c->clock;
+	m.bytes = c->bytes;
+	(void)dml_sched_send(w->ss, &m, NULL);
+}
+
+/* Keep the waiters keep() says to keep, in order; the others go. */
+static void waiters_filter(struct dml_sched *s, int (*keep)(struct sched_ckpt_waiter *w,
+							    void *arg), void *arg)
+{
+	size_t kept = 0;
+
+	for (size_t i = 0; i < s->nckpt_waiters; i++)
+		if (keep(&s->ckpt_waiters[i], arg))
+			s->ckpt_waiters[kept++] = s->ckpt_waiters[i];
+	s->nckpt_waiters = kept;
+}
+
+struct serve_arg {
+	struct dml_sched *s;
+	const struct dml_job *job;
+	const char *not_started;   /* the queued round's failure to start, or NULL */
+	int queued;
+};
+
+/* The round ended: its waiters hear how; count those queued behind it. */
+static int serve_ended(struct sched_ckpt_waiter *w, void *arg)
+{
+	struct serve_arg *a = arg;
+
+	if (w->job != a->job->id)
+		return 1;
+	if (w->next) {
+		a->queued = 1;
+		return 1;
+	}
+	answer(a->s, w, a->job);
+	return 0;
+}
+
+/* The queued round started (they wait for it) or could not start (told why). */
+static int serve_queued(struct sched_ckpt_waiter *w, void *arg)
+{
+	struct serve_arg *a = arg;
+
+	if (w->job != a->job->id)
+		return 1;
+	if (!a->not_started) {
+		w->next = 0;
+		return 1;
+	}
+	dml_sched_reply_error(w->ss, w->request_id, DML_ESTATE, "checkpoint of job %" PRIu32
+			      " not taken: %s", a->job->id, a->not_started);
+	return 0;
+}
+
+static void serve_waiters(struct dml_sched *s, struct dml_job *job, uint64_t now)
+{
+	struct serve_arg a = { s, job, NULL, 0 };
+	char err[DML_JOB_REASON_MAX + 1];
+
+	waiters_filter(s, serve_ended, &a);
+	if (!a.queued)
+		return;
+	if (dml_sched_ckpt_start(s, job, "operator", now, err, sizeof(err)) != 0)
+		a.not_started = err;
+	waiters_filter(s, serve_queued, &a);
+}
+
+void dml_sched_ckpt_ask(struct dml_sched *s, struct session *ss, struct dml_job *job,
+			const Dml__Meta *m, uint64_t now)
+{
+	struct sched_ckpt_waiter *w;
+	char err[DML_JOB_REASON_MAX + 1];
+	int under_way = s->act.job == job->id && s->act.ckpt.phase != CKPT_IDLE &&
+			job->state == DML__JOB_STATE__RUNNING;
+	int rc;
+
+	w = realloc(s->ckpt_waiters, (s->nckpt_waiters + 1) * sizeof(*w));
+	if (!w) {
+		dml_sched_reply_error(ss, m->request_id, DML_ENOMEM, "out of memory");
+		return;
+	}
+	s->ckpt_waiters = w;
+	w += s->nckpt_waiters;
+	*w = (struct sched_ckpt_waiter){ ss, m->request_id, job->id, under_way };
+	if (under_way) {
+		s->nckpt_waiters++;
+		dml_info("job %" PRIu32 " (%s): checkpoint (operator): starts when the one "
+			 "being taken ends", job->id, dml_job_name(job));
+		return;
+	}
+	rc = dml_sched_ckpt_start(s, job, "operator", now, err, sizeof(err));
+	if (rc) {
+		dml_sched_reply_error(ss, m->request_id, rc, "%s", err);
+		return;
+	}
+	s->nckpt_waiters++;
+}
+
+static int other_session(struct sched_ckpt_waiter *w, void *arg)
+{
+	return w->ss != arg;
+}
+
+void dml_sched_ckpt_forget(struct dml_sched *s, struct session *ss)
+{
+	waiters_filter(s, other_session, ss);
 }
 
 int dml_sched_ckpt_drop(struct dml_sched *s, struct dml_job *job, uint64_t clock,
@@ -230,6 +361,8 @@ static void done(struct dml_sched *s, struct dml_job *job, uint64_t now)
 		 "servers in %" PRIu64 " ms", job->id, dml_job_name(job), c->clock,
 		 (double)bytes / 1e6, s->act.nservers, now - c->started_ms);
 	c->phase = CKPT_IDLE;
+	c->bytes = bytes;
+	serve_waiters(s, job, now);
 }
 
 int dml_sched_ckpt_reply(struct dml_sched *s, struct sched_map_server *ms,

@@ -97,10 +97,20 @@ enum sched_ckpt_phase {
 
 struct sched_ckpt {
 	enum sched_ckpt_phase phase;
-	uint64_t clock;            /* CUTTING: where */
+	uint64_t clock;            /* CUTTING: where; IDLE: the last round's */
+	uint64_t bytes;            /* the last complete round's rows */
 	uint64_t started_ms, failed_ms;
 	unsigned failures;         /* rounds failed in a row */
 	char failed[DML_JOB_REASON_MAX + 1]; /* why the last round failed, or "" */
+};
+
+/* A `dmlctl checkpoint JOB` waiting for the round that serves it: the one
+ * being taken (next 0) or, when one was under way as it asked, the next. */
+struct sched_ckpt_waiter {
+	struct session *ss;
+	uint64_t request_id;
+	uint32_t job;
+	int next;
 };
 
 /* The RUNNING or PAUSED job: where its tables stand and what its workers got. */
@@ -162,6 +172,8 @@ struct dml_sched {
 	struct sched_refusal *refused;
 	size_t nrefused;
 	uint64_t next_request;     /* ids of the frames the scheduler sends */
+	struct sched_ckpt_waiter *ckpt_waiters; /* sched_ckpt.c */
+	size_t nckpt_waiters;
 	/* metrics (sched_metrics.c) */
 	struct sched_stats st;
 	struct dml_metrics *metrics;
@@ -255,6 +267,18 @@ void dml_sched_evict_again(struct dml_sched *s, const struct dml_job *job, uint3
  */
 int dml_sched_ckpt_start(struct dml_sched *s, struct dml_job *job, const char *why,
 			 uint64_t now, char *err, size_t errlen);
+
+/**
+ * `dmlctl checkpoint JOB` (request m on ss): answered once a round started
+ * after it ends, with ACK{clock, bytes} or an ERROR saying why it failed.
+ * A round under way when it asks is not its: the next one starts as that
+ * one ends.
+ */
+void dml_sched_ckpt_ask(struct dml_sched *s, struct session *ss, struct dml_job *job,
+			const Dml__Meta *m, uint64_t now);
+
+/** A connection closed: forget the checkpoints it waited for. */
+void dml_sched_ckpt_forget(struct dml_sched *s, struct session *ss);
 
 /** Delete the active job's checkpoint at clock on its servers. 0 or an error (err). */
 int dml_sched_ckpt_drop(struct dml_sched *s, struct dml_job *job, uint64_t clock,

@@ -892,7 +892,7 @@ void dml_sched_handle_jobs(struct session *ss, const Dml__Meta *m)
 	free(reasons);
 }
 
-/* `dmlctl checkpoint JOB [delete CLOCK]`: started (or deleted), or why not. */
+/* `dmlctl checkpoint JOB [delete CLOCK]`: taken (or deleted), or why not. */
 static void checkpoint_control(struct session *ss, const Dml__Meta *m, uint64_t now)
 {
 	struct dml_sched *s = ss->sched;
@@ -904,10 +904,12 @@ static void checkpoint_control(struct session *ss, const Dml__Meta *m, uint64_t 
 		dml_sched_reply_error(ss, m->request_id, DML_ENOTFOUND, "no job %" PRIu32, m->job);
 		return;
 	}
-	if (m->action == DML__JOB_ACTION__CHECKPOINT_NOW)
-		rc = dml_sched_ckpt_start(s, job, "operator", now, err, sizeof(err));
-	else
-		rc = dml_sched_ckpt_drop(s, job, m->clock, now, err, sizeof(err));
+	if (m->action == DML__JOB_ACTION__CHECKPOINT_NOW) {
+		dml_sched_ckpt_ask(s, ss, job, m, now);
+		jobs_sync(s, job, now);
+		return;
+	}
+	rc = dml_sched_ckpt_drop(s, job, m->clock, now, err, sizeof(err));
 	if (rc) {
 		dml_sched_reply_error(ss, m->request_id, rc, "%s", err);
 		return;
@@ -1089,6 +1091,7 @@ void dml_sched_jobs_free(struct dml_sched *s)
 		dml_mapplan_free(s->xjobs[i].map);
 	free(s->xjobs);
 	free(s->act.servers);
+	free(s->ckpt_waiters);
 	free(s->events);
 	free(s->refused);
 	dml_jobs_free(s->jobs);

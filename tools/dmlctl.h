@@ -58,6 +58,7 @@ struct ctl_session {
 	struct dml_conn_conf cc;
 	struct dml_conn *conn;      /* NULL when not connected */
 	uint64_t last_id;
+	int answer_ms;              /* how long a request waits; 0: CTL_TIMEOUT_MS */
 	/* The latest connection. */
 	int ready;                  /* its handshake succeeded */
 	int wrong_role;             /* the peer is some other daemon */
@@ -99,7 +100,7 @@ void ctl_session_close(struct ctl_session *s);
 void ctl_session_watch_interrupts(struct ctl_session *s);
 /**
  * Send req (type set by the caller) and wait for the answer to it, at most
- * CTL_TIMEOUT_MS, connecting first when needed. A connection from an earlier
+ * s->answer_ms (default CTL_TIMEOUT_MS), connecting first when needed. A connection from an earlier
  * request that turns out to be broken is replaced once. On success *reply
  * is a copy to free with dml__meta__free_unpacked(). Nothing is printed:
  * ctl_session_report() says what went wrong. Returns 0 or a DML_E... code.

@@ -13,81 +13,37 @@
 #include "dmlctl.h"
 #include "util.h"
 
-/* How long `checkpoint JOB` waits: past the scheduler's own round limit. */
-#define CKPT_WAIT_MS 90000
-#define CKPT_POLL_MS 100
+/* How long `checkpoint JOB` waits: a round under way when it asks, then its
+ * own, each within the scheduler's round limit (60 s). */
+#define CKPT_WAIT_MS 130000
 
-/* The job's newest checkpoint clock, 0 when none. */
-static uint64_t newest(const Dml__JobStatus *st)
-{
-	return st->n_checkpoints ? st->checkpoints[st->n_checkpoints - 1]->clock : 0;
-}
-
-static void print_done(const struct ctl *ctl, uint32_t id, const Dml__Checkpoint *ck)
+static void print_done(const struct ctl *ctl, uint32_t id, uint64_t clock, uint64_t bytes)
 {
 	if (ctl->json)
 		printf("{\"job\":%" PRIu32 ",\"clock\":%" PRIu64 ",\"bytes\":%" PRIu64 "}\n", id,
-		       ck->clock, ck->bytes);
+		       clock, bytes);
 	else
-		printf("job %" PRIu32 ": checkpoint at clock %" PRIu64 " (%.1f MB)\n", id,
-		       ck->clock, (double)ck->bytes / 1e6);
+		printf("job %" PRIu32 ": checkpoint at clock %" PRIu64 " (%.1f MB)\n", id, clock,
+		       (double)bytes / 1e6);
 }
 
-/* Poll until the round started ends: a new newest checkpoint, or its failure. */
-static int wait_round(struct ctl_session *s, uint32_t id, uint64_t before)
-{
-	char text[256];
-
-	for (int waited = 0; waited <= CKPT_WAIT_MS; waited += CKPT_POLL_MS) {
-		Dml__Meta *reply;
-		const Dml__JobStatus *st;
-		int rc = ctl_ask_jobs(s, id, &reply, stderr);
-
-		if (rc != EXIT_OK)
-			return rc;
-		st = ctl_find_job(reply, id);
-		if (!strncmp(st->checkpoint_state, "failed: ", 8)) {
-			fprintf(stderr, "dmlctl: checkpoint of job %" PRIu32 " %s\n", id,
-				ctl_clean(st->checkpoint_state, text, sizeof(text)));
-			dml__meta__free_unpacked(reply, NULL);
-			return EXIT_FAIL;
-		}
-		if (!st->checkpoint_state[0] && newest(st) != before) {
-			print_done(s->ctl, id, st->checkpoints[st->n_checkpoints - 1]);
-			dml__meta__free_unpacked(reply, NULL);
-			return EXIT_OK;
-		}
-		if (!st->checkpoint_state[0] && ctl_job_ended(st->state)) {
-			fprintf(stderr, "dmlctl: job %" PRIu32 " ended before its checkpoint was "
-				"complete\n", id);
-			dml__meta__free_unpacked(reply, NULL);
-			return EXIT_FAIL;
-		}
-		dml__meta__free_unpacked(reply, NULL);
-		ctl_session_sleep(s, CKPT_POLL_MS);
-		if (s->interrupted)
-			return EXIT_INTERRUPTED;
-	}
-	fprintf(stderr, "dmlctl: checkpoint of job %" PRIu32 ": not complete after %d s "
-		"(dmlctl status %" PRIu32 " says where it stands)\n", id, CKPT_WAIT_MS / 1000, id);
-	return EXIT_FAIL;
-}
-
+/* The scheduler answers once a round started after the request ended. */
 static int take(struct ctl_session *s, uint32_t id)
 {
-	Dml__Meta *reply;
-	uint64_t before;
-	int rc = ctl_ask_jobs(s, id, &reply, stderr);
+	Dml__Meta req = DML__META__INIT, *reply;
+	int rc;
 
-	if (rc != EXIT_OK)
-		return rc;
-	before = newest(ctl_find_job(reply, id));
-	dml__meta__free_unpacked(reply, NULL);
-	rc = ctl_ask_job_control(s, id, DML__JOB_ACTION__CHECKPOINT_NOW, 0);
-	if (rc != EXIT_OK)
-		return rc;
+	req.type = DML__MSG_TYPE__JOB_CONTROL;
+	req.job = id;
+	req.action = DML__JOB_ACTION__CHECKPOINT_NOW;
+	s->answer_ms = CKPT_WAIT_MS;
 	ctl_session_watch_interrupts(s);
-	return wait_round(s, id, before);
+	rc = ctl_session_ask(s, &req, DML__MSG_TYPE__ACK, &reply, stderr);
+	if (rc != EXIT_OK)
+		return rc;
+	print_done(s->ctl, id, reply->clock, reply->bytes);
+	dml__meta__free_unpacked(reply, NULL);
+	return EXIT_OK;
 }
 
 static int parse_clock(const char *arg, uint64_t *clock)

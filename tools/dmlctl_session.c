@@ -258,6 +258,11 @@ static int session_connect(struct ctl_session *s)
 	return s->err;
 }
 
+static int answer_ms(const struct ctl_session *s)
+{
+	return s->answer_ms ? s->answer_ms : CTL_TIMEOUT_MS;
+}
+
 int ctl_session_call(struct ctl_session *s, Dml__Meta *req, Dml__Meta **reply)
 {
 	for (int attempt = 0;; attempt++) {
@@ -282,7 +287,7 @@ int ctl_session_call(struct ctl_session *s, Dml__Meta *req, Dml__Meta **reply)
 			s->closed = 1;
 			s->close_err = rc;
 		} else {
-			arm(s->timer, CTL_TIMEOUT_MS);
+			arm(s->timer, answer_ms(s));
 			while (s->want && s->conn && !s->interrupted)
 				event_base_loop(s->base, EVLOOP_ONCE);
 			evtimer_del(s->timer);
@@ -338,7 +343,7 @@ void ctl_session_report(const struct ctl_session *s, FILE *out)
 	} else if (s->err == DML_ETIMEDOUT) {
 		fprintf(out, "dmlctl: %s the scheduler at %s: timed out after %d s\n",
 			s->ready ? "no answer from" : "cannot connect to", a,
-			CTL_TIMEOUT_MS / 1000);
+			(s->ready ? answer_ms(s) : CTL_TIMEOUT_MS) / 1000);
 	} else if (!s->ready) {
 		fprintf(out, "dmlctl: cannot connect to the scheduler at %s (%s): is "
 			"dml-sched running there? (address from %s)\n", a,
