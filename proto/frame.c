@@ -106,7 +106,7 @@ int dml_meta_value_count(const Dml__Meta *m, uint64_t *count)
 
 static bool type_is_known(int type)
 {
-	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__EVICT;
+	return type >= DML__MSG_TYPE__CHALLENGE && type <= DML__MSG_TYPE__STRAGGLER;
 }
 
 static bool type_is_data(int type)
@@ -387,6 +387,7 @@ static const char *const msg_type_names[] = {
 	[DML__MSG_TYPE__MIGRATE] = "migrate",
 	[DML__MSG_TYPE__CHECKPOINT] = "checkpoint",
 	[DML__MSG_TYPE__EVICT] = "evict",
+	[DML__MSG_TYPE__STRAGGLER] = "straggler",
 };
 
 const char *dml_msg_type_name(int type)

@@ -65,6 +65,8 @@
 #define REBALANCE_THRESHOLD 0.25   /* rebalance = auto: the default drift, */
 #define REBALANCE_HOLD_MS 5000u    /* and how long it must last */
 #define STALL_RETRY_HOLDS 4        /* a stalled worker tries again after this many holds */
+#define STRAGGLE_CLOCKS 10         /* BSP/SSP: a wait of this many of a worker's own
+				    * clocks (and the hold) is a stall, not slowness */
 #define CHECK_ALWAYS_WORKERS 64    /* jobs this small look at their load at every report, */
 #define CHECK_EVERY_MS 50          /* larger ones at most this often */
 #define LIST_MAX 72                /* bytes of a number list inside an event line */
@@ -670,8 +672,13 @@ static void worker_retry(struct dml_job *job, size_t i, uint64_t now)
 		  " partitions", w->node_id, w->npart);
 }
 
-/* A worker slow or silent since wp->slow_since_ms is set aside (job_stalls). */
-static void worker_set_aside(struct dml_job *job, size_t i, int silent, uint64_t now)
+/*
+ * A worker that stopped making progress is set aside (job_stalls,
+ * dml_jobs_worker_straggles): what it shows as its reason, and event is
+ * the event's "stalled (...)".
+ */
+static void worker_set_aside(struct dml_job *job, size_t i, const char *reason,
+			     const char *event, uint64_t now)
 {
 	struct dml_job_worker *w = &job->workers[i];
 	struct worker_priv *wp = &impl(job)->priv[i];
@@ -682,10 +689,31 @@ static void worker_set_aside(struct dml_job *job, size_t i, int silent, uint64_t
 	wp->stalled_since_ms = now;
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " stalled", w->node_id);
 	job_reassign(job, cause, w->node_id, &gainers, now);
-	text_set(w->reason, "stalled (%s for %" PRIu64 " ms)", silent ? "silent" :
-		 "below min_rate", since(now, wp->slow_since_ms));
-	job_event_handed(job, w->node_id, silent ? "stalled (no report)" :
-			 "stalled (below min_rate)", held, &gainers);
+	text_set(w->reason, "stalled (%s)", reason);
+	job_event_handed(job, w->node_id, event, held, &gainers);
+}
+
+/*
+ * BSP and SSP: a worker set aside for holding the others takes a share
+ * again STALL_RETRY_HOLDS holds later, if it reported since (it makes
+ * clocks again: a hung one would be handed partitions it never walks).
+ */
+static int job_straggler_retries(struct dml_job *job, uint64_t now)
+{
+	uint64_t hold = job_hold_ms(job);
+	int changed = 0;
+
+	for (size_t i = 0; i < job->nworkers; i++) {
+		const struct dml_job_worker *w = &job->workers[i];
+		const struct worker_priv *wp = &impl(job)->priv[i];
+
+		if (w->live && wp->stalled_since_ms && w->last_report_ms > wp->stalled_since_ms &&
+		    since(now, wp->stalled_since_ms) >= STALL_RETRY_HOLDS * hold) {
+			worker_retry(job, i, now);
+			changed = 1;
+		}
+	}
+	return changed;
 }
 
 /*
@@ -697,9 +725,9 @@ static void worker_set_aside(struct dml_job *job, size_t i, int silent, uint64_t
  * again, measured afresh, and is set aside again if it is still below. 1
  * when the assignment changed. Under BSP and SSP a stalled worker holds
  * the others at the servers' clock bound, so their rates fall and their
- * reports stop with its own: nothing here could tell which one stalled,
- * and setting it aside would not free the others (the servers would have
- * to drop its clock); those jobs leave min_rate alone.
+ * reports stop with its own: nothing here can tell which one stalled. The
+ * servers can, and say so (dml_jobs_worker_straggles); here such a worker
+ * only tries again, once it has reported since it was set aside.
  */
 static int job_stalls(struct dml_job *job, uint64_t now)
 {
@@ -707,8 +735,11 @@ static int job_stalls(struct dml_job *job, uint64_t now)
 	uint64_t hold = job_hold_ms(job);
 	int changed = 0;
 
-	if (!(min_rate > 0) || job->spec->staleness >= 0 ||
-	    job->state != DML__JOB_STATE__RUNNING)
+	if (job->state != DML__JOB_STATE__RUNNING)
+		return 0;
+	if (job->spec->staleness >= 0)
+		return job_straggler_retries(job, now);
+	if (!(min_rate > 0))
 		return 0;
 	for (size_t i = 0; i < job->nworkers; i++) {
 		struct dml_job_worker *w = &job->workers[i];
@@ -734,7 +765,13 @@ static int job_stalls(struct dml_job *job, uint64_t now)
 		if (!wp->slow_since_ms)
 			wp->slow_since_ms = silent ? w->last_report_ms : now;
 		if (since(now, wp->slow_since_ms) >= hold) {
-			worker_set_aside(job, i, silent, now);
+			char reason[64];
+
+			snprintf(reason, sizeof(reason), "%s for %" PRIu64 " ms",
+				 silent ? "silent" : "below min_rate",
+				 since(now, wp->slow_since_ms));
+			worker_set_aside(job, i, reason, silent ? "stalled (no report)" :
+					 "stalled (below min_rate)", now);
 			changed = 1;
 		}
 	}
@@ -1074,6 +1111,37 @@ int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reas
 	/* the workers left may all be at their stop already, and report no more */
 	if (job_stop_met(job, NO_WORKER, stop, sizeof(stop)))
 		job_done(job, stop, now);
+	return 1;
+}
+
+int dml_jobs_worker_straggles(struct dml_job *job, uint32_t node_id, uint64_t clock,
+			      uint64_t waited_ms, uint64_t now)
+{
+	const struct dml_job_worker *w;
+	double own_ms, limit;
+	char reason[96];
+	size_t i;
+
+	if (!job || job->state != DML__JOB_STATE__RUNNING || job->spec->staleness < 0)
+		return 0;
+	i = worker_index(job, node_id);
+	if (i == NO_WORKER || !job->workers[i].live)
+		return 0;
+	/* Set aside already, and back in the clock set holding it again. */
+	if (impl(job)->priv[i].stalled_since_ms)
+		return 1;
+	w = &job->workers[i];
+	/* Not one clock reported yet: it may still be loading its data. */
+	if (!w->clock)
+		return 0;
+	own_ms = 1000.0 * dml_work_s(w->compute_s, w->wait_s, w->held_s) / (double)w->clock;
+	limit = fmax((double)job_hold_ms(job), STRAGGLE_CLOCKS * own_ms);
+	if ((double)waited_ms < limit)
+		return 0;
+	snprintf(reason, sizeof(reason), "held the others at clock %" PRIu64 " for %" PRIu64
+		 " ms", clock, waited_ms);
+	worker_set_aside(job, i, reason, "stalled (held the others)", now);
+	job_running_reason(job);
 	return 1;
 }
 

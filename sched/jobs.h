@@ -133,6 +133,20 @@ int dml_jobs_start(struct dml_job *job, const struct dml_job_candidate *cand, si
 		   uint64_t now);
 
 /**
+ * BSP/SSP: a server says its pulls waited waited_ms for this worker, at
+ * clock, while it had no pull of its own waiting. A live worker whose wait
+ * passes the hold and STRAGGLE_CLOCKS of its own clock time is set aside
+ * as stalled (its partitions go to the others; it stays a member and
+ * tries again once it reports). Returns 1 when the worker is set aside,
+ * now or before (the servers must drop its clock: it holds them), 0
+ * otherwise: the wait is not long enough for it, it has not made a clock
+ * yet (it may be loading its data), it is not a live worker, or the job
+ * is asynchronous or not running.
+ */
+int dml_jobs_worker_straggles(struct dml_job *job, uint32_t node_id, uint64_t clock,
+			      uint64_t waited_ms, uint64_t now);
+
+/**
  * A worker of the job died or left (reason: "no heartbeat for 812 ms"):
  * its partitions go to the live workers. Returns 1 when the assignment
  * changed (send it to every live worker), 0 when nothing changed (not a

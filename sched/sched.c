@@ -393,6 +393,10 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 	case DML__MSG_TYPE__JOB_CONTROL:
 		dml_sched_handle_job_control(ss, m);
 		return 0;
+	case DML__MSG_TYPE__STRAGGLER:
+		if (ss->registered)
+			dml_sched_handle_straggler(ss, m);
+		return 0;
 	case DML__MSG_TYPE__ACK:
 	case DML__MSG_TYPE__ERROR:
 		/* Replies to what the scheduler sent; a control client sends none. */

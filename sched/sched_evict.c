@@ -9,13 +9,18 @@
  * close its connections. Its partitions have gone to the others already
  * (jobs.c); if it comes back it reconnects, the servers take it in again
  * at the slowest clock, and its next assignment moves its clock on to the
- * job's (dml_clock_to).
+ * job's (dml_clock_to). A worker that still heartbeats but makes no clock
+ * (a trainer stuck in a driver call, a link to the servers that froze) is
+ * named by the servers whose pulls wait for it (STRAGGLER): once jobs.c
+ * sets it aside as stalled it is evicted the same way, and again if it
+ * comes back and holds the others once more before it takes a share.
  *
  * EVICT has no reply: a server the scheduler cannot reach now is told
  * again when it registers (it may have missed the first one).
  *
- * Must never: evict a live worker of the job, or evict in an asynchronous
- * job (nobody waits for its clock there).
+ * Must never: evict a worker that takes a share of the job (live and not
+ * set aside), or evict in an asynchronous job (nobody waits for its clock
+ * there).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -44,7 +49,8 @@ static int evicts(const struct dml_job *job)
 	return job && job->spec && job->spec->staleness >= 0 && !dml_job_finished(job);
 }
 
-void dml_sched_evict(struct dml_sched *s, const struct dml_job *job, uint32_t worker)
+void dml_sched_evict(struct dml_sched *s, const struct dml_job *job, uint32_t worker,
+		     const char *what)
 {
 	size_t sent = 0;
 
@@ -52,8 +58,9 @@ void dml_sched_evict(struct dml_sched *s, const struct dml_job *job, uint32_t wo
 		return;
 	for (size_t i = 0; i < s->act.nservers; i++)
 		sent += evict_send(s, job, s->act.servers[i].node_id, worker) == 0;
-	dml_info("job %" PRIu32 " (%s): worker %" PRIu32 " lost: %zu of %zu servers told to "
-		 "drop its clock", job->id, dml_job_name(job), worker, sent, s->act.nservers);
+	dml_info("job %" PRIu32 " (%s): worker %" PRIu32 " %s: %zu of %zu servers told to "
+		 "drop its clock", job->id, dml_job_name(job), worker, what, sent,
+		 s->act.nservers);
 }
 
 void dml_sched_evict_again(struct dml_sched *s, const struct dml_job *job, uint32_t server)

@@ -238,6 +238,9 @@ void dml_sched_handle_jobs(struct session *ss, const Dml__Meta *m);
 void dml_sched_handle_job_control(struct session *ss, const Dml__Meta *m);
 void dml_sched_handle_shardmap(struct session *ss, const Dml__Meta *m);
 void dml_sched_handle_progress(struct session *ss, const Dml__Meta *m);
+
+/** STRAGGLER from a server: maybe set the worker aside and evict it. */
+void dml_sched_handle_straggler(struct session *ss, const Dml__Meta *m);
 /** ACK or ERROR from a registered server or worker: a reply to our frame. */
 void dml_sched_handle_reply(struct session *ss, const Dml__Meta *m);
 
@@ -250,10 +253,12 @@ struct sched_job *dml_sched_job_add(struct dml_sched *s, uint32_t id);
 /* ---- sched_evict.c: servers stop waiting for a lost worker ------------- */
 
 /**
- * Worker of the active job was lost: under BSP and SSP, tell every server
- * of its map to drop the worker's clock and close its connections.
+ * Worker of the active job was lost, or set aside as stalled (what: "lost",
+ * "stalled", for the log): under BSP and SSP, tell every server of its map
+ * to drop the worker's clock and close its connections.
  */
-void dml_sched_evict(struct dml_sched *s, const struct dml_job *job, uint32_t worker);
+void dml_sched_evict(struct dml_sched *s, const struct dml_job *job, uint32_t worker,
+		     const char *what);
 
 /** Server (re)registered: tell it again of the job's workers not live. */
 void dml_sched_evict_again(struct dml_sched *s, const struct dml_job *job, uint32_t server);

@@ -731,7 +731,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 		if (e->dead) {
 			if ((job = active_job(s)) != NULL &&
 			    dml_jobs_worker_lost(job, e->node_id, e->reason, now))
-				dml_sched_evict(s, job, e->node_id);
+				dml_sched_evict(s, job, e->node_id, "lost");
 			continue;
 		}
 		/* It may have died again since it registered. */
@@ -1001,6 +1001,28 @@ void dml_sched_handle_progress(struct session *ss, const Dml__Meta *m)
 		jobs_sync(s, job, now);
 }
 
+/*
+ * STRAGGLER from a server: pulls of the active job wait for one worker that
+ * makes no clock. Once the wait is long enough for that worker (jobs.c
+ * decides) it is set aside and every server drops its clock.
+ */
+void dml_sched_handle_straggler(struct session *ss, const Dml__Meta *m)
+{
+	struct dml_sched *s = ss->sched;
+	struct dml_job *job = active_job(s);
+	uint64_t now = dml_sched_now_ms();
+
+	if (ss->role != DML__ROLE__SERVER || !job || job->id != m->job)
+		return;
+	dml_debug("server %" PRIu32 ": job %" PRIu32 "'s pulls waited %" PRIu64 " ms for "
+		  "worker %" PRIu32 " at clock %" PRIu64, ss->node_id, m->job,
+		  m->held_us / 1000, m->worker, m->clock);
+	if (!dml_jobs_worker_straggles(job, m->worker, m->clock, m->held_us / 1000, now))
+		return;
+	dml_sched_evict(s, job, m->worker, "stalled");
+	jobs_sync(s, job, now);
+}
+
 /* ERROR from a server for a SHARDMAP: the job cannot run on it. */
 static void server_refused(struct dml_sched *s, struct sched_map_server *ms,
 			   const Dml__Meta *m, uint64_t now)
@@ -1033,7 +1055,7 @@ static void worker_refused(struct dml_sched *s, struct session *ss, const Dml__M
 		 ss->node_id, m->request_id, text);
 	snprintf(why, sizeof(why), "refused its assignment: %s", text);
 	if (job && dml_jobs_worker_lost(job, ss->node_id, why, now))
-		dml_sched_evict(s, job, ss->node_id);
+		dml_sched_evict(s, job, ss->node_id, "lost");
 }
 
 void dml_sched_handle_reply(struct session *ss, const Dml__Meta *m)

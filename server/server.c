@@ -889,6 +889,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 
 	dml_server_job_tick(s);
 	dml_server_cut_tick(s);
+	dml_server_straggler_tick(s);
 	if (dml_ssp_reap(&s->ssp, dml_now_ns(), (uint64_t)s->dead_after_ms * 1000000ull)) {
 		dml_info("a worker left the clock set; slowest clock is now %llu",
 			 (unsigned long long)dml_ssp_min_clock(&s->ssp));

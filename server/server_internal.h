@@ -141,6 +141,11 @@ struct dml_server {
 	int store_failed;             /* a commit failed: the loop was stopped */
 	struct server_cut *cut;       /* a job-wide checkpoint (server_cut.c) */
 	struct server_snap *snap;     /* rows being copied for one (server_snap.c) */
+	/* server_straggler.c: the slowest clock, since when it stood still,
+	 * and when the scheduler was last told who holds it (0: not yet) */
+	struct {
+		uint64_t clock, since_ns, told_ns;
+	} strag;
 };
 
 /* ---- server.c ---- */
@@ -164,6 +169,11 @@ void dml_server_reply_ack(struct session *ss, uint64_t request_id);
  * rejoins, at the slowest clock, when it connects again.
  */
 void dml_server_evict(struct dml_server *s, uint32_t worker);
+
+/* ---- server_straggler.c ---- */
+
+/** Every tick: tell the scheduler of a worker that holds parked pulls. */
+void dml_server_straggler_tick(struct dml_server *s);
 
 /** Free every table entry (tables and range sets); ntables becomes 0. */
 void dml_server_tables_free(struct dml_server *s);

@@ -696,7 +696,7 @@ END_TEST
 
 START_TEST(test_unknown_type)
 {
-	static const int types[] = { 0, 30, 99, -1 };
+	static const int types[] = { 0, 31, 99, -1 };
 
 	for (size_t i = 0; i < DML_ARRAY_LEN(types); i++) {
 		struct built b;
@@ -708,8 +708,9 @@ START_TEST(test_unknown_type)
 		built_free(&b);
 	}
 	ck_assert_str_eq(dml_msg_type_name(0), "unknown");
-	ck_assert_str_eq(dml_msg_type_name(30), "unknown");
+	ck_assert_str_eq(dml_msg_type_name(31), "unknown");
 	ck_assert_str_eq(dml_msg_type_name(DML__MSG_TYPE__EVICT), "evict");
+	ck_assert_str_eq(dml_msg_type_name(DML__MSG_TYPE__STRAGGLER), "straggler");
 	ck_assert_str_eq(dml_msg_type_name(-3), "unknown");
 }
 END_TEST

@@ -1789,6 +1789,90 @@ START_TEST(a_stalled_worker_is_set_aside_and_tries_again)
 }
 END_TEST
 
+/* A report at clock with compute_s seconds of work so far (expect -1: any
+ * result). */
+static void report_work(struct dml_job *job, uint32_t id, uint64_t clock, double compute_s,
+			uint64_t now, int expect)
+{
+	Dml__Progress p = DML__PROGRESS__INIT;
+
+	p.job = job->id;
+	p.clock = clock;
+	p.examples = clock * 10;
+	p.examples_per_s = 100;
+	p.compute_s = compute_s;
+	p.loss = NAN;
+	if (expect < 0)
+		(void)progress_sent(job, id, &p, now);
+	else
+		ck_assert_int_eq(progress_sent(job, id, &p, now), expect);
+}
+
+/*
+ * BSP/SSP: a server names the worker its pulls wait for (STRAGGLER). A wait
+ * shorter than the hold, or than 10 of the worker's own clocks, is
+ * slowness; a longer one sets it aside, its partitions to the others,
+ * though it stays a member. Named again it is still set aside (the
+ * servers must drop it again); four holds later it takes a share only
+ * once it has reported since. Never a worker with no clock yet (it may be
+ * loading its data), one not in the job, or in an asynchronous job.
+ */
+START_TEST(a_straggler_named_by_a_server_is_set_aside)
+{
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+	uint64_t t = 1000, n2;
+	char want[160];
+
+	spec_init(&b);
+	b.s.staleness = 0;
+	b.s.rebalance = DML_REBALANCE_OFF;
+	b.s.rebalance_hold_ms = 1000;
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);   /* 8 each */
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 2, 0, 5000, t), 0);
+	report_work(job, 1, 10, 1.0, t, 0);
+	report_work(job, 2, 10, 2.0, t, 0);   /* 200 ms a clock: 2000 ms is its limit */
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 2, 10, 999, t + 1), 0);
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 2, 10, 1999, t + 1), 0);
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 9, 10, 5000, t + 1), 0);
+	ck_assert_uint_eq(npart_of(job, 2), 8);
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 2, 10, 2000, t + 2), 1);
+	ck_assert_uint_eq(npart_of(job, 2), 0);
+	ck_assert_uint_eq(npart_of(job, 1), 16);
+	ck_assert(dml_job_worker(job, 2)->live);
+	ck_assert_str_eq(last_event(job), "worker 2 stalled (held the others): its 8 "
+			 "partitions to worker 1");
+	ck_assert_str_eq(dml_job_worker(job, 2)->reason, "stalled (held the others at clock "
+			 "10 for 2000 ms)");
+	assert_owners_consistent(job);
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 2, 10, 1000, t + 3), 1);
+	/* four holds on, silent: it gets nothing (worker 1 takes on its
+	 * partitions a hold after they were handed on) */
+	report_work(job, 1, 20, 2.0, t + 4002, -1);
+	report_work(job, 1, 30, 3.0, t + 5002, 0);
+	ck_assert_uint_eq(npart_of(job, 2), 0);
+	/* it makes clocks again */
+	report_work(job, 2, 11, 2.1, t + 5003, 1);
+	n2 = npart_of(job, 2);
+	ck_assert_uint_ge(n2, 1);
+	snprintf(want, sizeof(want), "worker 2 takes a share again after a stall: %" PRIu64
+		 " partitions", n2);
+	ck_assert_str_eq(last_event(job), want);
+	dml_jobs_free(jobs);
+
+	/* asynchronous: nobody waits for its clock */
+	b.s.staleness = -1;
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);
+	report_work(job, 2, 10, 2.0, t, 0);
+	ck_assert_int_eq(dml_jobs_worker_straggles(job, 2, 10, 60000, t + 1), 0);
+	ck_assert_uint_eq(npart_of(job, 2), 8);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 /* rebalance = off: drifts never move partitions; dmlctl rebalance does, at once. */
 START_TEST(rebalance_off_and_by_operator)
 {
@@ -2590,6 +2674,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, a_lasting_drift_rebalances);
 	tcase_add_test(table, rebalance_off_and_by_operator);
 	tcase_add_test(table, a_stalled_worker_is_set_aside_and_tries_again);
+	tcase_add_test(table, a_straggler_named_by_a_server_is_set_aside);
 	tcase_add_test(table, batch_split_follows_speed);
 	tcase_add_test(table, batch_moving_back_goes_half_way);
 	tcase_add_test(table, operators_pause_resume_and_stop);

@@ -1098,9 +1098,11 @@ static int64_t stats_clock(struct raw *ctl, uint32_t id)
 
 /*
  * A hung worker keeps its connection open, so the server would wait for
- * its clock for ever. The scheduler's EVICT drops it from the clock set and
- * closes the connection: a pull parked for its clock is answered. When it
- * connects again it joins at the slowest clock.
+ * its clock for ever. The server names it to the scheduler (STRAGGLER) once
+ * a pull has waited for it a second; not a worker whose own pull waits.
+ * The scheduler's EVICT drops it from the clock set and closes the
+ * connection: a pull parked for its clock is answered. When it connects
+ * again it joins at the slowest clock.
  */
 START_TEST(test_evict_drops_a_hung_worker)
 {
@@ -1111,7 +1113,8 @@ START_TEST(test_evict_drops_a_hung_worker)
 	struct job j;
 	struct raw a, b, ctl;
 	struct answer ans;
-	uint64_t parked;
+	uint64_t parked, at, held_us;
+	uint32_t who;
 	uint16_t port;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
@@ -1124,12 +1127,26 @@ START_TEST(test_evict_drops_a_hung_worker)
 	job_map(&j, 1, one, 1, one_ranges, 2);
 	install_all(f, &j, one, 1, 0);
 	raw_open(env, port, DML__ROLE__WORKER, 9, 1, JOB, 0, &a);
+	/* Its pull waits for the second worker to join: it waits itself, so
+	 * the server names nobody to the scheduler. */
+	parked = raw_pull_send(&a, JOB, 10, 0);
+	poll(NULL, 0, 1500);
+	ck_assert_uint_eq(dml_fake_sched_stragglers(f, 1), 0);
 	raw_open(env, port, DML__ROLE__WORKER, 11, 1, JOB, 0, &b);
+	raw_answer(&a, parked, &ans);
+	ck_assert_int_eq(ans.type, DML__MSG_TYPE__PULL_REPLY);
 	raw_open(env, port, DML__ROLE__CONTROL, 0, 1, 0, 0, &ctl);
 	raw_clock(&a, 1);
 	parked = raw_pull_send(&a, JOB, 10, 1);
 	ck_assert_int_eq(stats_clock(&ctl, 9), 1);
 
+	/* Worker 11 makes no clock and has no pull waiting: the server tells
+	 * the scheduler, once a pull has waited a second. */
+	ck_assert_int_eq(dml_fake_sched_straggler_wait(f, 1, 0, WAIT_MS, &who, &at, &held_us), 0);
+	ck_assert_uint_eq(who, 11);
+	ck_assert_uint_eq(at, 0);
+	ck_assert_uint_ge(held_us, 1000000);
+	expect_log(s[0], "job 7: pulls have waited");
 	ck_assert_int_eq(dml_fake_sched_evict(f, 1, JOB, 11), 0);
 	raw_answer(&a, parked, &ans);
 	ck_assert_int_eq(ans.type, DML__MSG_TYPE__PULL_REPLY);

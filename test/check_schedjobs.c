@@ -17,7 +17,8 @@
  * leaving (its partitions to the other), PROGRESS ending the job (never
  * answered, and shown in the metrics);
  * a server refusing a map (the job fails, the next job's map leaves it
- * out), a worker refusing its assignment (lost to the job); `dmlctl
+ * out), a worker refusing its assignment (lost to the job); a worker a
+ * server names as holding the others (set aside and evicted); `dmlctl
  * checkpoint` answered by the round started after it (one asked during a
  * round waits for the next), a failed round's reason, a waiter hanging up;
  * the
@@ -966,6 +967,72 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* ---- a worker that holds the others ------------------------------------------ */
+
+static void straggler(struct peer *srv, uint32_t job, uint32_t worker, uint64_t clock,
+		      uint64_t waited_ms)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__STRAGGLER;
+	m.job = job;
+	m.worker = worker;
+	m.clock = clock;
+	m.held_us = waited_ms * 1000;
+	peer_send(srv, &m);
+}
+
+/*
+ * A server names the worker its pulls wait for (STRAGGLER): a wait shorter
+ * than the hold changes nothing; a longer one sets the worker aside (an
+ * assignment with no partitions) and every server is told to drop its
+ * clock (EVICT).
+ */
+START_TEST(test_straggler_evicted)
+{
+	struct sched t;
+	struct peer *p[3] = { NULL };
+	struct peer *srv, **wk = p + 1;
+	Dml__Meta *m;
+	uint32_t id;
+
+	sched_up(&t, NULL);
+	srv = p[0] = node_up(&t.net, DML__ROLE__SERVER, 1);
+	wk[0] = node_up(&t.net, DML__ROLE__WORKER, 1);
+	wk[1] = node_up(&t.net, DML__ROLE__WORKER, 2);
+	id = submit(t.ctl, "strag", "rebalance_hold_ms = 1000\n");
+	m = expect_map(srv, id, 1, 1);
+	peer_ack(srv, m);
+	take_free(m);
+	for (int i = 0; i < 2; i++) {
+		m = expect_assign(wk[i], DML__JOB_STATE__RUNNING, 8);
+		peer_ack(wk[i], m);
+		take_free(m);
+		progress(wk[i], id, 3, 0);
+	}
+	/* The reports are not answered: a JOBS round trip orders them. */
+	take_free(job_status(t.ctl, id));
+	straggler(srv, id, 2, 3, 900);
+	ck_assert_ptr_null(peer_take(srv, DML__MSG_TYPE__EVICT, 0, 200));
+	straggler(srv, id, 2, 3, 1100);
+	m = peer_take(srv, DML__MSG_TYPE__EVICT, 0, WAIT_MS);
+	ck_assert_msg(m != NULL, "server 1 was not told to drop worker 2");
+	ck_assert_uint_eq(m->job, id);
+	ck_assert_uint_eq(m->worker, 2);
+	take_free(m);
+	m = expect_assign(wk[1], DML__JOB_STATE__RUNNING, 0);
+	take_free(m);
+	sched_log_wait(&t, "worker 2 stalled: 1 of 1 servers told to drop its clock");
+	m = job_status(t.ctl, id);
+	ck_assert_uint_eq(m->jobs[0]->n_workers, 2);
+	ck_assert_uint_eq(m->jobs[0]->workers[1]->worker, 2);
+	ck_assert_str_eq(m->jobs[0]->workers[1]->reason, "stalled (held the others at clock "
+			 "3 for 1100 ms)");
+	take_free(m);
+	sched_down(&t, p, 3);
+}
+END_TEST
+
 /* ---- checkpoints asked by an operator --------------------------------------- */
 
 /* JOB_CONTROL CHECKPOINT_NOW, not waited for: its request id. */
@@ -1102,6 +1169,7 @@ int main(void)
 	tcase_add_test(tc, test_job_flow);
 	tcase_add_test(tc, test_partitions_handed_on);
 	tcase_add_test(tc, test_refusals);
+	tcase_add_test(tc, test_straggler_evicted);
 	tcase_add_test(tc, test_checkpoint_asked_during_a_round);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);

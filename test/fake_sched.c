@@ -37,6 +37,9 @@ struct fnode {
 	int install_rc;
 	char install_err[256];
 	uint64_t answer_clock, answer_bytes; /* the ACK's clock and bytes */
+	unsigned stragglers;       /* STRAGGLER frames received, and the last one's */
+	uint32_t straggler_worker;
+	uint64_t straggler_clock, straggler_us;
 };
 
 struct dml_fake_sched {
@@ -169,6 +172,17 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		return 0;
 	case DML__MSG_TYPE__SHARDMAP:
 		on_shardmap_request(f, c, m);
+		return 0;
+	case DML__MSG_TYPE__STRAGGLER:
+		pthread_mutex_lock(&f->mu);
+		if ((n = node_find(f, h->role, h->node_id)) != NULL) {
+			n->stragglers++;
+			n->straggler_worker = m->worker;
+			n->straggler_clock = m->clock;
+			n->straggler_us = m->held_us;
+			pthread_cond_broadcast(&f->cv);
+		}
+		pthread_mutex_unlock(&f->mu);
 		return 0;
 	case DML__MSG_TYPE__ACK:
 	case DML__MSG_TYPE__ERROR:
@@ -423,6 +437,43 @@ int dml_fake_sched_evict(struct dml_fake_sched *f, uint32_t server, uint32_t job
 	m.job = job;
 	m.worker = worker;
 	return request_begin(f, server, &m);
+}
+
+int dml_fake_sched_straggler_wait(struct dml_fake_sched *f, uint32_t server, unsigned seen,
+				  int timeout_ms, uint32_t *worker, uint64_t *clock,
+				  uint64_t *held_us)
+{
+	struct timespec ts;
+	struct fnode *n;
+	int rc = 0;
+
+	deadline_after(&ts, timeout_ms);
+	pthread_mutex_lock(&f->mu);
+	while (!((n = node_find(f, DML__ROLE__SERVER, server)) && n->stragglers > seen) &&
+	       rc != ETIMEDOUT)
+		rc = pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+	if (n && n->stragglers > seen) {
+		*worker = n->straggler_worker;
+		*clock = n->straggler_clock;
+		*held_us = n->straggler_us;
+		rc = 0;
+	} else {
+		rc = DML_ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&f->mu);
+	return rc;
+}
+
+unsigned dml_fake_sched_stragglers(struct dml_fake_sched *f, uint32_t server)
+{
+	struct fnode *n;
+	unsigned count;
+
+	pthread_mutex_lock(&f->mu);
+	n = node_find(f, DML__ROLE__SERVER, server);
+	count = n ? n->stragglers : 0;
+	pthread_mutex_unlock(&f->mu);
+	return count;
 }
 
 int dml_fake_sched_install_wait(struct dml_fake_sched *f, uint32_t server, int timeout_ms,

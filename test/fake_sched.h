@@ -79,6 +79,17 @@ int dml_fake_sched_checkpoint_wait(struct dml_fake_sched *f, uint32_t server, in
 int dml_fake_sched_evict(struct dml_fake_sched *f, uint32_t server, uint32_t job,
 			 uint32_t worker);
 
+/**
+ * Wait until server `server` has sent more than `seen` STRAGGLER frames;
+ * the last one's worker, clock and held_us. 0 or DML_ETIMEDOUT.
+ */
+int dml_fake_sched_straggler_wait(struct dml_fake_sched *f, uint32_t server, unsigned seen,
+				  int timeout_ms, uint32_t *worker, uint64_t *clock,
+				  uint64_t *held_us);
+
+/** STRAGGLER frames server `server` has sent so far. */
+unsigned dml_fake_sched_stragglers(struct dml_fake_sched *f, uint32_t server);
+
 /** Stop the thread, close everything, free. NULL is fine. */
 void dml_fake_sched_stop(struct dml_fake_sched *f);
 
