@@ -2,8 +2,10 @@
  * check_backend.c - compute backends (backend.h).
  *
  * Always: the registry (cpu is found by name, an unknown name is not, the
- * name list matches the build), and the cuda backend's open() either works
- * or fails cleanly with DML_ENOTFOUND and a reason.
+ * name list matches the build), the cuda backend's open() either works
+ * or fails cleanly with DML_ENOTFOUND and a reason, and OpenBLAS's kernels:
+ * this program starts the way dml-worker does (dml_blas_kernels_choose), so
+ * on a CPU with AVX2 it must not compute on OpenBLAS's generic fallback.
  *
  * Parity, where the cuda backend is built and a device opens: every op run
  * on cpu and on cuda with the same random inputs, odd sizes, padded row
@@ -19,6 +21,7 @@
  */
 #include "config.h"
 
+#include <cblas.h>
 #include <check.h>
 #include <limits.h>
 #include <math.h>
@@ -30,6 +33,7 @@
 #include "app.h"
 #include "app_test.h"
 #include "backend.h"
+#include "blas_kernels.h"
 #include "check_run.h"
 #include "dml_error.h"
 
@@ -203,6 +207,32 @@ static void expect_close(const char *what, const float *cpu, const float *cuda, 
 }
 
 /* ---- always: the registry and opening cuda --------------------------------- */
+
+/* A CPU OpenBLAS recognised keeps its kernels; on its fallback, a CPU with
+ * AVX2 gets better ones, and this process (started through
+ * dml_blas_kernels_choose) runs on them. */
+START_TEST(test_blas_kernels)
+{
+	const char *core = openblas_get_corename(), *want = getenv("OPENBLAS_CORETYPE");
+	const char *better = dml_blas_kernels_for_cpu("Prescott");
+
+	say("blas_kernels: OpenBLAS computes on its %s kernels (OPENBLAS_CORETYPE %s)\n",
+	    core, want ? want : "unset");
+	ck_assert_ptr_null(dml_blas_kernels_for_cpu(NULL));
+	ck_assert_ptr_null(dml_blas_kernels_for_cpu("Haswell"));
+	ck_assert_ptr_null(dml_blas_kernels_for_cpu("SkylakeX"));
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		ck_assert_ptr_nonnull(better);
+	else
+		ck_assert_ptr_null(better);
+#endif
+	/* An operator's own choice stands, whatever it is. */
+	if (better && (!want || strcmp(want, better) == 0))
+		ck_assert_str_ne(core, "Prescott");
+}
+END_TEST
 
 START_TEST(test_registry)
 {
@@ -823,13 +853,18 @@ START_TEST(test_mlp_step)
 }
 END_TEST
 
-int main(void)
+int main(int argc, char **argv)
 {
-	Suite *s = suite_create("backend");
-	TCase *tc = tcase_create("backend");
+	Suite *s;
+	TCase *tc;
 
+	(void)argc;
+	dml_blas_kernels_choose(argv);
+	s = suite_create("backend");
+	tc = tcase_create("backend");
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, test_registry);
+	tcase_add_test(tc, test_blas_kernels);
 	tcase_add_test(tc, test_cuda_open);
 	tcase_add_test(tc, test_copies);
 	tcase_add_test(tc, test_gemm);

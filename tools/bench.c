@@ -40,6 +40,7 @@
 #include "bench_sparse.h"
 #include "bench_train.h"
 #include "bench_util.h"
+#include "blas_kernels.h"
 #include "dml.h"
 #include "log.h"
 #include "store.h"
@@ -1530,6 +1531,7 @@ static void bench_usage(FILE *out)
 int main(int argc, char **argv)
 {
 	dml_log_set_ident("dml-bench");
+	dml_blas_kernels_choose(argv);
 	if (argc < 2) {
 		bench_usage(stderr);
 		return BENCH_EXIT_USAGE;

@@ -15,6 +15,7 @@
 
 #include "app.h"
 #include "backend.h"
+#include "blas_kernels.h"
 #include "daemon.h"
 #include "dml_error.h"
 #include "local_store.h"
@@ -208,9 +209,9 @@ int main(int argc, char **argv)
 		.free = free_worker,
 	};
 
-	if (eval_wanted(argc, argv)) {
-		dml_log_set_ident(NAME);
+	dml_log_set_ident(NAME);
+	dml_blas_kernels_choose(argv);
+	if (eval_wanted(argc, argv))
 		return eval_main(argc, argv);
-	}
 	return dml_daemon_main(argc, argv, &d);
 }
