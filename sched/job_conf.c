@@ -34,6 +34,7 @@
 #define JOB_KEYS_MAX 1000000000000000.0 /* dense keys: dml-server's [table] bound */
 #define JOB_CAPACITY_MAX 1000000000000.0
 #define JOB_PARTITIONS_MAX 1048576u    /* the scheduler keeps an owner per partition */
+#define JOB_CLOCK_BATCH_MAX 4294967295ull /* what Assignment.batch_size can carry */
 #define JOB_WORKER_IDS_MAX 65536u
 #define JOB_TEXT_MAX 4095u             /* data, test_data: paths */
 #define JOB_HIDDEN_MAX 255u
@@ -85,6 +86,8 @@ struct job_file {
 	double rebalance_threshold;
 	uint32_t rebalance_hold_ms;
 	int batch_split;           /* index into dml_batch_split_names */
+	int bsp_step;              /* index into dml_bsp_step_names */
+	uint64_t clock_batch;
 	struct job_file_table *tables;
 	size_t ntables;
 };
@@ -398,6 +401,15 @@ static const struct dml_conf_option job_options[] = {
 	  "split by the workers' measured speeds, so a slow worker takes a smaller batch "
 	  "(LB-BSP); equal: batch_size each; auto: rate under BSP and SSP, equal when "
 	  "asynchronous" },
+	{ "job", "clock_batch", DML_CONF_U64, J(clock_batch), "0", 0, JOB_CLOCK_BATCH_MAX, NULL,
+	  NULL, "examples of one clock over all live workers, split as batch_split says "
+	  "(at most 4 x batch_size a worker), so that the job's arithmetic does not "
+	  "change with the number of workers; pushes still weigh batch / batch_size "
+	  "(0: batch_size a worker)" },
+	{ "job", "bsp_step", DML_CONF_ENUM, J(bsp_step), "clock", 0, 0, dml_bsp_step_names,
+	  NULL, "under BSP (staleness 0): clock: the servers sum a clock's pushes to a "
+	  "dense table and apply them as one optimizer step once every worker ended the "
+	  "clock; push: each push is a step of its own as it arrives" },
 	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
 	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
 	{ "job", "checkpoint_every_s", DML_CONF_U32, J(checkpoint_every_s), "0", 0, 604800, NULL,
@@ -520,6 +532,8 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->rebalance_threshold = f->rebalance_threshold;
 	s->rebalance_hold_ms = f->rebalance_hold_ms;
 	s->batch_split = (uint32_t)f->batch_split;
+	s->bsp_step = (uint32_t)f->bsp_step;
+	s->clock_batch = f->clock_batch;
 	if (f->ntables) {
 		v->tables = dml_xcalloc(f->ntables, sizeof(*v->tables));
 		v->table_ptrs = dml_xcalloc(f->ntables, sizeof(*v->table_ptrs));
@@ -723,7 +737,8 @@ static int batch_fits(const Dml__JobSpec *s, const char *app, const char *what,
 
 	if (most > s->batch_size)
 		snprintf(by_rate, sizeof(by_rate), " (x %d: the largest batch one worker is "
-			 "given when batches follow rates; batch_split = equal keeps batch_size)",
+			 "given when batches follow rates or clock_batch is set; otherwise "
+			 "batch_size)",
 			 DML_BATCH_CAP_FACTOR);
 	if (most > INT_MAX)
 		return fail(err, errlen, "app %s: batch_size %" PRIu32 " out of range 1..%d%s",
@@ -744,7 +759,17 @@ int dml_job_batch_by_rate(const Dml__JobSpec *s)
 
 uint64_t dml_job_batch_max(const Dml__JobSpec *s)
 {
-	return (uint64_t)s->batch_size * (dml_job_batch_by_rate(s) ? DML_BATCH_CAP_FACTOR : 1);
+	int varies = dml_job_batch_by_rate(s) || s->clock_batch;
+
+	return (uint64_t)s->batch_size * (varies ? DML_BATCH_CAP_FACTOR : 1);
+}
+
+uint64_t dml_job_clock_batch(const Dml__JobSpec *s, uint64_t nlive)
+{
+	uint64_t total = s->clock_batch ? s->clock_batch : (uint64_t)s->batch_size * nlive;
+
+	/* every live worker takes at least one example */
+	return total < nlive ? nlive : total;
 }
 
 /* What the lsq app of dml-worker needs (the rules of its own check in
@@ -1020,10 +1045,13 @@ static int check_job(const Dml__JobSpec *s, char *err, size_t errlen)
 		return fail(err, errlen, "rebalance_threshold %g must be finite and >= 0",
 			    s->rebalance_threshold);
 	if (s->rebalance > DML_REBALANCE_OFF || s->stale_scaling > DML_STALE_INVERSE ||
-	    s->batch_split > DML_BATCH_RATE)
-		return fail(err, errlen, "rebalance %u, stale_scaling %u or batch_split %u is "
-			    "not one this build knows", s->rebalance, s->stale_scaling,
-			    s->batch_split);
+	    s->batch_split > DML_BATCH_RATE || s->bsp_step > DML_BSP_STEP_PUSH)
+		return fail(err, errlen, "rebalance %u, stale_scaling %u, batch_split %u or "
+			    "bsp_step %u is not one this build knows", s->rebalance,
+			    s->stale_scaling, s->batch_split, s->bsp_step);
+	if (s->clock_batch > JOB_CLOCK_BATCH_MAX)
+		return fail(err, errlen, "clock_batch %" PRIu64 " out of range 0..%llu",
+			    s->clock_batch, (unsigned long long)JOB_CLOCK_BATCH_MAX);
 	if (s->target > 0 && !*str_or_empty(s->metric))
 		return fail(err, errlen, "target %g needs a metric", s->target);
 	if (s->max_clocks == 0 && s->max_epochs == 0 && !metric_stops(s))

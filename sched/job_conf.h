@@ -86,8 +86,8 @@ extern const char *const dml_rebalance_names[];
 enum dml_batch_split { DML_BATCH_AUTO, DML_BATCH_EQUAL, DML_BATCH_RATE };
 extern const char *const dml_batch_split_names[];
 
-/* Under a split by rate, a worker's batch is at most this many times
- * batch_size: its buffers are sized for it. */
+/* Under a split by rate or a clock_batch, a worker's batch is at most this
+ * many times batch_size: its buffers are sized for it. */
 #define DML_BATCH_CAP_FACTOR 4
 
 /** 1 when the job's per-worker batches follow compute rates (LB-BSP). */
@@ -95,6 +95,12 @@ int dml_job_batch_by_rate(const Dml__JobSpec *s);
 
 /** The largest batch a worker of the job may be given. */
 uint64_t dml_job_batch_max(const Dml__JobSpec *s);
+
+/**
+ * The examples of one clock over nlive live workers: clock_batch, or
+ * batch_size each when it is 0; never fewer than nlive.
+ */
+uint64_t dml_job_clock_batch(const Dml__JobSpec *s, uint64_t nlive);
 
 /** Job state names: "pending", "running", ...; "unknown" otherwise. */
 const char *dml_job_state_name(int state);

@@ -423,7 +423,7 @@ static void split_batches(const struct dml_job *job, double *rates, const bool *
 			  size_t nlive, int step, uint64_t *batches)
 {
 	const struct worker_priv *priv = impl_c(job)->priv;
-	uint64_t total = (uint64_t)job->spec->batch_size * nlive;
+	uint64_t total = dml_job_clock_batch(job->spec, nlive);
 	uint64_t cap = dml_job_batch_max(job->spec);
 	uint32_t n = (uint32_t)job->nworkers;
 	int halved = 0;
@@ -444,6 +444,21 @@ static void split_batches(const struct dml_job *job, double *rates, const bool *
 		dml_assign_batch_sizes(total, rates, live, n, cap, batches);
 	for (uint32_t i = 0; i < n; i++)
 		rates[i] = (double)batches[i];
+}
+
+/* A clock_batch split evenly over the live workers (batch_split = equal). */
+static void split_equal(const struct dml_job *job, const bool *live, size_t nlive,
+			uint64_t *batches)
+{
+	size_t n = job->nworkers;
+	double *ones = dml_xcalloc(n, sizeof(*ones));
+
+	for (size_t i = 0; i < n; i++)
+		ones[i] = live[i] ? 1 : 0;
+	/* every argument is ours and valid: the call cannot refuse them */
+	dml_assign_batch_sizes(dml_job_clock_batch(job->spec, nlive), ones, live,
+			       (uint32_t)n, dml_job_batch_max(job->spec), batches);
+	free(ones);
 }
 
 /*
@@ -477,6 +492,8 @@ static size_t ideal_shares(const struct dml_job *job, uint64_t *counts, uint64_t
 	 * or it would train on nothing (when there are enough of them). */
 	if (nlive && dml_job_batch_by_rate(job->spec))
 		split_batches(job, rates, live, nlive, step, batches);
+	else if (nlive && job->spec->clock_batch)
+		split_equal(job, live, nlive, batches);
 	if (nlive && (!dml_job_batch_by_rate(job->spec) ||
 		      dml_assign_batch_sizes(job->num_partitions, rates, live, (uint32_t)n,
 					     job->num_partitions, counts) != 0))

@@ -125,10 +125,12 @@ void dml_server_tables_free(struct dml_server *s)
 		dml_server_ranges_clear(&s->tables[i].served);
 		dml_server_ranges_clear(&s->tables[i].pending);
 		dml_server_ranges_clear(&s->tables[i].moved_in);
+		dml_server_step_free(&s->tables[i]);
 	}
 	free(s->tables);
 	s->tables = NULL;
 	s->ntables = 0;
+	s->step_min_clock = 0;
 }
 
 /* Append one TableInfo for [begin, end) of te. */
@@ -308,11 +310,13 @@ static void answer_pull(struct session *ss, uint64_t request_id, struct table_en
 		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->peer.conn), dml_strerror(rc));
 }
 
-/* Answer every parked pull the clocks now allow; a checkpoint may be due. */
+/* Take the step of a clock every worker ended, then answer every parked
+ * pull the clocks now allow; a checkpoint may be due. */
 static void release_held(struct dml_server *s)
 {
 	struct held_pull **pp = &s->held;
 
+	dml_server_step_clock(s);
 	while (*pp) {
 		struct held_pull *h = *pp;
 
@@ -479,7 +483,7 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	struct dml_ssp_worker *w = session_worker(ss);
 	struct table_entry *te = request_table(ss, m);
 	const uint64_t *keys = (const uint64_t *)payload;
-	int rc;
+	int rc, deferred;
 
 	if (!te)
 		return 0;
@@ -512,7 +516,11 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		return 0;
 	}
 	keys = (const uint64_t *)payload;
-	if (m->dense)
+	deferred = dml_server_step_defers(ss->srv, te);
+	if (deferred)
+		rc = dml_server_step_add(te, m->key_begin, m->key_end, (const float *)payload,
+					 dml_push_weight_of(m));
+	else if (m->dense)
 		rc = dml_table_push_range_weighted(te->table, m->key_begin, m->key_end,
 						   (const float *)payload, dml_push_weight_of(m));
 	else
@@ -527,8 +535,10 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	if (w && m->seq != 0)
 		w->last_seq = m->seq;
 	ss->srv->st.pushes++;
+	ss->srv->st.deferred += deferred;
 	dml_server_cut_applied(ss->srv, m->clock);
-	dml_server_store_pushed(ss, m, payload, w ? w->id : ss->node_id, w ? w->incarnation : 0);
+	dml_server_store_pushed(ss, m, payload, w ? w->id : ss->node_id, w ? w->incarnation : 0,
+				deferred);
 	return 0;
 }
 
@@ -962,6 +972,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->job_mode = conf->scheduler[0] && conf->ntables == 0;
 	s->dead_after_ms = conf->dead_after_ms;
 	s->stale_scaling = conf->stale_scaling;
+	s->bsp_step = conf->bsp_step;
 	dml_ssp_init(&s->ssp, conf->staleness, conf->workers);
 	dml_peers_init(&s->peers, base, conf->max_connections);
 	*out = s;

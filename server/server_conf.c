@@ -76,6 +76,10 @@ static const struct dml_conf_option options[] = {
 	  dml_stale_scaling_names, NULL,
 	  "inverse: a push tau clocks behind the newest worker's is applied times "
 	  "1 / (1 + tau) (DynSGD); off: as it is" },
+	{ "job", "bsp_step", DML_CONF_ENUM, S(bsp_step), "clock", 0, 0, dml_bsp_step_names,
+	  NULL, "under BSP (staleness 0): clock: a clock's pushes to a dense table are summed "
+	  "and applied as one optimizer step once every worker ended the clock; push: each "
+	  "push is applied as it arrives" },
 
 	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
 	  "directory of this server's LMDB store (made if missing); empty: no log, a "

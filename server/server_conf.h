@@ -48,6 +48,7 @@ struct dml_server_conf {
 	uint32_t workers;
 	uint32_t dead_after_ms;
 	int stale_scaling;         /* enum dml_stale_scaling */
+	int bsp_step;              /* enum dml_bsp_step */
 	/* [store] */
 	char *store_path;         /* "" = no gradient log */
 	uint64_t store_map_size;

@@ -24,6 +24,7 @@
 
 struct dml_sched_link;
 struct mig_peer;
+struct step_acc;
 struct server_cut;
 struct server_store;
 
@@ -44,6 +45,7 @@ struct table_entry {
 	struct key_ranges served;  /* what requests may touch now */
 	struct key_ranges pending; /* gained by a remap, rows not arrived yet */
 	struct key_ranges moved_in; /* recovery: ranges whose moved rows the log held */
+	struct step_acc *acc;      /* BSP: pushes waiting for their clock's step, or NULL */
 };
 
 struct session {
@@ -100,6 +102,8 @@ enum req_kind {
 struct stats {
 	uint64_t pushes, pulls, duplicates, held, bad_frames, bytes_in, bytes_out;
 	uint64_t stale_scaled;     /* pushes applied scaled by their staleness */
+	uint64_t deferred;         /* pushes held for their clock's step (BSP) */
+	uint64_t steps;            /* BSP steps: a clock's pushes applied at once */
 	uint64_t requests[REQ_KINDS];
 };
 
@@ -119,6 +123,8 @@ struct dml_server {
 	struct server_job job;
 	uint32_t dead_after_ms;    /* the clock set's, from the job or the config */
 	int stale_scaling;         /* enum dml_stale_scaling, from the job or the config */
+	int bsp_step;              /* enum dml_bsp_step, from the job or the config */
+	uint64_t step_min_clock;   /* the slowest clock when the last step was taken */
 	/* What WELCOME reports: one TableInfo per range held, and where this
 	 * server stands in the map. */
 	Dml__TableInfo *winfo;
@@ -170,6 +176,39 @@ void dml_server_reply_ack(struct session *ss, uint64_t request_id);
  */
 void dml_server_evict(struct dml_server *s, uint32_t worker);
 
+/* ---- server_step.c ---- */
+
+/** Whether a push to te waits for its clock's step (BSP, bsp_step = clock,
+ * a dense table). */
+int dml_server_step_defers(const struct dml_server *s, const struct table_entry *te);
+
+/**
+ * Add a dense push of [begin, end) (keys te serves) of the given weight to
+ * te's step. 0 or DML_ENOMEM (nothing added).
+ */
+int dml_server_step_add(struct table_entry *te, uint64_t begin, uint64_t end,
+			const float *vals, float weight);
+
+/** Whether any push waits for a step. */
+int dml_server_step_pending(const struct dml_server *s);
+
+/** Apply every waiting push, each table's as one push of its summed weight,
+ * logging nothing (a replay: the log has the step). 0 or the first error. */
+int dml_server_step_apply(struct dml_server *s);
+
+/** Take a step of whatever waits (nothing: nothing happens) and log it; a
+ * failure stops the server (the log still has the pushes). */
+void dml_server_step_flush(struct dml_server *s);
+
+/** Take a step when the slowest clock moved since the last (release_held). */
+void dml_server_step_clock(struct dml_server *s);
+
+/** Take a step and free the accumulators: the rows served are to change. */
+void dml_server_step_reset(struct dml_server *s);
+
+/** Free te's accumulator (its sums are dropped). */
+void dml_server_step_free(struct table_entry *te);
+
 /* ---- server_straggler.c ---- */
 
 /** Every tick: tell the scheduler of a worker that holds parked pulls. */
@@ -212,7 +251,14 @@ int dml_server_store_open(struct dml_server *s);
  * allows (sync: after the commit of this turn of the loop).
  */
 void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
-			     uint32_t worker, uint64_t incarnation);
+			     uint32_t worker, uint64_t incarnation, int deferred);
+
+/**
+ * A BSP step applied the deferred pushes (server_step.c): log where, so
+ * that a replay takes the same steps; a checkpoint the log's size calls
+ * for is taken now, when no push waits for one.
+ */
+void dml_server_store_stepped(struct dml_server *s);
 
 /**
  * Rows another server sent (MIGRATE) were installed: log them, with the

@@ -1073,6 +1073,8 @@ static void remap(struct dml_server *s, const Dml__Meta *m)
 	rm.s = s;
 	rm.me = s->conf->node_id;
 	rm.old = old;
+	/* Rows about to leave carry every push acknowledged for them. */
+	dml_server_step_reset(s);
 	/* Undelivered rows of an older remap are ours again until re-planned. */
 	peers_take_back(s, &back);
 	s->job.map = NULL;
@@ -1268,6 +1270,8 @@ static void install_from(struct dml_server *s, const Dml__Meta *m, const Dml__Sh
 	s->dead_after_ms = spec->dead_after_ms ? spec->dead_after_ms : s->conf->dead_after_ms;
 	s->stale_scaling = spec->stale_scaling == DML_STALE_INVERSE ? DML_STALE_INVERSE :
 			   DML_STALE_OFF;
+	s->bsp_step = spec->bsp_step == DML_BSP_STEP_PUSH ? DML_BSP_STEP_PUSH :
+		      DML_BSP_STEP_CLOCK;
 	dml_server_cut_reset(s);
 	/* The log first: the workers that join the clock set below get their
 	 * push sequences from it. */

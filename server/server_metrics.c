@@ -95,6 +95,12 @@ static const struct dml_metric_desc
 	m_stale = { "dml_server_pushes_stale_scaled_total",
 		    "Pushes applied scaled by 1 / (1 + staleness) (stale_scaling = inverse)",
 		    COUNTER, NULL, NULL, 0 },
+	m_deferred = { "dml_server_pushes_deferred_total",
+		       "Pushes held for their clock's BSP step (bsp_step = clock)", COUNTER,
+		       NULL, NULL, 0 },
+	m_steps = { "dml_server_bsp_steps_total",
+		    "BSP steps: a clock's pushes applied as one optimizer step per table",
+		    COUNTER, NULL, NULL, 0 },
 	m_held = { "dml_server_pulls_held_total",
 		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
 		   NULL, 0 },
@@ -145,6 +151,8 @@ static int register_metrics(struct dml_server *s)
 	bad |= dml_metrics_add_histogram(m, &wait, NULL, &s->held_wait);
 	bad |= dml_metrics_add_u64(m, &m_duplicates, NULL, &s->st.duplicates);
 	bad |= dml_metrics_add_u64(m, &m_stale, NULL, &s->st.stale_scaled);
+	bad |= dml_metrics_add_u64(m, &m_deferred, NULL, &s->st.deferred);
+	bad |= dml_metrics_add_u64(m, &m_steps, NULL, &s->st.steps);
 	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);

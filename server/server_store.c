@@ -21,6 +21,15 @@
  * it, and one that died in the middle of a move rebuilds the rows of the
  * older map and resumes the move (server_job.c).
  *
+ * Under BSP with bsp_step = clock (server_step.c) a push to a dense table
+ * is logged and acknowledged as it arrives but applied at its clock's
+ * step: the log marks it deferred and each step appends a step record,
+ * so a replay sums the same pushes and applies them at the same points;
+ * those logged after the last step wait for the next one again. A
+ * checkpoint is never taken while pushes wait: its rows would lack what
+ * the log it replaces holds. With batch the rows logged are the applied
+ * ones, so a crash also loses the pushes of the clock under way.
+ *
  * Must never: send a sync ACK before the commit that holds its push
  * returned, keep serving after a failed commit (the tables would hold
  * pushes the log lacks: the server stops instead, and a restart replays
@@ -74,6 +83,21 @@ struct server_store {
 /* ---- committing ----------------------------------------------------------- */
 
 static void checkpoint_now(struct dml_server *s);
+
+/*
+ * Whether the log has grown to a checkpoint. Not while rows move (the
+ * ranges held are not settled), nor while one is being written (the next
+ * commit asks again), nor while pushes wait for their BSP step (the step
+ * asks again).
+ */
+static int checkpoint_due(const struct dml_server *s)
+{
+	const struct server_store *st = s->store;
+
+	return s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log &&
+	       !s->job.remapping && !s->snap && !dml_ckpt_writer_writes(st->writer) &&
+	       !dml_server_step_pending(s);
+}
 
 /* ---- batch: the rows that changed, not the pushes ------------------------------ */
 
@@ -185,10 +209,7 @@ static void commit_now(struct dml_server *s)
 			dml_server_reply_ack(st->acks[i].ss, st->acks[i].request_id);
 	st->nacks = 0;
 	st->logged += bytes;
-	/* Not while rows move: the ranges held are not settled; nor while one
-	 * is being written (the next commit asks again). */
-	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log &&
-	    !s->job.remapping && !s->snap && !dml_ckpt_writer_writes(st->writer))
+	if (checkpoint_due(s))
 		checkpoint_now(s);
 }
 
@@ -257,6 +278,9 @@ static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep,
 	struct pending_ckpt *p;
 	int rc;
 
+	/* Logged pushes the rows lack would leave the log with it. */
+	if (dml_server_step_pending(s))
+		return dml_fail(DML_ESTATE, err, errlen, "pushes wait for their clock's step");
 	/* The rows hold pushes the batch has not logged yet; and the commit
 	 * must not queue a checkpoint of its own. */
 	st->logged = 0;
@@ -387,23 +411,28 @@ static void rec_of_frame(const struct dml_server *s, const Dml__Meta *m,
 	r->values = (const float *)(m->dense ? payload : payload + m->num_keys * 8ull);
 }
 
-/* Into the batch, its ACK after the commit; no memory stops the server. */
-static void append_then_ack(struct session *ss, const struct dml_log_rec *r,
-			    uint64_t request_id, const char *what)
+/* Into the batch; no memory stops the server. 0 or -1. */
+static int append(struct dml_server *s, const struct dml_log_rec *r, const char *what)
 {
-	struct dml_server *s = ss->srv;
-
 	if (dml_store_append(s->store->store, r) != 0) {
 		dml_err("store: no memory to log %s; stopping", what);
 		s->store_failed = 1;
 		event_base_loopbreak(s->base);
-		return;
+		return -1;
 	}
-	defer_ack(s, ss, request_id);
+	return 0;
+}
+
+/* Into the batch, its ACK after the commit. */
+static void append_then_ack(struct session *ss, const struct dml_log_rec *r,
+			    uint64_t request_id, const char *what)
+{
+	if (append(ss->srv, r, what) == 0)
+		defer_ack(ss->srv, ss, request_id);
 }
 
 void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
-			     uint32_t worker, uint64_t incarnation)
+			     uint32_t worker, uint64_t incarnation, int deferred)
 {
 	struct server_store *st = ss->srv->store;
 	struct dml_log_rec r = { 0 };
@@ -419,7 +448,30 @@ void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8
 	r.seq = m->seq;
 	r.clock = m->clock;
 	r.weight = dml_push_weight_of(m);
+	r.deferred = deferred;
 	append_then_ack(ss, &r, m->request_id, "a push");
+}
+
+void dml_server_store_stepped(struct dml_server *s)
+{
+	struct server_store *st = s->store;
+	struct dml_log_rec r = { 0 };
+
+	if (!st || s->store_failed)
+		return;
+	if (st->mode == DML_DURABILITY_SYNC) {
+		r.job = s->job.id;
+		r.clock = s->step_min_clock;
+		r.dense = 1;
+		r.width = 1;
+		r.step = 1;
+		if (append(s, &r, "a step") != 0)
+			return;
+		/* on disk with this turn's pushes, not only with the next one's */
+		event_active(st->commit_ev, EV_TIMEOUT, 0);
+	}
+	if (checkpoint_due(s))
+		checkpoint_now(s);
 }
 
 void dml_server_store_moved(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
@@ -504,6 +556,16 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 	/* A worker's push sequence only: the dedupe state holds it. */
 	if (r->rows && !r->moved && (r->dense ? r->begin == r->end : r->nkeys == 0))
 		return 0;
+	/* A BSP step: the deferred pushes since the last one, as it took them.
+	 * The slowest clock it was taken at is where the workers come back:
+	 * the pushes logged after it wait for that clock to end again. */
+	if (r->step) {
+		if ((rc = dml_server_step_apply(rp->s)) != 0)
+			snprintf(rp->err, rp->errlen, "log record %" PRIu64 " (a step): %s",
+				 rp->n, dml_strerror(rc));
+		rp->s->step_min_clock = r->clock;
+		return rc;
+	}
 	/* Rows that moved in cover their whole range, keys or none. */
 	if (te && r->moved && r->version == rp->s->job.version)
 		dml_server_ranges_add(&te->moved_in, r->begin, r->end);
@@ -518,6 +580,8 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 	if (r->rows)
 		rc = r->dense ? dml_table_import_range(te->table, r->begin, r->end, r->values)
 			      : dml_table_import_keys(te->table, r->keys, r->nkeys, r->values);
+	else if (r->deferred && r->dense)
+		rc = dml_server_step_add(te, r->begin, r->end, r->values, weight);
 	else
 		rc = r->dense ? dml_table_push_range_weighted(te->table, r->begin, r->end,
 							      r->values, weight)
@@ -749,8 +813,14 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int res
 
 void dml_server_store_flush(struct dml_server *s)
 {
-	if (s->store && s->store->store && !s->store_failed)
-		commit_now(s);
+	if (!s->store || !s->store->store || s->store_failed)
+		return;
+	/* Batch logs rows, and pushes waiting for their BSP step are in none:
+	 * the step goes first. Sync has them in the log, and a restart waits
+	 * for their clock to end as this server would have. */
+	if (s->store->mode == DML_DURABILITY_BATCH)
+		dml_server_step_flush(s);
+	commit_now(s);
 }
 
 void dml_server_store_free(struct dml_server *s)

@@ -47,6 +47,7 @@ const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL }
 const char *const dml_optim_kind_names[] = { "sgd", "momentum", "adagrad", "adam",
 					     "add", NULL };
 const char *const dml_stale_scaling_names[] = { "off", "inverse", NULL };
+const char *const dml_bsp_step_names[] = { "clock", "push", NULL };
 
 struct table_slot {
 	uint64_t key;

@@ -222,6 +222,11 @@ extern const char *const dml_optim_kind_names[];
 extern const char *const dml_stale_scaling_names[];
 enum dml_stale_scaling { DML_STALE_OFF, DML_STALE_INVERSE };
 
+/* How a BSP clock's pushes are applied (JobSpec.bsp_step): summed into one
+ * optimizer step when the clock ends, or each as a step of its own. */
+extern const char *const dml_bsp_step_names[];
+enum dml_bsp_step { DML_BSP_STEP_CLOCK, DML_BSP_STEP_PUSH };
+
 /*
  * Changed rows: a table may track which rows pushes and imports changed,
  * so that a log can write each once per commit instead of every push.

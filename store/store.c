@@ -13,11 +13,16 @@
  * format covers it):
  *
  *	u32 job, u32 table, u32 worker, u64 incarnation, u64 seq, u64 clock,
- *	u8 flags (1: dense, 2: rows, 4: moved, 8: weighted), u64 begin,
+ *	u8 flags (1: dense, 2: rows, 4: moved, 8: weighted, 16: deferred to
+ *	its clock's step, 32: a step), u64 begin,
  *	u64 end, u32 nkeys, u32 width,
  *	f32 weight (weighted pushes only: a weight other than 1),
  *	u64 keys[nkeys] (sparse only; nkeys is 0 when dense),
  *	f32 values[(dense ? end - begin : nkeys) * width]
+ *
+ * A step record (flag 32 alone with dense: no rows, no keys, width 1, no
+ * values) marks where a server applied the deferred pushes before it as
+ * one optimizer step per table; it carries no worker sequence.
  *
  * Must never: trust a length read from the file before checking it against
  * the size LMDB gave, hand out a pointer into the map (LMDB's values are
@@ -66,8 +71,12 @@ enum {
 	REC_HDR = 61,
 };
 
-enum { REC_F_DENSE = 1, REC_F_ROWS = 2, REC_F_MOVED = 4, REC_F_WEIGHT = 8 };
-#define REC_FLAGS (REC_F_DENSE | REC_F_ROWS | REC_F_MOVED | REC_F_WEIGHT)
+enum {
+	REC_F_DENSE = 1, REC_F_ROWS = 2, REC_F_MOVED = 4, REC_F_WEIGHT = 8, REC_F_DEFER = 16,
+	REC_F_STEP = 32,
+};
+#define REC_FLAGS (REC_F_DENSE | REC_F_ROWS | REC_F_MOVED | REC_F_WEIGHT | REC_F_DEFER | \
+		   REC_F_STEP)
 
 /* A push of a weight other than 1 carries it after the header (so a log of
  * unweighted pushes reads as it did before weights). */
@@ -219,7 +228,8 @@ static void rec_encode(const struct dml_log_rec *r, size_t keybytes, size_t valb
 	store_put_le64(p + REC_CLOCK, r->clock);
 	p[REC_DENSE] = (r->dense ? REC_F_DENSE : 0) | (r->rows ? REC_F_ROWS : 0) |
 		       (r->moved ? REC_F_ROWS | REC_F_MOVED : 0) |
-		       (rec_weighted(r) ? REC_F_WEIGHT : 0);
+		       (rec_weighted(r) ? REC_F_WEIGHT : 0) |
+		       (r->deferred && !r->rows ? REC_F_DEFER : 0) | (r->step ? REC_F_STEP : 0);
 	store_put_le64(p + REC_BEGIN, r->dense || r->moved ? r->begin : 0);
 	store_put_le64(p + REC_END, r->dense || r->moved ? r->end : 0);
 	dml_store_le32(p + REC_NKEYS, r->dense ? 0 : r->nkeys);
@@ -247,6 +257,8 @@ static void rec_header(const uint8_t *p, struct dml_log_rec *r)
 	r->dense = p[REC_DENSE] & REC_F_DENSE;
 	r->rows = (p[REC_DENSE] & REC_F_ROWS) != 0;
 	r->moved = (p[REC_DENSE] & REC_F_MOVED) != 0;
+	r->deferred = (p[REC_DENSE] & REC_F_DEFER) != 0;
+	r->step = (p[REC_DENSE] & REC_F_STEP) != 0;
 	if (r->moved) {
 		r->version = r->incarnation;
 		r->incarnation = 0;
@@ -286,7 +298,9 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 			       v->mv_size, REC_HDR);
 	rec_header(p, r);
 	if ((p[REC_DENSE] & ~REC_FLAGS) || (r->moved && !r->rows) ||
-	    ((p[REC_DENSE] & REC_F_WEIGHT) && r->rows))
+	    ((p[REC_DENSE] & (REC_F_WEIGHT | REC_F_DEFER)) && r->rows) ||
+	    (r->step && (p[REC_DENSE] != (REC_F_STEP | REC_F_DENSE) || r->begin != r->end ||
+			 r->seq)))
 		return bad_rec(s, lsn, err, errlen, "flags %d", p[REC_DENSE]);
 	if (p[REC_DENSE] & REC_F_WEIGHT) {
 		if (v->mv_size < REC_HDR + sizeof(float))
@@ -618,6 +632,9 @@ int dml_store_append(struct dml_store *s, const struct dml_log_rec *r)
 		return DML_EINVAL;
 	if (rec_weighted(r) && !dml_push_weight_ok(r->weight))
 		return DML_EINVAL;
+	if (r->step && (r->rows || r->deferred || r->moved || !r->dense || r->begin != r->end ||
+			r->seq))
+		return DML_EINVAL;
 	size = REC_HDR + (rec_weighted(r) ? sizeof(float) : 0) + keybytes + valbytes;
 	if (size > SIZE_MAX - s->len)
 		return DML_ENOMEM;
@@ -702,8 +719,8 @@ static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, si
 	rc = mdb_put(txn, s->log, &k, &v, MDB_APPEND);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
-	/* Rows records carry a sequence only when they record one. */
-	if ((p[REC_DENSE] & REC_F_ROWS) && !dml_load_le64(p + REC_SEQ))
+	/* Rows records carry a sequence only when they record one; steps none. */
+	if ((p[REC_DENSE] & (REC_F_ROWS | REC_F_STEP)) && !dml_load_le64(p + REC_SEQ))
 		return 0;
 	return dedupe_update(s, txn, dml_load_le32(p + REC_WORKER),
 			     dml_load_le64(p + REC_INCARNATION), dml_load_le64(p + REC_SEQ), err,

@@ -67,6 +67,13 @@ struct dml_log_rec {
 	 * key space (dense keys; sparse key hashes, the rows by keys[]) */
 	int moved;
 	uint64_t version;
+	/* a push applied at the step of its clock (BSP, bsp_step = clock): with
+	 * the other deferred pushes before the next step record, as one
+	 * optimizer step per table */
+	int deferred;
+	/* a step: every deferred push before it was applied here (dense, an
+	 * empty range, width 1, no rows, no worker sequence) */
+	int step;
 };
 
 /**

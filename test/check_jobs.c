@@ -53,6 +53,8 @@ static const char full_file[] =
 	"min_rate = 12.5\n"
 	"seed = 99\n"
 	"stale_scaling = inverse\n"
+	"clock_batch = 96\n"
+	"bsp_step = push\n"
 	"[table]\n"
 	"id = 0\n"
 	"kind = dense\n"
@@ -130,6 +132,8 @@ START_TEST(full_file_lands_in_the_spec)
 	ck_assert_double_eq(s->min_rate, 12.5);
 	ck_assert_uint_eq(s->seed, 99);
 	ck_assert_uint_eq(s->stale_scaling, DML_STALE_INVERSE);
+	ck_assert_uint_eq(s->clock_batch, 96);
+	ck_assert_uint_eq(s->bsp_step, DML_BSP_STEP_PUSH);
 	ck_assert_uint_eq(s->n_tables, 2);
 	t = s->tables[0];
 	ck_assert_uint_eq(t->id, 0);
@@ -176,6 +180,8 @@ START_TEST(defaults_fill_what_a_file_leaves_out)
 	ck_assert_uint_eq(s->examples, 10000);
 	ck_assert_uint_eq(s->seed, 1);
 	ck_assert_uint_eq(s->stale_scaling, DML_STALE_OFF);
+	ck_assert_uint_eq(s->clock_batch, 0);
+	ck_assert_uint_eq(s->bsp_step, DML_BSP_STEP_CLOCK);
 	t = s->tables[0];
 	ck_assert(t->dense);
 	ck_assert_uint_eq(t->width, 1);
@@ -2473,6 +2479,46 @@ START_TEST(batch_split_follows_speed)
 }
 END_TEST
 
+/*
+ * clock_batch: a clock is that many examples over the live workers whatever
+ * their number. Split equally, 96 is 32 each over three workers and 48
+ * each once one is lost; split by speed, the total stays 96 too.
+ */
+START_TEST(clock_batch_holds_whatever_the_workers)
+{
+	static const double speed[3] = { 640, 640, 160 };
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf sb;
+	struct lb_sim m = { 0 };
+
+	spec_init(&sb);
+	sb.s.staleness = 0;
+	sb.s.batch_size = 16;
+	sb.s.clock_batch = 96;
+	sb.s.partitions = 12;
+	jobs = jobs_with(&sb, 0, &job);
+	start_equal(job, 3, 10, 0);
+	for (uint32_t id = 1; id <= 3; id++)
+		ck_assert_uint_eq(batch_of(job, id), 32);
+	ck_assert_int_eq(dml_jobs_worker_lost(job, 3, "gone", 100), 1);
+	ck_assert_uint_eq(batch_of(job, 1), 48);
+	ck_assert_uint_eq(batch_of(job, 2), 48);
+	dml_jobs_free(jobs);
+
+	sb.s.batch_split = DML_BATCH_RATE;
+	jobs = jobs_with(&sb, 0, &job);
+	start_equal(job, 3, 10, 0);
+	m.job = job;
+	ck_assert_uint_ge(lb_run(&m, speed, 60, 99), 1);
+	ck_assert_uint_eq(batch_of(job, 1) + batch_of(job, 2) + batch_of(job, 3), 96);
+	ck_assert_uint_gt(batch_of(job, 1), 3 * batch_of(job, 3));
+	ck_assert_int_eq(dml_jobs_worker_lost(job, 3, "gone", m.now + 1), 1);
+	ck_assert_uint_eq(batch_of(job, 1) + batch_of(job, 2), 96);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 START_TEST(a_saved_job_comes_back_as_it_was)
 {
 	struct dml_jobs *jobs, *back;
@@ -2676,6 +2722,7 @@ static Suite *jobs_suite(void)
 	tcase_add_test(table, a_stalled_worker_is_set_aside_and_tries_again);
 	tcase_add_test(table, a_straggler_named_by_a_server_is_set_aside);
 	tcase_add_test(table, batch_split_follows_speed);
+	tcase_add_test(table, clock_batch_holds_whatever_the_workers);
 	tcase_add_test(table, batch_moving_back_goes_half_way);
 	tcase_add_test(table, operators_pause_resume_and_stop);
 	tcase_add_test(table, one_job_is_active_at_a_time);

@@ -100,9 +100,12 @@ static struct dml_log_rec rec_n(uint32_t n)
 		r.begin = n;
 		r.end = n + 9;
 	}
-	/* Some pushes weigh other than 1 (Meta.weight). */
+	/* Some pushes weigh other than 1 (Meta.weight); some wait for their
+	 * clock's BSP step. */
 	if (n % 5 == 4 && !r.rows)
 		r.weight = 0.25f * (float)(n % 7 + 1);
+	if (n % 6 == 2 && !r.rows)
+		r.deferred = 1;
 	return r;
 }
 
@@ -128,6 +131,8 @@ static void same_rec(const struct dml_log_rec *a, const struct dml_log_rec *b)
 	ck_assert_uint_eq(a->version, b->version);
 	ck_assert_uint_eq(a->width, b->width);
 	ck_assert_float_eq(weight_of(a), weight_of(b));
+	ck_assert_int_eq(!!a->deferred, !!b->deferred);
+	ck_assert_int_eq(!!a->step, !!b->step);
 	if (a->dense || a->moved) {
 		ck_assert_uint_eq(a->begin, b->begin);
 		ck_assert_uint_eq(a->end, b->end);
@@ -680,6 +685,84 @@ START_TEST(test_damaged_records_refused)
 }
 END_TEST
 
+/* A step record: what it is, the only form it may take, no worker sequence. */
+static struct dml_log_rec step_rec(uint64_t clock)
+{
+	struct dml_log_rec r = {
+		.job = 3, .clock = clock, .dense = 1, .width = 1, .values = values, .step = 1,
+	};
+
+	return r;
+}
+
+static int steps_fn(const struct dml_log_rec *r, void *arg)
+{
+	struct dml_log_rec want = step_rec(40);
+	int *n = arg;
+
+	same_rec(&want, r);
+	ck_assert_uint_eq(r->end, r->begin);
+	(*n)++;
+	return 0;
+}
+
+START_TEST(test_step_records)
+{
+	struct dml_store *s;
+	struct dml_log_rec r;
+	struct seen_dedupe d = { .n = 0 };
+	uint8_t key[8], good[256], bad[256];
+	char err[512] = "x";
+	size_t len;
+	int n = 0;
+
+	values_init();
+	s = open_ok(1, MAP);
+	r = step_rec(40);
+	ck_assert_int_eq(dml_store_append(s, &r), 0);
+	/* rows, a push's sequence, a range, keys, deferred: not a step */
+	r.rows = 1;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = step_rec(40);
+	r.seq = 7;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = step_rec(40);
+	r.end = 2;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = step_rec(40);
+	r.dense = 0;
+	r.nkeys = 1;
+	r.keys = sparse_keys;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	r = step_rec(40);
+	r.deferred = 1;
+	ck_assert_int_eq(dml_store_append(s, &r), DML_EINVAL);
+	commit_ok(s);
+	ck_assert_msg(dml_store_replay(s, steps_fn, &n, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(n, 1);
+	ck_assert_msg(dml_store_dedupe_each(s, dedupe_fn, &d, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(d.n, 0);
+	dml_store_close(s);
+
+	/* On disk: a step flag with a range, with rows, or on a sparse record. */
+	lsn_key(key, 1);
+	len = raw_get("log", key, sizeof(key), good, sizeof(good) - 1);
+	memcpy(bad, good, len);
+	poke64(bad + OFF_END, 1);
+	damaged_record(bad, len, "flags 33");
+	memcpy(bad, good, len);
+	bad[OFF_DENSE] |= 2;
+	damaged_record(bad, len, "flags 35");
+	memcpy(bad, good, len);
+	bad[OFF_DENSE] = 32;
+	damaged_record(bad, len, "flags 32");
+	/* deferred rows are not a push either */
+	memcpy(bad, good, len);
+	bad[OFF_DENSE] = 1 | 2 | 16;
+	damaged_record(bad, len, "flags 19");
+}
+END_TEST
+
 /* A weight other than 1 costs a record 4 bytes; weight 1 costs nothing. */
 START_TEST(test_weight_costs_four_bytes)
 {
@@ -1179,6 +1262,7 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_map_full);
 	tcase_add_test(tc, test_damaged_records_refused);
 	tcase_add_test(tc, test_weight_costs_four_bytes);
+	tcase_add_test(tc, test_step_records);
 	tcase_add_test(tc, test_replay_stops_on_fn);
 	tcase_add_test(tc, test_empty_commit_and_null_close);
 	tcase_add_test(tc, test_bad_append_refused);

@@ -62,7 +62,7 @@ check_PROGRAMS += test/check_durability
 TESTS += test/check_durability
 test_check_durability_SOURCES = test/check_durability.c test/harness.c test/harness.h
 test_check_durability_CFLAGS = $(TEST_CFLAGS)
-test_check_durability_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+test_check_durability_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
 
 # conf/systemd/dml-server@.service checked with systemd-analyze (exit 77 = SKIP
 # where systemd is not installed).

@@ -16,6 +16,7 @@
 #include "dml_error.h"
 #include "dmlctl.h"
 #include "job_conf.h"
+#include "table.h"
 #include "util.h"
 
 /* ---- JSON ---------------------------------------------------------------------- */
@@ -689,8 +690,11 @@ static void print_spec_summary(FILE *out, const Dml__JobSpec *sp, uint64_t data_
 	if (*sp->hidden)
 		fprintf(out, ", hidden %s", ctl_clean(sp->hidden, a, sizeof(a)));
 	fprintf(out, ", batch %u, ", sp->batch_size);
+	if (sp->clock_batch)
+		fprintf(out, "%llu a clock, ", (unsigned long long)sp->clock_batch);
 	if (sp->staleness == 0)
-		fputs("BSP\n", out);
+		fputs(sp->bsp_step == DML_BSP_STEP_PUSH ? "BSP, a step a push\n" :
+		      "BSP, a step a clock\n", out);
 	else if (sp->staleness > 0)
 		fprintf(out, "SSP staleness %lld\n", (long long)sp->staleness);
 	else
