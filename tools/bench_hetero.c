@@ -1,8 +1,8 @@
 /*
  * dml-bench hetero: what placement by measured speed buys on an unequal
  * fleet. One job (by default the source tree's conf/jobs/mlp.conf, with a
- * batch of 512 a worker so that computing, not the network, sets the pace)
- * runs on the local cluster of tools/dml-local, each worker under a CPU
+ * batch of 1024 a worker so that computing, not the network, sets the pace,
+ * and a clock spans several periods of the CPU quotas' scheduler) runs on the local cluster of tools/dml-local, each worker under a CPU
  * quota of its own (dml-local --cpus; by default 0.6, 0.6 and 0.15 of a
  * core: the third machine 4 x slower, the fleet under this machine's two
  * cores so that the comparison measures placement, not contention), in
@@ -12,14 +12,16 @@
  *   (b) BSP, dml's assignment: batches and partitions follow the workers'
  *       compute speeds (batch_split = rate, rebalance = auto: LB-BSP);
  *   (c) the same under SSP, staleness 2;
- *   (d) the fleet without its slowest worker, BSP, batch_size each.
+ *   (d) the fleet without its slowest worker, BSP, the same examples a
+ *       clock split equally over its workers.
  *
- * Every configuration moves the model as far per batch_size examples: each
- * worker's push sums its batch over batch_size and carries its weight (its
- * batch over batch_size), which Adam in mlp.conf, whose steps do not grow
- * with the gradient's size, takes as that many steps. (d) with the same
- * global batch over fewer workers would take fewer steps an epoch, and
- * need more epochs.
+ * Every configuration trains the same job: clock_batch is batch_size times
+ * the whole fleet's workers, so a clock is as many examples whichever
+ * workers compute it, and under BSP (bsp_step = clock, the default) the
+ * servers apply a clock's pushes as one optimizer step of their summed
+ * weight. (a), (b) and (d) therefore do the same arithmetic per clock and
+ * differ in how fast their fleet gets through a clock; (c) applies each
+ * push as it arrives, as SSP must.
  *
  * For each: the time to the target test accuracy (copies of the model
  * scored after the run, as dml-bench train does), the load spread (each
@@ -82,19 +84,21 @@ void bench_hetero_usage(FILE *out)
 		"unequal workers (CPU quotas through tools/dml-local --cpus), for (a) BSP\n"
 		"with the static equal split, (b) BSP with batches and partitions that\n"
 		"follow measured speeds (LB-BSP), (c) the same with SSP staleness 2, (d)\n"
-		"the fleet without its slowest worker (batch_size each); then a job\n"
+		"the fleet without its slowest worker (every one with clock_batch =\n"
+		"batch x the fleet's workers: the same examples a clock); then a job\n"
 		"whose worker slows down part way, drawn as an SVG picture.\n"
 		"\n"
 		"  --job FILE        job file (default conf/jobs/mlp.conf of the source tree)\n"
 		"  --cpus LIST       each worker's quota in cores (default 0.6,0.6,0.15)\n"
-		"  --batch N         batch_size of every worker (default 512)\n"
+		"  --batch N         batch_size of every worker (default 1024)\n"
 		"  --servers N       servers (default 1)\n"
 		"  --target ACC      test accuracy to reach (default 0.87)\n"
 		"  --floor ACC       least final accuracy of the slowdown job (default 0.85)\n"
-		"  --max-epochs E    each job's max_epochs (default 20)\n"
+		"  --max-epochs E    each job's max_epochs (default 30)\n"
 		"  --max-seconds S   training time per run at most (default 120)\n"
 		"  --hold-ms MS      rebalance_hold_ms of (b), (c) (default 1000)\n"
-		"  --threshold T     rebalance_threshold of (b), (c) (default 0.25)\n"
+		"  --threshold T     rebalance_threshold of (b), (c) (default 0.1, which\n"
+		"                    follows the fleet closely; a job's default is 0.25)\n"
 		"  --slow-at S       seconds of training before the slowdown (default 2.5)\n"
 		"  --rounds N        rounds of (a) to (d), in turn; each shows the run\n"
 		"                    with its median time (default 5, at most 9)\n"
@@ -168,12 +172,12 @@ static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *
 	o->cpus = "0.6,0.6,0.15";
 	o->picture = "hetero-slowdown.svg";
 	o->servers = 1;
-	o->batch = 512;
+	o->batch = 1024;
 	o->hold_ms = 1000;
-	o->threshold = 0.25;
+	o->threshold = 0.1;
 	o->target = 0.87;
 	o->floor = 0.85;
-	o->max_epochs = 20;
+	o->max_epochs = 30;
 	o->max_seconds = 120;
 	o->slow_at = 2.5;
 	o->rounds = 5;
@@ -673,7 +677,7 @@ static int hetero_slowdown(const struct hetero_opts *o, const struct hetero_flee
 
 /* The [job] keys of one configuration. */
 static size_t hetero_keys(const struct hetero_opts *o, const char *name, long staleness,
-			  int by_rate, unsigned batch, struct hetero_key *kv)
+			  int by_rate, unsigned batch, unsigned fleet, struct hetero_key *kv)
 {
 	size_t n = 0;
 
@@ -683,6 +687,8 @@ static size_t hetero_keys(const struct hetero_opts *o, const char *name, long st
 	snprintf(kv[n++].val, sizeof(kv[0].val), "%ld", staleness);
 	kv[n].key = "batch_size";
 	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", batch);
+	kv[n].key = "clock_batch";
+	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", batch * fleet);
 	kv[n].key = "batch_split";
 	snprintf(kv[n++].val, sizeof(kv[0].val), "%s", by_rate ? "rate" : "equal");
 	kv[n].key = "rebalance";
@@ -721,7 +727,7 @@ static int hetero_prepare(const struct hetero_opts *o, const struct hetero_fleet
 	for (size_t i = 0; i < DML_ARRAY_LEN(confs) && rc == 0; i++) {
 		struct hetero_run *r = &runs[i];
 		size_t n = hetero_keys(o, confs[i].name, confs[i].staleness, confs[i].by_rate,
-				       o->batch, kv);
+				       o->batch, f->n, kv);
 
 		r->label = confs[i].label;
 		r->what = confs[i].what;
