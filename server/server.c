@@ -809,6 +809,9 @@ static void worker_join(struct session *ss, const Dml__Handshake *hello)
 	ss->worker = 1;
 	ss->widx = (size_t)(w - ssp->workers);
 	dml_server_store_join(ss->srv, w);
+	/* Workers back after a restart, past the clock whose step the log
+	 * lacks: the step before any of them reads. */
+	dml_server_step_clock(ss->srv);
 }
 
 void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t workers)
