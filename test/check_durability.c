@@ -78,7 +78,7 @@ static char *store_conf(struct dml_test_env *env, const char *durability,
 }
 
 /* A server of tables with store; job_extra NULL: asynchronous, else BSP
- * with these [job] lines besides. */
+ * expecting two workers, with these [job] lines besides. */
 static struct dml_test_server *start_server(struct dml_test_env *env, uint32_t node,
 					    const char *store, const char *job_extra)
 {

@@ -2,11 +2,12 @@
  * dml-bench hetero: what placement by measured speed buys on an unequal
  * fleet. One job (by default the source tree's conf/jobs/mlp.conf, with a
  * batch of 1024 a worker so that computing, not the network, sets the pace,
- * and a clock spans several periods of the CPU quotas' scheduler) runs on the local cluster of tools/dml-local, each worker under a CPU
- * quota of its own (dml-local --cpus; by default 0.6, 0.6 and 0.15 of a
- * core: the third machine 4 x slower, the fleet under this machine's two
- * cores so that the comparison measures placement, not contention), in
- * four configurations measured in one run:
+ * and a clock spans several periods of the CPU quotas' scheduler) runs on
+ * the local cluster of tools/dml-local, each worker under a CPU quota of its
+ * own (dml-local --cpus; by default 0.6, 0.6 and 0.15 of a core: the third
+ * machine 4 x slower, the fleet under this machine's two cores so that the
+ * comparison measures placement, not contention), in four configurations
+ * measured in one run:
  *
  *   (a) BSP, the static equal split: batch_size each, partitions fixed;
  *   (b) BSP, dml's assignment: batches and partitions follow the workers'
