@@ -5,8 +5,7 @@
  * Three named databases: "meta" ("format", "kind" and "node", u32
  * little-endian; "run", u64), "log" (8-byte big-endian log sequence
  * numbers from 1, so that LMDB's byte order is numeric order and appends go
- * at the end, to one encoded record each) and "dedupe" (4-byte big-endian
- * worker id to incarnation u64 and seq u64, little-endian). The
+ * at the end, to one encoded record each) and "dedupe" (store_dedupe.c). The
  * checkpoints are a store of their own in PATH/ckpt (checkpoint.c).
  *
  * A log record, little-endian, without a version of its own (the "meta"
@@ -85,7 +84,6 @@ static int rec_weighted(const struct dml_log_rec *r)
 	return !r->rows && r->weight != 0.0f && r->weight != 1.0f;
 }
 
-#define DEDUPE_VAL 16
 #define SCRATCH_MIN 64
 
 
@@ -675,36 +673,6 @@ int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errle
 			"%s: the map is full (map_size %s): raise [store] map_size", s->path, size);
 }
 
-/* dedupe[worker] = (incarnation, seq) unless it holds a later push. */
-static int dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
-			 uint64_t incarnation, uint64_t seq, char *err, size_t errlen)
-{
-	uint8_t kb[4], vb[DEDUPE_VAL];
-	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v;
-	int rc;
-
-	store_put_be32(kb, worker);
-	rc = mdb_get(txn, s->dedupe, &k, &v);
-	if (rc && rc != MDB_NOTFOUND)
-		return store_commit_fail(s, rc, err, errlen);
-	if (!rc && v.mv_size != DEDUPE_VAL)
-		return dml_fail(DML_EIO, err, errlen, "%s: commit: dedupe entry for worker %" PRIu32
-				": %zu bytes, want %d", s->path, worker, v.mv_size, DEDUPE_VAL);
-	if (!rc) {
-		uint64_t have_inc = dml_load_le64(v.mv_data);
-		uint64_t have_seq = dml_load_le64((const uint8_t *)v.mv_data + 8);
-
-		if (incarnation < have_inc || (incarnation == have_inc && seq <= have_seq))
-			return 0;
-	}
-	store_put_le64(vb, incarnation);
-	store_put_le64(vb + 8, seq);
-	v.mv_size = sizeof(vb);
-	v.mv_data = vb;
-	rc = mdb_put(txn, s->dedupe, &k, &v, 0);
-	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
-}
-
 /* Batch record i under its log number, and its dedupe state. */
 static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, size_t errlen)
 {
@@ -722,9 +690,9 @@ static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, si
 	/* Rows records carry a sequence only when they record one; steps none. */
 	if ((p[REC_DENSE] & (REC_F_ROWS | REC_F_STEP)) && !dml_load_le64(p + REC_SEQ))
 		return 0;
-	return dedupe_update(s, txn, dml_load_le32(p + REC_WORKER),
-			     dml_load_le64(p + REC_INCARNATION), dml_load_le64(p + REC_SEQ), err,
-			     errlen);
+	return store_dedupe_update(s, txn, dml_load_le32(p + REC_WORKER),
+				   dml_load_le64(p + REC_INCARNATION), dml_load_le64(p + REC_SEQ),
+				   s->next_lsn + i, err, errlen);
 }
 
 int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
@@ -971,39 +939,4 @@ uint64_t dml_store_log_count(struct dml_store *s)
 		st.ms_entries = 0;
 	mdb_txn_abort(txn);
 	return st.ms_entries;
-}
-
-struct dedupe_ctx {
-	int (*fn)(uint32_t worker, uint64_t incarnation, uint64_t seq, void *arg);
-	void *arg;
-};
-
-static int dedupe_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, void *ctx,
-		      char *err, size_t errlen)
-{
-	struct dedupe_ctx *dc = ctx;
-	uint32_t worker;
-
-	if (k->mv_size != 4)
-		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe key of %zu bytes, want 4",
-				s->path, k->mv_size);
-	worker = store_get_be32(k->mv_data);
-	if (v->mv_size != DEDUPE_VAL)
-		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe entry for worker %" PRIu32
-				": %zu bytes, want %d", s->path, worker, v->mv_size, DEDUPE_VAL);
-	return dc->fn(worker, dml_load_le64(v->mv_data),
-		      dml_load_le64((const uint8_t *)v->mv_data + 8), dc->arg);
-}
-
-int dml_store_dedupe_each(struct dml_store *s,
-			  int (*fn)(uint32_t worker, uint64_t incarnation, uint64_t seq,
-				    void *arg),
-			  void *arg, char *err, size_t errlen)
-{
-	struct dedupe_ctx ctx = { fn, arg };
-
-	store_err_clear(err, errlen);
-	if (!s || !fn)
-		return DML_EINVAL;
-	return store_walk(s, s->dedupe, "dedupe", dedupe_one, &ctx, err, errlen);
 }

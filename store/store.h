@@ -266,10 +266,16 @@ int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size
 uint64_t dml_store_log_count(struct dml_store *s);
 
 /**
- * Call fn for every worker's dedupe state: the highest seq logged for
- * (worker, incarnation) of its latest incarnation. Returns 0, fn's
+ * Call fn for every worker's dedupe state: the highest seq logged for each
+ * (worker, incarnation), for the STORE_DEDUPE_KEEP incarnations of each
+ * worker written last, whatever their numbers' order. Returns 0, fn's
  * non-zero return, or DML_ECONF/DML_EIO as dml_store_replay.
  */
+/* Incarnations of one worker whose sequences a store keeps. A worker's
+ * process that restarted more often than this since its oldest pushes
+ * were logged cannot send those again: it is long gone. */
+#define STORE_DEDUPE_KEEP 8
+
 int dml_store_dedupe_each(struct dml_store *s,
 			  int (*fn)(uint32_t worker, uint64_t incarnation, uint64_t seq,
 				    void *arg),

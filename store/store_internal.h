@@ -124,4 +124,11 @@ int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn
 int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const char *what,
 		    store_walk_fn one, void *ctx, char *err, size_t errlen);
 
+/**
+ * Within txn: the newest push of (worker, incarnation) is seq, logged
+ * under lsn, unless the entry holds a later one. store_dedupe.c.
+ */
+int store_dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
+			uint64_t incarnation, uint64_t seq, uint64_t lsn, char *err,
+			size_t errlen);
 #endif

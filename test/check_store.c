@@ -363,24 +363,25 @@ static void push(struct dml_store *s, uint32_t worker, uint64_t incarnation, uin
 
 static void dedupe_expect(struct dml_store *s)
 {
+	static const uint64_t want[5][3] = {
+		{ 2, 5, 10 }, { 256, 1, 9 }, { 256, 2, 1 }, { 70000, 1, 5 }, { 70000, 2, 0 },
+	};
 	struct seen_dedupe d = { .n = 0 };
 	char err[512] = "x";
 
 	ck_assert_msg(dml_store_dedupe_each(s, dedupe_fn, &d, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_int_eq(d.n, 3);
-	/* Worker order (big-endian keys): 2, 256, 70000. */
-	ck_assert_uint_eq(d.worker[0], 2);
-	ck_assert_uint_eq(d.incarnation[0], 5);
-	ck_assert_uint_eq(d.seq[0], 10);
-	ck_assert_uint_eq(d.worker[1], 256);
-	ck_assert_uint_eq(d.incarnation[1], 2);
-	ck_assert_uint_eq(d.seq[1], 1);
-	ck_assert_uint_eq(d.worker[2], 70000);
-	ck_assert_uint_eq(d.incarnation[2], 2);
-	ck_assert_uint_eq(d.seq[2], 0);
+	ck_assert_int_eq(d.n, 5);
+	/* (worker, incarnation) order, both big-endian in the key. */
+	for (int i = 0; i < 5; i++) {
+		ck_assert_uint_eq(d.worker[i], want[i][0]);
+		ck_assert_uint_eq(d.incarnation[i], want[i][1]);
+		ck_assert_uint_eq(d.seq[i], want[i][2]);
+	}
 }
 
-START_TEST(test_dedupe_latest_incarnation_highest_seq)
+/* Every incarnation keeps its own highest seq, whatever the numbers' order:
+ * a restarted worker's process may draw a lower one. */
+START_TEST(test_dedupe_each_incarnation_highest_seq)
 {
 	struct dml_store *s;
 	struct seen_dedupe d = { .stop_at = 2 };
@@ -393,9 +394,9 @@ START_TEST(test_dedupe_latest_incarnation_highest_seq)
 	push(s, 256, 1, 2);             /* lower seq: the entry keeps 3 */
 	commit_ok(s);
 	push(s, 2, 5, 10);
-	push(s, 256, 2, 1);             /* a new incarnation replaces (1, 3) */
+	push(s, 256, 2, 1);             /* a new incarnation: an entry of its own */
 	commit_ok(s);
-	push(s, 256, 1, 9);             /* the old incarnation, late: ignored */
+	push(s, 256, 1, 9);             /* the old one again: its entry rises */
 	push(s, 70000, 1, 5);
 	push(s, 70000, 2, 0);           /* a restart inside one batch */
 	commit_ok(s);
@@ -405,6 +406,33 @@ START_TEST(test_dedupe_latest_incarnation_highest_seq)
 	dml_store_close(s);
 	s = open_ok(1, MAP);
 	dedupe_expect(s);
+	dml_store_close(s);
+}
+END_TEST
+
+/* A worker's incarnations beyond STORE_DEDUPE_KEEP: the ones written
+ * longest ago go, not the numerically lowest. */
+START_TEST(test_dedupe_keeps_the_latest_written)
+{
+	static const uint64_t order[10] = { 50, 900, 10, 800, 20, 700, 30, 600, 40, 500 };
+	struct seen_dedupe d = { .n = 0 };
+	struct dml_store *s;
+	char err[512];
+
+	values_init();
+	s = open_ok(1, MAP);
+	for (int i = 0; i < 10; i++) {
+		push(s, 7, order[i], (uint64_t)i + 1);
+		commit_ok(s);
+	}
+	ck_assert_msg(dml_store_dedupe_each(s, dedupe_fn, &d, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(d.n, STORE_DEDUPE_KEEP);
+	for (int i = 0; i < d.n; i++) {
+		ck_assert_uint_eq(d.worker[i], 7);
+		/* 50 and 900 were written first. */
+		ck_assert_uint_ne(d.incarnation[i], 50);
+		ck_assert_uint_ne(d.incarnation[i], 900);
+	}
 	dml_store_close(s);
 }
 END_TEST
@@ -1251,7 +1279,8 @@ static Suite *store_suite(void)
 	tcase_add_test(tc, test_writer_thread);
 	tcase_add_test(tc, test_reopen_keeps_order_and_continues);
 	tcase_add_test(tc, test_uncommitted_batch_dropped);
-	tcase_add_test(tc, test_dedupe_latest_incarnation_highest_seq);
+	tcase_add_test(tc, test_dedupe_each_incarnation_highest_seq);
+	tcase_add_test(tc, test_dedupe_keeps_the_latest_written);
 	tcase_add_test(tc, test_dedupe_bad_entry_refused);
 	tcase_add_test(tc, test_other_server_refused);
 	tcase_add_test(tc, test_other_format_refused);

@@ -64,6 +64,22 @@ test_check_durability_SOURCES = test/check_durability.c test/harness.c test/harn
 test_check_durability_CFLAGS = $(TEST_CFLAGS)
 test_check_durability_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
 
+# Exactly-once while worker processes (incarnations going up and down)
+# and the server are SIGKILLed at random points.
+check_PROGRAMS += test/check_exactly_once
+TESTS += test/check_exactly_once
+test_check_exactly_once_SOURCES = test/check_exactly_once.c test/harness.c test/harness.h
+test_check_exactly_once_CFLAGS = $(TEST_CFLAGS)
+test_check_exactly_once_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
+# A server SIGKILLed and restarted forty times under pushes: the log stays
+# bounded (replayed bytes count, half a map is trimmed) and it serves on.
+check_PROGRAMS += test/check_restart_loop
+TESTS += test/check_restart_loop
+test_check_restart_loop_SOURCES = test/check_restart_loop.c test/harness.c test/harness.h
+test_check_restart_loop_CFLAGS = $(TEST_CFLAGS)
+test_check_restart_loop_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # conf/systemd/dml-server@.service checked with systemd-analyze (exit 77 = SKIP
 # where systemd is not installed).
 TESTS += test/check_units.sh

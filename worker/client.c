@@ -1347,8 +1347,10 @@ static int client_setup(struct dml *d)
 	d->cc.node_id = d->conf.worker_id;
 	d->cc.job = d->conf.job;
 	d->cc.handshake_timeout_ms = d->conf.connect_timeout_ms;
-	if (dml_random_bytes(&d->cc.incarnation, sizeof(d->cc.incarnation)) != 0)
-		return DML_EIO;
+	d->cc.incarnation = d->conf.incarnation;
+	while (d->cc.incarnation == 0)
+		if (dml_random_bytes(&d->cc.incarnation, sizeof(d->cc.incarnation)) != 0)
+			return DML_EIO;
 	d->tick = event_new(d->base, -1, EV_PERSIST, tick_cb, d);
 	event_add(d->tick, &tick);
 	d->clock = d->conf.clock;

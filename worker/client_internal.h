@@ -28,6 +28,7 @@ struct dml_client_conf {
 	int role;                 /* 0 worker, 1 control */
 	uint32_t job;
 	uint64_t clock;
+	uint64_t incarnation;     /* 0: a random one */
 	uint32_t connect_timeout_ms;
 	uint32_t reconnect_timeout_ms;
 	uint32_t request_timeout_ms;

@@ -63,6 +63,10 @@ static const struct dml_conf_option options[] = {
 	  "worker (takes part in clocks) or control (reads, no clocks)" },
 	{ "client", "job", DML_CONF_U32, O(job), "0", 0, 4294967295.0, NULL, NULL,
 	  "job id (with scheduler: 0 = the running job)" },
+	{ "client", "incarnation", DML_CONF_U64, O(incarnation), "0", 0, 0, NULL, NULL,
+	  "this process's incarnation, which keys its push sequence on the servers (0 = "
+	  "a random one, as it must be outside tests: two processes with one number "
+	  "lose pushes)" },
 	{ "client", "clock", DML_CONF_U64, O(clock), "0", 0, 0, NULL, NULL,
 	  "clock to start at (a worker that rejoins a job starts at the job's clock)" },
 	{ "client", "connect_timeout_ms", DML_CONF_U32, O(connect_timeout_ms), "5000", 1,
