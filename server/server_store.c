@@ -72,7 +72,9 @@ struct server_store {
 	size_t nacks, acks_cap;
 	struct restored_seq *seqs;
 	size_t nseqs;
-	uint64_t logged;           /* bytes logged since the last checkpoint */
+	uint64_t logged;           /* bytes logged since the last checkpoint, replayed
+				    * ones too: a server restarted often still
+				    * checkpoints */
 	struct dml_ckpt_writer *writer; /* writes checkpoints on a thread */
 	struct event *written_ev;  /* its results */
 };
@@ -94,9 +96,17 @@ static int checkpoint_due(const struct dml_server *s)
 {
 	const struct server_store *st = s->store;
 
-	return s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log &&
-	       !s->job.remapping && !s->snap && !dml_ckpt_writer_writes(st->writer) &&
-	       !dml_server_step_pending(s);
+	uint64_t used, map_size;
+
+	if (s->job.remapping || s->snap || dml_ckpt_writer_writes(st->writer) ||
+	    dml_server_step_pending(s))
+		return 0;
+	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log)
+		return 1;
+	/* Whatever checkpoint_log says, a log half its map's size is trimmed
+	 * before it fills the map and stops the server. */
+	return st->logged && dml_store_log_space(st->store, &used, &map_size) == 0 &&
+	       used > map_size / 2;
 }
 
 /* ---- batch: the rows that changed, not the pushes ------------------------------ */
@@ -536,10 +546,18 @@ static struct table_entry *table_of(struct dml_server *s, uint32_t id)
 
 struct replay {
 	struct dml_server *s;
-	uint64_t n, skipped, rows;
+	uint64_t n, skipped, rows, bytes;
 	char *err;
 	size_t errlen;
 };
+
+/* About what r takes in the log: its header, keys and values. */
+static uint64_t log_rec_bytes(const struct dml_log_rec *r)
+{
+	uint64_t rows = r->dense ? r->end - r->begin : r->nkeys;
+
+	return 64 + (uint64_t)r->nkeys * 8 + rows * r->width * sizeof(float);
+}
 
 static int replay_one(const struct dml_log_rec *r, void *arg)
 {
@@ -549,6 +567,7 @@ static int replay_one(const struct dml_log_rec *r, void *arg)
 	int rc;
 
 	rp->n++;
+	rp->bytes += log_rec_bytes(r);
 	if (r->job != rp->s->job.id) {
 		rp->skipped++;
 		return 0;
@@ -643,7 +662,7 @@ void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w)
 static int recover(struct dml_server *s, const char *path)
 {
 	struct server_store *st = s->store;
-	struct replay rp = { s, 0, 0, 0, NULL, 0 };
+	struct replay rp = { s, 0, 0, 0, 0, NULL, 0 };
 	char err[512] = "";
 	uint64_t t0 = dml_now_ns();
 	int rc;
@@ -667,7 +686,19 @@ static int recover(struct dml_server *s, const char *path)
 		 "skipped), push sequences of %zu workers", path, dml_server_cut_next_clock(s),
 		 rp.n - rp.skipped, rp.rows,
 		 (double)(dml_now_ns() - t0) / 1e6, rp.skipped, st->nseqs);
+	/* The log replayed counts towards the next checkpoint, which the
+	 * first commit takes if it is due already (commit_soon). */
+	st->logged = rp.bytes;
 	return 0;
+}
+
+/* Commit (and checkpoint, when due) once this turn of the loop ends. */
+static void commit_soon(struct dml_server *s)
+{
+	struct server_store *st = s->store;
+
+	if (st->commit_ev && (st->logged || st->nacks))
+		event_active(st->commit_ev, EV_TIMEOUT, 0);
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
@@ -715,6 +746,7 @@ int dml_server_store_open(struct dml_server *s)
 			     (rc = track_changes(s)) != 0))
 		return rc;
 	st->commit_ev = event_new(s->base, -1, 0, commit_cb, s);
+	commit_soon(s);
 	if (st->mode == DML_DURABILITY_BATCH) {
 		struct timeval tv = { c->batch_ms / 1000, (long)(c->batch_ms % 1000) * 1000 };
 
@@ -787,8 +819,10 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int res
 			st->seqs = NULL;
 			st->nseqs = 0;
 			rc = recover(s, path);
-			if (rc == 0)
+			if (rc == 0) {
 				*recovered = how;
+				commit_soon(s);
+			}
 			return rc ? rc : track_changes(s);
 		}
 		dml_warn("store %s: job %u is at map v%llu, the store's checkpoint at v%llu and "

@@ -39,6 +39,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -51,6 +52,9 @@
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "store.c writes the host's floats and keys as little-endian"
 #endif
+
+/* Free space under which a failed write is put down to a full disk. */
+#define STORE_LOW_SPACE (16u << 20)
 
 const char *const dml_durability_names[] = { "sync", "batch", "none", NULL };
 
@@ -146,6 +150,17 @@ int store_lmdb_fail(const struct dml_store *s, int rc, const char *what, char *e
 		return dml_fail(DML_ECONF, err, errlen,
 				"%s/data.mdb: not a dml store or damaged: %s", s->path,
 				mdb_strerror(rc));
+	if (rc == ENOSPC || rc == EIO || rc == EDQUOT) {
+		/* A full disk often surfaces as EIO from a later write or sync. */
+		struct statvfs fs;
+
+		if (statvfs(s->path, &fs) == 0 &&
+		    (uint64_t)fs.f_bavail * fs.f_frsize < STORE_LOW_SPACE)
+			return dml_fail(DML_EIO, err, errlen, "%s: %s%sno space left on the file "
+					"system (%" PRIu64 " KiB free; LMDB said: %s)", s->path,
+					what, *what ? ": " : "",
+					(uint64_t)fs.f_bavail * fs.f_frsize / 1024, mdb_strerror(rc));
+	}
 	return dml_fail(rc == ENOMEM ? DML_ENOMEM : DML_EIO, err, errlen, "%s: %s%s%s",
 			s->path, what, *what ? ": " : "", mdb_strerror(rc));
 }
@@ -926,6 +941,29 @@ int dml_store_replay(struct dml_store *s, int (*fn)(const struct dml_log_rec *r,
 	/* The newest checkpoint holds the records up to its lsn. */
 	store_put_be64(kb, store_ckpt_lsn(s) + 1);
 	return store_walk_from(s, s->log, &from, "replay", replay_one, &ctx, err, errlen);
+}
+
+int dml_store_log_space(struct dml_store *s, uint64_t *used, uint64_t *map_size)
+{
+	MDB_envinfo info;
+	MDB_txn *txn;
+	MDB_stat st;
+	int rc;
+
+	*used = *map_size = 0;
+	if (!s || s->kind != STORE_SERVER)
+		return DML_EINVAL;
+	if ((rc = mdb_env_info(s->env, &info)) != 0 ||
+	    (rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn)) != 0)
+		return store_lmdb_fail(s, rc, "", NULL, 0);
+	rc = mdb_stat(txn, s->log, &st);
+	mdb_txn_abort(txn);
+	if (rc)
+		return store_lmdb_fail(s, rc, "", NULL, 0);
+	*used = (uint64_t)(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) *
+		st.ms_psize;
+	*map_size = info.me_mapsize;
+	return 0;
 }
 
 uint64_t dml_store_log_count(struct dml_store *s)

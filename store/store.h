@@ -262,6 +262,13 @@ int dml_store_snapshot_each(struct dml_store *s, uint64_t clock,
  */
 int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size_t errlen);
 
+/**
+ * The bytes of the pages the log's committed records take, and the map's
+ * size: how close the log is to filling its map (freed pages that LMDB
+ * will reuse do not count). 0, DML_EINVAL or DML_EIO.
+ */
+int dml_store_log_space(struct dml_store *s, uint64_t *used, uint64_t *map_size);
+
 /** Records in the log (committed ones); 0 also when LMDB cannot say. */
 uint64_t dml_store_log_count(struct dml_store *s);
 

@@ -1,0 +1,158 @@
+/*
+ * A server restarted more often than it logs checkpoint_log bytes: the log
+ * it replays counts towards the next checkpoint, which it takes right
+ * after recovery when due, so the log stays bounded; and whatever
+ * checkpoint_log says, a log half the map's size is checkpointed away
+ * before it fills the map (which used to stop the server at every start,
+ * for ever). Each life of the server: a worker pushes a few whole-table
+ * pushes of ones (sgd, lr 1, from zeros: every row counts the pushes
+ * applied), then the server is SIGKILLed and started again.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check_run.h"
+#include "dml.h"
+#include "dml_error.h"
+#include "harness.h"
+
+#define WAIT_MS 30000
+#define KEYS 4096
+#define WIDTH 4
+#define PUSHES_A_LIFE 5
+#define LIVES 20
+/* A push: KEYS * WIDTH floats, 64 KiB; checkpoint_log is 16 of them. */
+#define PUSH_BYTES (KEYS * WIDTH * 4)
+#define CHECKPOINT_PUSHES 16
+
+static const char tables[] =
+	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 4096\noptimizer = sgd\nlr = 1\n";
+
+static dml_t *client(struct dml_test_env *env, struct dml_test_server *s, const char *role)
+{
+	dml_opts_t *o;
+	dml_t *d;
+
+	ck_assert_int_eq(dml_test_client_opts(env, &s, 1, 1, &o), 0);
+	ck_assert_int_eq(dml_opts_set(o, "role", role), 0);
+	ck_assert_int_eq(dml_opts_set(o, "connect_timeout_ms", "20000"), 0);
+	ck_assert_int_eq(dml_connect(o, &d), 0);
+	dml_opts_free(o);
+	return d;
+}
+
+/* The pushes a start of the server replayed, from its log since from. */
+static unsigned long long replayed_since(struct dml_test_server *s, size_t from)
+{
+	static const char *const recovered[] = { ": replayed ", NULL };
+	unsigned long long n = 0;
+	char *log, *at;
+
+	ck_assert_int_ge(dml_test_server_log_wait(s, from, recovered, WAIT_MS), 0);
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(s), &log), 0);
+	at = strstr(log + from, ": replayed ");
+	ck_assert_ptr_nonnull(at);
+	ck_assert_int_eq(sscanf(at, ": replayed %llu", &n), 1);
+	free(log);
+	return n;
+}
+
+/* LIVES lives of a server with a sync store and these [store] lines; the
+ * most pushes one start replayed. wait_due: checkpoint_log is
+ * CHECKPOINT_PUSHES pushes, and a start that replayed that many waits for
+ * its checkpoint to be written before it is killed. */
+static unsigned long long lives(const char *store_lines, int wait_due)
+{
+	static const char *const written[] = { "checkpoint of ", NULL };
+	static float ones[KEYS * WIDTH], got[KEYS * WIDTH];
+	struct dml_test_server_conf sc = { 0 };
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	unsigned long long most = 0, replayed = 0;
+	size_t from = 0;
+	dml_handle_t h;
+	char *store;
+	dml_t *d;
+
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ones[i] = 1.0f;
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n%s",
+				  dml_test_env_dir(env), store_lines), 0);
+	sc.node_id = 1;
+	sc.staleness = -1;
+	sc.tables = tables;
+	sc.extra = store;
+	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	ck_assert_int_eq(dml_test_server_pin_port(s), 0);
+	for (int life = 0; life < LIVES; life++) {
+		d = client(env, s, "worker");
+		for (int k = 0; k < PUSHES_A_LIFE; k++) {
+			ck_assert_int_eq(dml_push_range(d, 0, 0, KEYS, ones, &h), 0);
+			ck_assert_msg(dml_wait(d, h) == 0, "life %d push %d: %s", life, k,
+				      dml_error_detail(d));
+		}
+		dml_close(d);
+		/* Due at this start: the checkpoint ends before the kill. */
+		if (wait_due && replayed >= CHECKPOINT_PUSHES)
+			ck_assert_int_ge(dml_test_server_log_wait(s, from, written, WAIT_MS), 0);
+		from = dml_test_server_log_size(s);
+		dml_test_server_kill(s);
+		ck_assert_int_eq(dml_test_server_restart(s), 0);
+		replayed = replayed_since(s, from);
+		most = replayed > most ? replayed : most;
+	}
+	d = client(env, s, "control");
+	ck_assert_int_eq(dml_pull_range(d, 0, 0, KEYS, got, &h), 0);
+	ck_assert_int_eq(dml_wait(d, h), 0);
+	dml_close(d);
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ck_assert_msg(got[i] == -(float)(LIVES * PUSHES_A_LIFE), "value %zu is %g, not %d",
+			      i, got[i], -LIVES * PUSHES_A_LIFE);
+	ck_assert_int_eq(dml_test_server_stop(s, WAIT_MS), 0);
+	dml_test_env_free(env);
+	free(store);
+	return most;
+}
+
+START_TEST(test_replay_counts_to_checkpoint)
+{
+	unsigned long long most = lives("checkpoint_log = 1M\nmap_size = 16M\n", 1);
+
+	printf("check_restart_loop: %d lives of %d pushes, checkpoint_log 16 pushes: at most "
+	       "%llu pushes replayed at a start\n", LIVES, PUSHES_A_LIFE, most);
+	ck_assert_msg(most <= CHECKPOINT_PUSHES + PUSHES_A_LIFE, "a start replayed %llu pushes",
+		      most);
+}
+END_TEST
+
+START_TEST(test_log_never_fills_the_map)
+{
+	unsigned long long most = lives("checkpoint_log = 0\nmap_size = 4M\n", 0);
+
+	printf("check_restart_loop: %d lives of %d pushes (%d KiB each) in a 4 MiB map "
+	       "without checkpoint_log: at most %llu pushes replayed at a start\n", LIVES,
+	       PUSHES_A_LIFE, PUSH_BYTES / 1024, most);
+	ck_assert_uint_lt(most * PUSH_BYTES, 4u << 20);
+}
+END_TEST
+
+static Suite *restart_loop_suite(void)
+{
+	Suite *s = suite_create("restart_loop");
+	TCase *tc = tcase_create("lives");
+
+	tcase_set_timeout(tc, 300);
+	tcase_add_test(tc, test_replay_counts_to_checkpoint);
+	tcase_add_test(tc, test_log_never_fills_the_map);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return dml_check_run(restart_loop_suite());
+}
