@@ -26,6 +26,8 @@ enum dml_error {
 	DML_ESECRET = -13,        /* secret file missing, empty or readable by others */
 	DML_EROLE = -14,          /* request not allowed for the sender's role */
 	DML_ESTATE = -15,         /* request not valid in the connection's state */
+	DML_EINTR = -16,          /* the wait was interrupted (dml_interrupt) */
+	DML_EAGAIN = -17,         /* the peer is not ready yet: try again shortly */
 	/* Malformed frames: each class has its own code. */
 	DML_EFRAME_MAGIC = -20,   /* bad magic: not a dml peer */
 	DML_EFRAME_VERSION = -21, /* unsupported protocol version */

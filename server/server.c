@@ -845,6 +845,15 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	default:
 		return DML_EROLE;
 	}
+	if (s->job_mode && hello->job > s->job.id && hello->role != DML__ROLE__SERVER) {
+		/* Restarted, or new to a running job: the job's map is not
+		 * installed and its log not replayed yet. The client tries
+		 * again; nothing it sends may reach an empty clock set. */
+		dml_info("peer %s: %s %u of job %u refused: the job is not on this server "
+			 "yet", dml_conn_peer(c), role_name(hello->role), hello->node_id,
+			 hello->job);
+		return DML_EAGAIN;
+	}
 	ss->role = hello->role;
 	ss->node_id = hello->node_id;
 	if (hello->role == DML__ROLE__WORKER)
@@ -927,12 +936,22 @@ void dml_server_evict(struct dml_server *s, uint32_t worker)
 		dml_conn_abort(x->conn, DML_ECLOSED);
 		closed++;
 	}
-	if (!w || !w->live) {
+	if (!w) {
+		if (dml_ssp_evict(&s->ssp, worker))
+			dml_info("job %u: the scheduler lost worker %u before it joined here: "
+				 "the clock set goes on without it", s->job.id, worker);
+		else
+			dml_info("job %u: the scheduler lost worker %u, not in the clock set "
+				 "here (%u connections closed)", s->job.id, worker, closed);
+		release_held(s);
+		return;
+	}
+	if (!w->live) {
 		dml_info("job %u: the scheduler lost worker %u, not in the clock set here "
 			 "(%u connections closed)", s->job.id, worker, closed);
 		return;
 	}
-	dml_ssp_leave(&s->ssp, w);
+	dml_ssp_evict(&s->ssp, worker);
 	dml_info("job %u: the scheduler lost worker %u at clock %llu: dropped from the clock "
 		 "set, %u connections closed; slowest clock is now %llu", s->job.id, worker,
 		 (unsigned long long)w->clock, closed,

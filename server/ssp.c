@@ -91,6 +91,25 @@ void dml_ssp_leave(struct dml_ssp *s, struct dml_ssp_worker *w)
 	w->live = 0;
 }
 
+struct dml_ssp_worker *dml_ssp_evict(struct dml_ssp *s, uint32_t id)
+{
+	struct dml_ssp_worker *w = dml_ssp_find(s, id);
+
+	if (w) {
+		w->live = 0;
+		return w;
+	}
+	if (s->nworkers >= s->expected)
+		return NULL;
+	/* Never joined here: it takes its place in the set as gone, or the
+	 * others would wait for the expected count forever. */
+	s->workers = dml_xrealloc(s->workers, (s->nworkers + 1) * sizeof(*w));
+	w = &s->workers[s->nworkers++];
+	memset(w, 0, sizeof(*w));
+	w->id = id;
+	return w;
+}
+
 void dml_ssp_set_clock(struct dml_ssp *s, struct dml_ssp_worker *w, uint64_t clock)
 {
 	if (clock > w->clock)

@@ -48,6 +48,15 @@ struct dml_ssp_worker *dml_ssp_find(struct dml_ssp *s, uint32_t id);
 void dml_ssp_disconnect(struct dml_ssp *s, struct dml_ssp_worker *w, uint64_t now_ns);
 /** Drop from the clock set the workers gone longer than dead_after_ns. */
 int dml_ssp_reap(struct dml_ssp *s, uint64_t now_ns, uint64_t dead_after_ns);
+/**
+ * The scheduler lost the worker: it leaves the clock set. One that never
+ * joined this server while the set is short of its expected count is
+ * entered as gone, so the set is complete without it; if it comes back it
+ * rejoins at the slowest clock. Returns the worker's entry, or NULL when
+ * the set neither knows nor waits for it.
+ */
+struct dml_ssp_worker *dml_ssp_evict(struct dml_ssp *s, uint32_t id);
+
 /** The worker left cleanly (BYE). */
 void dml_ssp_leave(struct dml_ssp *s, struct dml_ssp_worker *w);
 /** The worker reports clock; clocks only move forward. */

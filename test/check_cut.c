@@ -16,7 +16,8 @@
  * SIGKILLed in the middle of a cut: restarted, it keeps the checkpoint
  * before, says which clock it recovered to, answers the next prepare
  * above every clock its rows hold, so the next checkpoint is exact too,
- * and every push is in the tables once in the end.
+ * and every push is in the tables once in the end. Workers that reach a
+ * restarted server before its map does are told to try again.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -395,6 +396,32 @@ START_TEST(test_cut_survives_server_crash)
 }
 END_TEST
 
+/*
+ * A restarted server that has not got its job's map back refuses workers
+ * (not ready: they try again) rather than greet them as a server of no
+ * shards, which libdml took for a bad configuration and gave up on.
+ */
+START_TEST(test_workers_wait_for_install)
+{
+	static const char *const refused[] = { "the job is not on this server yet", NULL };
+	struct rig g;
+	size_t from;
+
+	rig_up(&g);
+	from = dml_test_server_log_size(g.s[0]);
+	dml_test_server_kill(g.s[0]);
+	ck_assert_int_eq(dml_test_server_restart(g.s[0]), 0);
+	ck_assert_int_eq(dml_fake_sched_wait_registered(g.f, DML__ROLE__SERVER, 1, WAIT_MS,
+							NULL, 0), 0);
+	workers_start(&g);
+	ck_assert_int_ge(dml_test_server_log_wait(g.s[0], from, refused, WAIT_MS), 0);
+	install(&g, 1);
+	workers_join(&g);
+	printf("workers refused by a server without its map came in once it had it\n");
+	rig_down(&g, NULL, 0);
+}
+END_TEST
+
 static Suite *cut_suite(void)
 {
 	Suite *s = suite_create("cut");
@@ -403,6 +430,7 @@ static Suite *cut_suite(void)
 	tcase_set_timeout(tc, TEST_TIMEOUT_S);
 	tcase_add_test(tc, test_cut_is_exact_and_kept);
 	tcase_add_test(tc, test_cut_survives_server_crash);
+	tcase_add_test(tc, test_workers_wait_for_install);
 	suite_add_tcase(s, tc);
 	return s;
 }

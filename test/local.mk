@@ -99,6 +99,10 @@ dist_noinst_SCRIPTS += test/check_links.sh
 # servers (EVICT), the job going on; back, it takes up at the job's clock.
 TESTS += test/check_stall.sh
 dist_noinst_SCRIPTS += test/check_stall.sh
+# A worker lost before it joined the servers; a worker stopped while its
+# pull waits on a server that answers nothing.
+TESTS += test/check_lost_worker.sh
+dist_noinst_SCRIPTS += test/check_lost_worker.sh
 EXTRA_DIST += test/local_cluster.sh
 EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/dml-sched.service \
 	conf/systemd/dml-worker@.service conf/systemd/README conf/local/sched.conf \

@@ -24,6 +24,7 @@
  * ERANGE answer means "not applied"), or reuse a push sequence number.
  */
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@
 /* A request sent this often without an answer, each time losing its
  * connection, is what breaks the connection: fail it instead of looping. */
 #define MAX_SENDS 5
+/* How long dml_close waits for its BYEs after dml_interrupt. */
+#define CLOSE_INTERRUPTED_MS 1000
 
 enum part_kind { PART_PUSH, PART_PULL, PART_BYE };
 
@@ -145,6 +148,7 @@ struct dml {
 	size_t nbuckets;               /* power of two, shared by both */
 	size_t nreqs;
 	int sticky_error;              /* first error of a handle-less request */
+	atomic_int interrupted;        /* dml_interrupt: waits return DML_EINTR */
 	char detail[512];
 };
 
@@ -978,7 +982,8 @@ static void run_until(struct dml *d, int (*done)(struct dml *, void *), void *ar
 
 	for (;;) {
 		housekeeping(d);
-		if (done(d, arg) || (deadline_ns && dml_now_ns() >= deadline_ns))
+		if (done(d, arg) || (deadline_ns && dml_now_ns() >= deadline_ns) ||
+		    atomic_load(&d->interrupted))
 			return;
 		if (spin_until && dml_now_ns() < spin_until)
 			event_base_loop(d->base, EVLOOP_NONBLOCK);
@@ -1532,6 +1537,8 @@ int dml_wait(dml_t *d, dml_handle_t h)
 	if (!r)
 		return DML_ENOTFOUND;
 	run_until(d, request_done, r, 0);
+	if (!request_done(d, r))
+		return DML_EINTR;
 	rc = r->result;
 	if (r->pull && rc == 0) {
 		d->last_min_clock = r->min_clock;
@@ -1548,6 +1555,8 @@ int dml_wait_all(dml_t *d)
 	if (!d)
 		return DML_EINVAL;
 	run_until(d, nothing_in_flight, NULL, 0);
+	if (!nothing_in_flight(d, NULL))
+		return DML_EINTR;
 	rc = d->sticky_error;
 	d->sticky_error = 0;
 	/* Requests with handles are done now; their results stay for dml_wait. */
@@ -1572,6 +1581,12 @@ static int clock_announce(struct dml *d)
 			send_clock(l);
 	}
 	return rc;
+}
+
+void dml_interrupt(dml_t *d)
+{
+	if (d)
+		atomic_store(&d->interrupted, 1);
 }
 
 int dml_clock(dml_t *d)
@@ -1695,8 +1710,12 @@ void dml_close(dml_t *d)
 		return;
 	ms = d->conf.request_timeout_ms ? d->conf.request_timeout_ms : CLOSE_WAIT_MS;
 	deadline = dml_now_ns() + ms * 1000000ull;
-	/* Pushes in flight first, then tell every server we leave. */
+	/* Pushes in flight first, then tell every server we leave; after
+	 * dml_interrupt only the latter, and briefly. */
 	run_until(d, nothing_in_flight, NULL, deadline);
+	if (atomic_exchange(&d->interrupted, 0))
+		deadline = dml_now_ns() + (uint64_t)(ms < CLOSE_INTERRUPTED_MS ? ms :
+						      CLOSE_INTERRUPTED_MS) * 1000000ull;
 	if (d->conf.role == 0) {
 		r = request_new(d, 0);
 		for (uint32_t i = 0; i < d->nlinks; i++) {

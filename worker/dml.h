@@ -138,7 +138,8 @@ int dml_pull_range(dml_t *d, uint32_t table, uint64_t begin, uint64_t end, float
 		   dml_handle_t *h);
 
 /**
- * Block until the request is done and return its result (0 or an error).
+ * Block until the request is done and return its result (0 or an error;
+ * DML_EINTR after dml_interrupt, the handle then still unwaited).
  * Each handle is waited once; h == 0 waits for nothing and returns 0.
  */
 int dml_wait(dml_t *d, dml_handle_t h);
@@ -146,6 +147,16 @@ int dml_wait(dml_t *d, dml_handle_t h);
 int dml_test(dml_t *d, dml_handle_t h, int *done);
 /** Wait for every request in flight; returns the first error seen. */
 int dml_wait_all(dml_t *d);
+
+/**
+ * Make every wait on d, the one under way and all later ones, return
+ * DML_EINTR instead of blocking: for a program that is stopping while a
+ * pull waits on workers that may never come. The only call that may be
+ * made from another thread or a signal handler while d is in use; the
+ * waiting thread notices within 50 ms. dml_close then leaves without
+ * waiting for pushes in flight (they are applied once or not at all).
+ */
+void dml_interrupt(dml_t *d);
 
 /**
  * End the current iteration: the clock advances by one and every server of

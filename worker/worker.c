@@ -55,6 +55,9 @@
 #define REASON_MAX 320
 /* How long the last frames to the scheduler get to leave when stopping. */
 #define LEAVE_FLUSH_MS 100
+/* How long a stop waits for the clock boundary before it interrupts the
+ * trainer's waits: a pull may wait on workers that never come. */
+#define STOP_GRACE_MS 3000
 
 /* ---- state shared by the loop and the trainer ---------------------------- */
 
@@ -110,7 +113,9 @@ struct shared {
 	uint64_t generation;      /* ASSIGNs that began another job; 0: none yet */
 	uint64_t seq;             /* ASSIGNs stored */
 	int stopping;
+	uint64_t stopping_ns;     /* when stopping was asked for */
 	int trainer_done;
+	dml_t *active;            /* the trainer's libdml handle, for dml_interrupt */
 	uint32_t running;         /* job the trainer runs now, 0 when idle */
 	struct report queue[REPORT_QUEUE];
 	size_t nqueue;
@@ -624,6 +629,9 @@ static int run_open(struct run *r)
 	if ((rc = run_check_tables(r)) != 0)
 		return rc;
 	run_push_weight(r, &r->as);
+	pthread_mutex_lock(&r->w->sh.mu);
+	r->w->sh.active = r->d;
+	pthread_mutex_unlock(&r->w->sh.mu);
 	r->io = (struct dml_app_io){ &libdml_io, r->d, 0 };
 	r->eval_every = r->spec->eval_every ? r->spec->eval_every :
 			r->app->default_eval_every;
@@ -641,6 +649,9 @@ static void run_close(struct run *r)
 	 * fail the job over, but worth a line. */
 	if (r->d && r->state && r->app->drain(r->state, &r->io, why, sizeof(why)) != 0)
 		dml_warn("job %" PRIu32 ": the last pushes: %s", r->as.job, why);
+	pthread_mutex_lock(&r->w->sh.mu);
+	r->w->sh.active = NULL;
+	pthread_mutex_unlock(&r->w->sh.mu);
 	if (r->d)
 		dml_close(r->d);
 	dml_opts_free(r->opts);
@@ -925,6 +936,17 @@ static void run_log_end(const struct run *r, enum run_end end)
 		 seconds(r->compute_ns), seconds(r->wait_ns));
 }
 
+/* Is the worker stopping? A wait it interrupted is no failure of the job. */
+static int run_stopping(struct run *r)
+{
+	int stopping;
+
+	pthread_mutex_lock(&r->w->sh.mu);
+	stopping = r->w->sh.stopping;
+	pthread_mutex_unlock(&r->w->sh.mu);
+	return stopping;
+}
+
 /* Run the job in r to its end; r stays to be closed. */
 static enum run_end run_job(struct run *r)
 {
@@ -949,7 +971,7 @@ static enum run_end run_job(struct run *r)
 			break;
 		}
 		if (run_clock(r, max && r->clock + 1 >= max) != 0) {
-			end = RUN_FAILED;
+			end = run_stopping(r) ? RUN_STOPPING : RUN_FAILED;
 			break;
 		}
 		if (max && r->clock >= max) {
@@ -1072,6 +1094,13 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	}
 	memmove(&sh->queue[0], &sh->queue[sent], (sh->nqueue - sent) * sizeof(sh->queue[0]));
 	sh->nqueue -= sent;
+	if (sh->stopping && sh->active &&
+	    dml_now_ns() - sh->stopping_ns > STOP_GRACE_MS * 1000000ull) {
+		dml_info("stopping: job %" PRIu32 " did not reach a clock boundary in %d ms; "
+			 "interrupting its waits", sh->running, STOP_GRACE_MS);
+		dml_interrupt(sh->active);
+		sh->active = NULL;   /* once */
+	}
 	done = sh->stopping && sh->trainer_done;
 	pthread_mutex_unlock(&sh->mu);
 	if (done)
@@ -1319,6 +1348,7 @@ void dml_worker_shutdown(struct dml_worker *w)
 		return;
 	}
 	sh->stopping = 1;
+	sh->stopping_ns = dml_now_ns();
 	job = sh->running;
 	pthread_cond_broadcast(&sh->cv);
 	pthread_mutex_unlock(&sh->mu);
