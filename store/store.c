@@ -584,6 +584,11 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 	 * next one must come after them, or a replay would skip it. */
 	if (kind == STORE_SERVER && s->next_lsn <= store_ckpt_lsn(s))
 		s->next_lsn = store_ckpt_lsn(s) + 1;
+	if (kind == STORE_SERVER && nosync && (rc = store_syncer_start(s)) != 0) {
+		dml_store_close(s);
+		return dml_fail(DML_EIO, err, errlen, "%s: cannot start the log's flusher: %s",
+				path, strerror(rc));
+	}
 	*out = s;
 	return 0;
 }
@@ -592,6 +597,7 @@ void dml_store_close(struct dml_store *s)
 {
 	if (!s)
 		return;
+	store_syncer_stop(s);
 	dml_store_close(s->ck);
 	if (s->ckpt_txn)
 		mdb_txn_abort(s->ckpt_txn);
@@ -718,6 +724,8 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 	store_err_clear(err, errlen);
 	if (!s)
 		return DML_EINVAL;
+	if ((rc = store_syncer_error(s)) != 0)
+		return store_lmdb_fail(s, rc, "flushing an earlier commit", err, errlen);
 	if (!s->n)
 		return 0;
 	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
@@ -733,6 +741,7 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 	rc = mdb_txn_commit(txn);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
+	store_syncer_kick(s);
 	s->next_lsn += s->n;
 	s->n = 0;
 	s->len = 0;

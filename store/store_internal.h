@@ -38,6 +38,7 @@ struct dml_store {
 	size_t *offs;
 	size_t n, offs_cap;
 	int lock_fd;               /* holds the directory's "owner" lock; -1: none */
+	struct store_syncer *syncer; /* STORE_SERVER without sync commits: flushes them */
 	/* STORE_CKPT: the checkpoint being written. */
 	MDB_txn *ckpt_txn;         /* NULL: none */
 	struct dml_ckpt_info info; /* what it is */
@@ -131,4 +132,13 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 int store_dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 			uint64_t incarnation, uint64_t seq, uint64_t lsn, char *err,
 			size_t errlen);
+/**
+ * The flusher of a log that commits with MDB_NOSYNC (store_syncer.c):
+ * start it (0 or an errno), have it flush after a commit, read the first
+ * flush that failed (an errno, 0: none), stop it after a last flush.
+ */
+int store_syncer_start(struct dml_store *s);
+void store_syncer_kick(struct dml_store *s);
+int store_syncer_error(struct dml_store *s);
+void store_syncer_stop(struct dml_store *s);
 #endif
