@@ -188,11 +188,8 @@ static void text_set(char *dst, const char *fmt, ...)
 	va_end(ap);
 }
 
-static void job_event(struct dml_job *job, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
-
 /* Appends an event line; the ring keeps the newest DML_JOB_EVENTS. */
-static void job_event(struct dml_job *job, const char *fmt, ...)
+void dml_job_event(struct dml_job *job, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -634,7 +631,7 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 		ji->guessed = 0;
 	if (ji->guessed && dev > threshold) {
 		job_reassign(job, "first measures", 0, NULL, now);
-		job_event(job, "split by the workers' first measured rates (load deviation "
+		dml_job_event(job, "split by the workers' first measured rates (load deviation "
 			  "%.0f%%)", isinf(dev) ? 999 : dev * 100);
 		ji->drift_since_ms = 0;
 		return 1;
@@ -651,7 +648,7 @@ static int job_rebalance_auto(struct dml_job *job, uint64_t now)
 		return 0;
 	snprintf(cause, sizeof(cause), "load deviation %.0f%%", isinf(dev) ? 999 : dev * 100);
 	job_reassign(job, cause, 0, NULL, now);
-	job_event(job, "rebalanced by the workers' rates (%s for %" PRIu64 " ms)", cause,
+	dml_job_event(job, "rebalanced by the workers' rates (%s for %" PRIu64 " ms)", cause,
 		  since(now, ji->drift_since_ms));
 	ji->drift_since_ms = 0;
 	return 1;
@@ -665,9 +662,9 @@ static void job_event_handed(struct dml_job *job, uint32_t node_id, const char *
 			     uint64_t held, struct num_list *gainers)
 {
 	if (held == 0)
-		job_event(job, "worker %" PRIu32 " %s: it held no partitions", node_id, what);
+		dml_job_event(job, "worker %" PRIu32 " %s: it held no partitions", node_id, what);
 	else
-		job_event(job, "worker %" PRIu32 " %s: its %" PRIu64 " partitions to worker%s "
+		dml_job_event(job, "worker %" PRIu32 " %s: its %" PRIu64 " partitions to worker%s "
 			  "%s", node_id, what, held, gainers->n == 1 ? "" : "s",
 			  num_list_str(gainers));
 }
@@ -685,7 +682,7 @@ static void worker_retry(struct dml_job *job, size_t i, uint64_t now)
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " tries again", w->node_id);
 	job_reassign(job, cause, w->node_id, NULL, now);
 	text_set(w->reason, "takes %" PRIu64 " partitions again after a stall", w->npart);
-	job_event(job, "worker %" PRIu32 " takes a share again after a stall: %" PRIu64
+	dml_job_event(job, "worker %" PRIu32 " takes a share again after a stall: %" PRIu64
 		  " partitions", w->node_id, w->npart);
 }
 
@@ -854,7 +851,7 @@ int dml_jobs_submit(struct dml_jobs *jobs, const Dml__JobSpec *spec, uint64_t no
 	job->state = DML__JOB_STATE__PENDING;
 	job->submitted_ms = job->changed_ms = now;
 	text_set(job->reason, "waiting to start");
-	job_event(job, "submitted");
+	dml_job_event(job, "submitted");
 	jobs->v[jobs->n++] = ji;
 	*id = job->id;
 	return 0;
@@ -1016,7 +1013,7 @@ int dml_jobs_start(struct dml_job *job, const struct dml_job_candidate *cand, si
 	job->started_ms = now;
 	job_state_set(job, DML__JOB_STATE__RUNNING, now);
 	job_running_reason(job);
-	job_event(job, "started on worker%s %s (%" PRIu64 " partitions: %s)",
+	dml_job_event(job, "started on worker%s %s (%" PRIu64 " partitions: %s)",
 		  job->nworkers == 1 ? "" : "s", num_list_str(&ids), job->num_partitions,
 		  num_list_str(&counts));
 	return 0;
@@ -1090,7 +1087,7 @@ static void job_done(struct dml_job *job, const char *why, uint64_t now)
 {
 	job_state_set(job, DML__JOB_STATE__DONE, now);
 	text_set(job->reason, "%s", why);
-	job_event(job, "done: %s", why);
+	dml_job_event(job, "done: %s", why);
 }
 
 /* ---- membership -------------------------------------------------------- */
@@ -1120,7 +1117,7 @@ int dml_jobs_worker_lost(struct dml_job *job, uint32_t node_id, const char *reas
 	snprintf(cause, sizeof(cause), "worker %" PRIu32 " lost", node_id);
 	job_reassign(job, cause, node_id, &gainers, now);
 	if (live_count(job) == 0)
-		job_event(job, "worker %" PRIu32 " lost%s: no live worker, %" PRIu64
+		dml_job_event(job, "worker %" PRIu32 " lost%s: no live worker, %" PRIu64
 			  " partitions wait unowned", node_id, why, job->num_partitions);
 	else
 		job_event_handed(job, node_id, what, held, &gainers);
@@ -1215,7 +1212,7 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
 	w = &job->workers[i];
 	text_set(w->reason, "%s at clock %" PRIu64 " with %" PRIu64 " partitions", how,
 		 clock, w->npart);
-	job_event(job, "worker %" PRIu32 " %s at clock %" PRIu64 ": %" PRIu64 " partitions",
+	dml_job_event(job, "worker %" PRIu32 " %s at clock %" PRIu64 ": %" PRIu64 " partitions",
 		  c->node_id, how, clock, w->npart);
 	job_running_reason(job);
 	return 1;
@@ -1347,7 +1344,7 @@ static int job_handed(struct dml_job *job, size_t i, const Dml__Progress *p, uin
 	moved = dml_handover_report(&ji->ho, job->owner, (uint32_t)i, p);
 	late = dml_handover_expire(&ji->ho, job->owner, now, hold);
 	if (late)
-		job_event(job, "%" PRIu64 " partitions handed on without their worker letting "
+		dml_job_event(job, "%" PRIu64 " partitions handed on without their worker letting "
 			  "go of them within %" PRIu64 " ms (it may walk them again)", late, hold);
 	if (!moved && !late)
 		return 0;
@@ -1417,10 +1414,10 @@ static int job_rebalance_now(struct dml_jobs *jobs, uint32_t id, uint64_t now, c
 	dev = load_deviation(job);
 	job_reassign(job, "rebalanced by operator", 0, NULL, now);
 	if (dev >= 0)
-		job_event(job, "rebalanced by operator (load deviation %.0f%%)",
+		dml_job_event(job, "rebalanced by operator (load deviation %.0f%%)",
 			  isinf(dev) ? 999 : dev * 100);
 	else
-		job_event(job, "rebalanced by operator (not every worker measured its rate "
+		dml_job_event(job, "rebalanced by operator (not every worker measured its rate "
 			  "yet: those count as 1 example/s)");
 	return 0;
 }
@@ -1462,7 +1459,7 @@ int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t no
 	job_state_set(job, to, now);
 	text_set(job->reason, "%s by operator", what);
 	job_running_reason(job);
-	job_event(job, "%s by operator", what);
+	dml_job_event(job, "%s by operator", what);
 	return 0;
 }
 
@@ -1472,7 +1469,7 @@ void dml_jobs_fail(struct dml_job *job, const char *reason, uint64_t now)
 		return;
 	job_state_set(job, DML__JOB_STATE__FAILED, now);
 	text_set(job->reason, "%s", reason && *reason ? reason : "failed");
-	job_event(job, "failed: %s", job->reason);
+	dml_job_event(job, "failed: %s", job->reason);
 }
 
 void dml_jobs_set_reason(struct dml_job *job, const char *reason, uint64_t now)
@@ -1750,7 +1747,7 @@ void dml_jobs_checkpoint_done(struct dml_job *job, uint64_t clock, uint64_t byte
 		if (job->ckpts[i].clock == clock)
 			return;
 	checkpoint_add(job, clock, bytes, now);
-	job_event(job, "checkpoint at clock %" PRIu64 " (%.1f MB)", clock, (double)bytes / 1e6);
+	dml_job_event(job, "checkpoint at clock %" PRIu64 " (%.1f MB)", clock, (double)bytes / 1e6);
 	if (job->nckpts <= keep)
 		return;
 	drop = job->nckpts - keep;
@@ -1766,7 +1763,7 @@ int dml_jobs_checkpoint_drop(struct dml_job *job, uint64_t clock)
 		memmove(job->ckpts + i, job->ckpts + i + 1,
 			(job->nckpts - i - 1) * sizeof(*job->ckpts));
 		job->nckpts--;
-		job_event(job, "checkpoint at clock %" PRIu64 " deleted", clock);
+		dml_job_event(job, "checkpoint at clock %" PRIu64 " deleted", clock);
 		return 0;
 	}
 	return DML_ENOTFOUND;
@@ -1777,7 +1774,7 @@ void dml_jobs_checkpoints_clear(struct dml_job *job, uint32_t next)
 	if (!job->nckpts)
 		return;
 	job->nckpts = 0;
-	job_event(job, "checkpoints deleted: job %" PRIu32 " started on its servers", next);
+	dml_job_event(job, "checkpoints deleted: job %" PRIu32 " started on its servers", next);
 }
 
 /* ---- saving and restoring ------------------------------------------------ */
@@ -1984,7 +1981,7 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 	job->metric = clamp_num(st->metric);
 	job->has_metric = st->has_metric;
 	for (size_t k = 0; k < st->n_events; k++)
-		job_event(job, "%s", st->events[k] ? st->events[k] : "");
+		dml_job_event(job, "%s", st->events[k] ? st->events[k] : "");
 	for (size_t k = 0; k < st->n_checkpoints; k++)
 		checkpoint_add(job, st->checkpoints[k]->clock, st->checkpoints[k]->bytes,
 			       since(now, st->checkpoints[k]->age_ms));

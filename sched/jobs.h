@@ -258,6 +258,10 @@ void dml_job_status_free(Dml__JobStatus *st);
 Dml__JobRecord *dml_job_record(const struct dml_job *job, uint64_t now);
 void dml_job_record_free(Dml__JobRecord *r);
 
+/** Append an event line to job's history (the newest DML_JOB_EVENTS are kept). */
+void dml_job_event(struct dml_job *job, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
 /**
  * Append the job a record describes; records must come in id order, with
  * none missing. Every field is checked (DML_EINVAL, err says what is

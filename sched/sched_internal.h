@@ -75,6 +75,7 @@ struct sched_job {
 	struct sched_job_mark saved; /* what the state store has */
 	uint64_t saved_ms;
 	int figures_dirty;         /* reports came in since it was saved */
+	char wait_reason[DML_JOB_REASON_MAX + 1]; /* a server of its map is down */
 };
 
 /* One server of the active job's newest map and its installation. */

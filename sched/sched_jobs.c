@@ -151,10 +151,40 @@ static double node_rate(const struct dml_node *n)
 
 /* ---- logging ------------------------------------------------------------ */
 
-/* The reason to show: while the tables of a running job are being installed
- * or moved, that, rather than the job table's "running on 2 workers". */
+/*
+ * A server of the running job's map that is not alive: its rows answer no
+ * one, so the job waits on it whatever its workers do. NULL when none.
+ */
+static const char *job_server_down(const struct dml_sched *s, const struct dml_job *job)
+{
+	struct sched_job *xj = dml_sched_job((struct dml_sched *)s, job->id);
+
+	if (!xj || !xj->map || job->state != DML__JOB_STATE__RUNNING)
+		return NULL;
+	for (size_t i = 0; i < xj->map->n_servers; i++) {
+		const struct dml_node *n = dml_nodes_find(s->nodes, DML__ROLE__SERVER,
+							  xj->map->servers[i]->node_id);
+
+		if (n && n->state == DML__NODE_STATE__ALIVE)
+			continue;
+		snprintf(xj->wait_reason, sizeof(xj->wait_reason), "waiting on server %" PRIu32
+			 " (%s%s%.120s)", xj->map->servers[i]->node_id,
+			 n ? dml_node_state_name(n->state) : "not registered", n ? ": " : "",
+			 n ? n->reason : "");
+		return xj->wait_reason;
+	}
+	return NULL;
+}
+
+/* The reason to show: a server of its map that is down; while the tables
+ * of a running job are being installed or moved, that; rather than the
+ * job table's "running on 2 workers". */
 static const char *job_reason(const struct dml_sched *s, const struct dml_job *job)
 {
+	const char *down = job_server_down(s, job);
+
+	if (down)
+		return down;
 	if (s->act.job == job->id && s->act.reason[0] &&
 	    job->state == DML__JOB_STATE__RUNNING)
 		return s->act.reason;

@@ -212,6 +212,9 @@ static int restore_job_record(struct restore *rs, const Dml__JobRecord *r, char 
 	xj->logged_state = job->state;
 	xj->logged_events = job->nevents;
 	snprintf(xj->logged_reason, sizeof(xj->logged_reason), "%s", job->reason);
+	if (!dml_job_finished(job))
+		dml_job_event(job, "the scheduler restarted: job taken back from its store at "
+			      "map v%" PRIu64, xj->map ? xj->map->version : 0);
 	if (job->state == DML__JOB_STATE__RUNNING || job->state == DML__JOB_STATE__PAUSED) {
 		if (s->act.job || !xj->map) {
 			snprintf(why, whylen, "%s", s->act.job ? "a second active job"

@@ -481,8 +481,9 @@ END_TEST
  * A worker and then dml-sched SIGKILLed in the middle of a job (the worker
  * dies before the scheduler can notice): restarted on its store, the scheduler resumes job 1 where it
  * was (the same map and run, so the servers keep their tables and replay
- * nothing), the worker that never registers again is lost after
- * dead_after_ms and its partitions go to the others, and the job ends done.
+ * nothing; the job's events say so), the worker that never registers
+ * again is lost after dead_after_ms and its partitions go to the others,
+ * and the job ends done.
  */
 START_TEST(test_scheduler_restarts_mid_job)
 {
@@ -502,6 +503,8 @@ START_TEST(test_scheduler_restarts_mid_job)
 	scheduler_crash(&c);
 	job_done(&c, submit, &doc);
 	check_lost_worker_3(&doc);
+	ck_assert_msg(events_contain(&doc, "the scheduler restarted: job taken back"),
+		      "no event for the scheduler's restart");
 	json_free(&doc);
 	for (size_t i = 0; i < c.nservers; i++) {
 		ck_assert_int_eq(dml_test_file_read(dml_test_server_log(c.servers[i]), &log), 0);

@@ -6,7 +6,8 @@
 #     gone and the other worker trains the job to its end.
 #  2. A worker asked to stop (SIGTERM) while a pull waits on a server that
 #     answers nothing (SIGSTOP): it used to wait for the clock boundary
-#     for ever; now it interrupts its waits after a grace and exits.
+#     for ever; now it interrupts its waits after a grace and exits. Before
+#     that, `dmlctl status` says the job waits on that server.
 # Exit status: 0 pass, 1 fail.
 set -u
 
@@ -63,6 +64,9 @@ wait_for "job 2 never ran" 2 grep -q "progress: clock [1-9]" "$tmp/job.out"
 s1=$(cat "$run/server1.pid")
 kill -STOP "$s1" || fail "cannot stop server 1"
 stopped+=("$s1")
+# What an operator sees: the job waits on the server, whatever its workers do.
+wait_for "job 2 did not say it waits on server 1" 2 \
+	grep -q "running: waiting on server 1 (" "$tmp/job.out"
 kill -TERM "$w1"
 for ((i = 0; i < 300; i++)); do
 	kill -0 "$w1" 2>/dev/null || break
