@@ -556,7 +556,7 @@ void dml_sched_shutdown(struct dml_sched *s)
 	if (s->peers.stopping)
 		return;
 	if (s->listener) {
-		evconnlistener_free(s->listener);
+		dml_listener_free(s->listener);
 		s->listener = NULL;
 	}
 	if (s->tick)
@@ -572,7 +572,7 @@ void dml_sched_free(struct dml_sched *s)
 	/* Connections the grace period could not close are dropped now. */
 	dml_peers_destroy(&s->peers);
 	if (s->listener)
-		evconnlistener_free(s->listener);
+		dml_listener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
 	dml_sched_state_close(s);

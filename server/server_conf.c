@@ -63,6 +63,9 @@ static const struct dml_conf_option options[] = {
 	  "most keys in one sparse request" },
 	{ "limits", "max_connections", DML_CONF_U32, S(max_connections), "1024", 1, 1000000,
 	  NULL, NULL, "connections beyond this are refused" },
+	{ "limits", "max_preauth", DML_CONF_U32, S(max_preauth), "64", 1, 1000000, NULL, NULL,
+	  "most connections still in their handshake; past it, or when max_connections is "
+	  "reached, the oldest unauthenticated one is closed to make room" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
 	  600000, NULL, NULL, "a peer must authenticate within this time" },
 
@@ -80,6 +83,9 @@ static const struct dml_conf_option options[] = {
 	  NULL, "under BSP (staleness 0): clock: a clock's pushes to a dense table are summed "
 	  "and applied as one optimizer step once every worker ended the clock; push: each "
 	  "push is applied as it arrives" },
+	{ "job", "allow_nonfinite", DML_CONF_BOOL, S(allow_nonfinite), "false", 0, 0, NULL,
+	  NULL, "apply pushes holding NaN or infinite values (false: refuse them with an "
+	  "error naming the table, counted in dml_server_pushes_nonfinite_total)" },
 
 	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
 	  "directory of this server's LMDB store (made if missing); empty: no log, a "

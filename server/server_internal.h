@@ -104,13 +104,15 @@ struct stats {
 	uint64_t stale_scaled;     /* pushes applied scaled by their staleness */
 	uint64_t deferred;         /* pushes held for their clock's step (BSP) */
 	uint64_t steps;            /* BSP steps: a clock's pushes applied at once */
+	uint64_t nonfinite;        /* pushes refused for NaN or infinite values */
+	uint64_t seq_jumps;        /* pushes refused for a seq past the window */
 	uint64_t requests[REQ_KINDS];
 };
 
 struct dml_server {
 	const struct dml_server_conf *conf;
 	struct event_base *base;
-	struct evconnlistener *listener;
+	struct dml_listener *listener;
 	uint16_t port;
 	struct dml_conn_conf conn_conf;
 	uint8_t *secret;
@@ -124,6 +126,7 @@ struct dml_server {
 	uint32_t dead_after_ms;    /* the clock set's, from the job or the config */
 	int stale_scaling;         /* enum dml_stale_scaling, from the job or the config */
 	int bsp_step;              /* enum dml_bsp_step, from the job or the config */
+	int allow_nonfinite;       /* NaN and infinite pushes applied, from the job or config */
 	uint64_t step_min_clock;   /* the slowest clock when the last step was taken */
 	/* What WELCOME reports: one TableInfo per range held, and where this
 	 * server stands in the map. */
@@ -175,6 +178,26 @@ void dml_server_reply_ack(struct session *ss, uint64_t request_id);
  * rejoins, at the slowest clock, when it connects again.
  */
 void dml_server_evict(struct dml_server *s, uint32_t worker);
+
+/* ---- server_admit.c ---- */
+
+/* How far one push may move a worker's last_seq (see server_admit.c). */
+#define DML_SEQ_WINDOW (1ull << 20)
+
+enum { DML_SEQ_NEW, DML_SEQ_RESEND, DML_SEQ_JUMP };
+
+/**
+ * Where a push of seq from worker w (NULL: not a worker) stands:
+ * DML_SEQ_NEW (apply it), DML_SEQ_RESEND (applied before: acknowledge
+ * only) or DML_SEQ_JUMP (past the resend window: refuse it).
+ */
+int dml_server_seq_check(const struct dml_ssp_worker *w, uint64_t seq);
+
+/**
+ * The push's values are acceptable to this job (finite, or the job allows
+ * otherwise): 1. Else the push was answered with an error and counted: 0.
+ */
+int dml_server_push_admit(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
 
 /* ---- server_step.c ---- */
 

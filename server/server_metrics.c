@@ -101,6 +101,15 @@ static const struct dml_metric_desc
 	m_steps = { "dml_server_bsp_steps_total",
 		    "BSP steps: a clock's pushes applied as one optimizer step per table",
 		    COUNTER, NULL, NULL, 0 },
+	m_nonfinite = { "dml_server_pushes_nonfinite_total",
+			"Pushes refused for NaN or infinite values (allow_nonfinite = false)",
+			COUNTER, NULL, NULL, 0 },
+	m_seq_jumps = { "dml_server_pushes_seq_refused_total",
+			"Pushes refused for a sequence number past the resend window", COUNTER,
+			NULL, NULL, 0 },
+	m_preauth = { "dml_server_preauth_dropped_total",
+		      "Unauthenticated connections closed to make room (max_preauth)", COUNTER,
+		      NULL, NULL, 0 },
 	m_held = { "dml_server_pulls_held_total",
 		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
 		   NULL, 0 },
@@ -153,6 +162,9 @@ static int register_metrics(struct dml_server *s)
 	bad |= dml_metrics_add_u64(m, &m_stale, NULL, &s->st.stale_scaled);
 	bad |= dml_metrics_add_u64(m, &m_deferred, NULL, &s->st.deferred);
 	bad |= dml_metrics_add_u64(m, &m_steps, NULL, &s->st.steps);
+	bad |= dml_metrics_add_u64(m, &m_nonfinite, NULL, &s->st.nonfinite);
+	bad |= dml_metrics_add_u64(m, &m_seq_jumps, NULL, &s->st.seq_jumps);
+	bad |= dml_metrics_add_u64(m, &m_preauth, NULL, &s->peers.preauth_dropped);
 	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);

@@ -1,0 +1,500 @@
+/*
+ * check_limits.c - integration tests: no peer can exhaust a dml-server.
+ *
+ * Covered, each against a real dml-server process over real sockets:
+ *  - a flood of idle unauthenticated connections past max_connections
+ *    leaves room for a real client (the oldest handshakes are closed);
+ *  - out of file descriptors, the listener pauses instead of spinning and
+ *    logs about it at most once a second, and accepts again once
+ *    descriptors are free;
+ *  - pushes holding NaN or infinities are refused (error naming the table,
+ *    counted in a metric, the row unchanged) unless the job allows them;
+ *  - a push whose seq jumps past the resend window is refused and does not
+ *    turn later pushes into duplicates; a worker new to the server starts
+ *    at whatever seq it brings.
+ *
+ * The raw client below authenticates itself and reads ERROR fields that
+ * libdml does not expose.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "check_run.h"
+#include "dml_error.h"
+#include "finite.h"
+#include "frame.h"
+#include "harness.h"
+#include "util.h"
+
+#define TEST_TIMEOUT_S 90
+#define WAIT_MS 10000
+#define W 2                       /* width of the dense test table */
+#define TABLE "[table]\nid = 0\nkind = dense\nwidth = 2\nkeys = 16\noptimizer = add\n"
+
+/* ---- a blocking raw client ---------------------------------------------- */
+
+struct raw {
+	int fd;
+	uint64_t next_id;
+};
+
+struct answer {
+	int type;
+	int code;                  /* ERROR */
+	char message[256];
+	float values[W];           /* PULL_REPLY */
+};
+
+static int read_full(int fd, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+
+	while (n > 0) {
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		ssize_t k;
+
+		if (poll(&pfd, 1, WAIT_MS) <= 0)
+			return DML_ETIMEDOUT;
+		k = read(fd, p, n);
+		if (k <= 0)
+			return DML_ECONN;
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static Dml__Meta *raw_read(struct raw *r, uint8_t **payload)
+{
+	struct dml_frame_limits lim;
+	struct dml_frame_header hdr;
+	uint8_t head[DML_FRAME_HEADER_LEN], *meta;
+	Dml__Meta *m = NULL;
+
+	dml_frame_limits_default(&lim);
+	ck_assert_int_eq(read_full(r->fd, head, sizeof(head)), 0);
+	ck_assert_int_eq(dml_frame_header_decode(head, &lim, &hdr), 0);
+	meta = dml_xmalloc(hdr.meta_len);
+	ck_assert_int_eq(read_full(r->fd, meta, hdr.meta_len), 0);
+	ck_assert_int_eq(dml_frame_meta_decode(meta, hdr.meta_len, &hdr, &lim, &m), 0);
+	free(meta);
+	*payload = NULL;
+	if (hdr.payload_len) {
+		*payload = dml_xmalloc(hdr.payload_len);
+		ck_assert_int_eq(read_full(r->fd, *payload, hdr.payload_len), 0);
+	}
+	return m;
+}
+
+static void raw_send(struct raw *r, Dml__Meta *m, const void *payload, uint32_t len)
+{
+	size_t cap = dml_frame_head_size(m) + len, n;
+	uint8_t *buf = dml_xmalloc(cap);
+
+	n = dml_frame_encode_head(m, len, buf, cap);
+	ck_assert_uint_gt(n, 0);
+	if (len)
+		memcpy(buf + n, payload, len);
+	ck_assert_int_eq(dml_test_raw_send(r->fd, buf, n + len), 0);
+	free(buf);
+}
+
+/* Connect and authenticate as worker node_id. */
+static void raw_open(struct dml_test_env *env, uint16_t port, uint32_t node_id,
+		     uint64_t incarnation, struct raw *r)
+{
+	Dml__Meta m = DML__META__INIT, *ch, *w;
+	Dml__Handshake hs = DML__HANDSHAKE__INIT;
+	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
+	size_t secret_len;
+
+	memset(r, 0, sizeof(*r));
+	ck_assert_int_eq(dml_test_raw_connect(port, &r->fd), 0);
+	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &secret, &secret_len), 0);
+	ch = raw_read(r, &pl);
+	ck_assert_int_eq(ch->type, DML__MSG_TYPE__CHALLENGE);
+	ck_assert_int_eq(dml_random_bytes(nonce, sizeof(nonce)), 0);
+	dml_auth_proof(secret, secret_len, DML_AUTH_CLIENT, ch->handshake->nonce.data, nonce,
+		       DML__ROLE__WORKER, node_id, "dml", proof);
+	hs.role = DML__ROLE__WORKER;
+	hs.node_id = node_id;
+	hs.protocol_version = DML_PROTOCOL_VERSION;
+	hs.cluster = (char *)"dml";
+	hs.nonce.data = nonce;
+	hs.nonce.len = sizeof(nonce);
+	hs.proof.data = proof;
+	hs.proof.len = sizeof(proof);
+	hs.incarnation = incarnation;
+	m.type = DML__MSG_TYPE__HELLO;
+	m.sender = node_id;
+	m.handshake = &hs;
+	raw_send(r, &m, NULL, 0);
+	w = raw_read(r, &pl);
+	ck_assert_int_eq(w->type, DML__MSG_TYPE__WELCOME);
+	dml_meta_free(ch);
+	dml_meta_free(w);
+	dml_secret_free(secret, secret_len);
+}
+
+static void raw_call(struct raw *r, Dml__Meta *m, const void *payload, uint32_t len,
+		     struct answer *a)
+{
+	uint8_t *pl;
+	Dml__Meta *rep;
+
+	m->request_id = ++r->next_id;
+	m->dtype = DML__DTYPE__F32;
+	raw_send(r, m, payload, len);
+	memset(a, 0, sizeof(*a));
+	for (;;) {
+		rep = raw_read(r, &pl);
+		if (rep->request_id == m->request_id)
+			break;
+		dml_meta_free(rep);
+		free(pl);
+	}
+	a->type = rep->type;
+	if (rep->error) {
+		a->code = rep->error->code;
+		snprintf(a->message, sizeof(a->message), "%s", rep->error->message);
+	}
+	if (rep->type == DML__MSG_TYPE__PULL_REPLY && pl)
+		memcpy(a->values, pl, sizeof(a->values));
+	dml_meta_free(rep);
+	free(pl);
+}
+
+/* Push g to key of table 0 with seq. */
+static void raw_push(struct raw *r, uint64_t key, uint64_t seq, const float *g,
+		     struct answer *a)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__PUSH;
+	m.seq = seq;
+	m.value_width = W;
+	m.dense = 1;
+	m.key_begin = key;
+	m.key_end = key + 1;
+	raw_call(r, &m, g, W * sizeof(float), a);
+}
+
+/* The row of key of table 0. */
+static void raw_pull(struct raw *r, uint64_t key, float *out)
+{
+	Dml__Meta m = DML__META__INIT;
+	struct answer a;
+
+	m.type = DML__MSG_TYPE__PULL;
+	m.value_width = W;
+	m.dense = 1;
+	m.key_begin = key;
+	m.key_end = key + 1;
+	raw_call(r, &m, NULL, 0, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__PULL_REPLY);
+	memcpy(out, a.values, sizeof(a.values));
+}
+
+static void expect_ack(const struct answer *a, const char *what)
+{
+	ck_assert_msg(a->type == DML__MSG_TYPE__ACK, "%s: type %d, error %d %s", what, a->type,
+		      a->code, a->message);
+}
+
+static void expect_row(struct raw *r, uint64_t key, float a, float b, const char *when)
+{
+	float row[W];
+
+	raw_pull(r, key, row);
+	ck_assert_msg(row[0] == a && row[1] == b, "%s: row %llu is (%g, %g), not (%g, %g)",
+		      when, (unsigned long long)key, (double)row[0], (double)row[1], (double)a,
+		      (double)b);
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* Lines of the server's log from byte from on that contain needle. */
+static int log_count(const struct dml_test_server *s, size_t from, const char *needle)
+{
+	char *text, *p;
+	int n = 0;
+
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(s), &text), 0);
+	p = strlen(text) > from ? text + from : text + strlen(text);
+	while ((p = strstr(p, needle)) != NULL) {
+		n++;
+		p += strlen(needle);
+	}
+	free(text);
+	return n;
+}
+
+/* A libdml worker pushes to and pulls from the server: the server serves. */
+static void client_round(struct dml_test_env *env, struct dml_test_server *srv, uint32_t id)
+{
+	float g[W] = { 1, 1 }, out[W];
+	dml_handle_t h;
+	dml_t *d;
+	int rc;
+
+	rc = dml_test_client_new(env, &srv, 1, id, &d);
+	ck_assert_msg(rc == 0, "a real client could not connect: %s", dml_strerror(rc));
+	rc = dml_push_range(d, 0, 0, 1, g, &h);
+	ck_assert_int_eq(rc ? rc : dml_wait(d, h), 0);
+	rc = dml_pull_range(d, 0, 0, 1, out, &h);
+	ck_assert_int_eq(rc ? rc : dml_wait(d, h), 0);
+	dml_close(d);
+}
+
+static char *metrics_of(struct dml_test_env *env, const char *port_file)
+{
+	uint16_t port;
+	char *body = NULL;
+	int status;
+
+	ck_assert_int_eq(dml_test_port_file_read(port_file, &port), 0);
+	ck_assert_int_eq(dml_test_http_request(port, "GET", "/metrics", WAIT_MS, &status,
+					       &body), 0);
+	ck_assert_int_eq(status, 200);
+	return body;
+}
+
+/* ---- (a) unauthenticated peers cannot crowd out clients -------------------- */
+
+#define FLOOD 48
+
+START_TEST(test_idle_handshakes_leave_room_for_clients)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = -1,
+		.tables = TABLE,
+		/* Long enough that the handshake timeout cannot be what lets the
+		 * client in. */
+		.extra = "[limits]\nmax_connections = 32\nmax_preauth = 4\n"
+			 "handshake_timeout_ms = 120000\n",
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	int fds[FLOOD], closed = 0;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	/* Each idle peer gets its CHALLENGE: accepted, then left hanging. */
+	for (int i = 0; i < FLOOD; i++) {
+		ck_assert_int_eq(dml_test_raw_connect(dml_test_server_port(srv), &fds[i]), 0);
+		ck_assert_int_eq(dml_test_raw_skip_frame(fds[i], WAIT_MS), 0);
+	}
+	client_round(env, srv, 1);
+	client_round(env, srv, 2);
+	/* The oldest idle handshakes were closed to make room, the newest
+	 * max_preauth ones may still be open. */
+	for (int i = 0; i < FLOOD - 4; i++)
+		closed += dml_test_raw_wait_closed(fds[i], WAIT_MS) == 0;
+	ck_assert_int_eq(closed, FLOOD - 4);
+	ck_assert_int_ge(log_count(srv, 0, "closed unauthenticated to make room"), 1);
+	for (int i = 0; i < FLOOD; i++)
+		close(fds[i]);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- (b) out of file descriptors: back off, don't spin ------------------- */
+
+#define NOFILE_LIMIT 24
+#define HOGS 48
+
+START_TEST(test_fd_exhaustion_pauses_accepting)
+{
+	static const char *const starved[] = { "accept: Too many open files", NULL };
+	struct dml_test_server_conf conf = {
+		.staleness = -1,
+		.tables = TABLE,
+		.extra = "[limits]\nhandshake_timeout_ms = 120000\n",
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	struct rlimit old, low;
+	int fds[HOGS];
+	size_t from;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	/* The server inherits the limit; this process gets its own back. */
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = NOFILE_LIMIT;
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &old), 0);
+
+	for (int i = 0; i < HOGS; i++)
+		ck_assert_int_eq(dml_test_raw_connect(dml_test_server_port(srv), &fds[i]), 0);
+	/* Starved: one line, then the next no sooner than a second later,
+	 * with the failures between counted rather than logged. */
+	from = dml_test_server_log_size(srv);
+	ck_assert_int_eq(dml_test_server_log_wait(srv, from, starved, WAIT_MS), 0);
+	from = dml_test_server_log_size(srv);
+	ck_assert_int_eq(dml_test_server_log_wait(srv, from, starved, WAIT_MS), 0);
+	ck_assert_int_le(log_count(srv, 0, "accept: "), 3);
+	ck_assert_int_eq(log_count(srv, 0, "Error from accept"), 0);
+
+	/* Descriptors free again: the listener takes connections again. */
+	for (int i = 0; i < HOGS; i++)
+		close(fds[i]);
+	client_round(env, srv, 1);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* ---- (d) NaN and infinities ---------------------------------------------- */
+
+START_TEST(test_nonfinite_push_is_refused)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = TABLE };
+	struct dml_test_server *srv, *lax;
+	struct dml_test_env *env;
+	char port_file[4096], extra[sizeof(port_file) + 64], *body;
+	float ok[W] = { 1, 2 }, nan_g[W] = { 1, NAN }, inf_g[W] = { -INFINITY, 0 };
+	struct answer a;
+	struct raw r;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	conf.server_extra = extra;
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	raw_open(env, dml_test_server_port(srv), 1, 1, &r);
+	raw_push(&r, 3, 1, ok, &a);
+	expect_ack(&a, "finite push");
+	raw_push(&r, 3, 2, nan_g, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__ERROR);
+	ck_assert_int_eq(a.code, DML_EINVAL);
+	ck_assert_msg(strstr(a.message, "table 0") && strstr(a.message, "NaN"), "%s", a.message);
+	raw_push(&r, 3, 3, inf_g, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__ERROR);
+	expect_row(&r, 3, 1, 2, "after the refused pushes");
+	/* A refused push does not spend its seq: the same seq goes in later. */
+	raw_push(&r, 3, 3, ok, &a);
+	expect_ack(&a, "finite push after");
+	expect_row(&r, 3, 2, 4, "after a finite push");
+	body = metrics_of(env, port_file);
+	ck_assert_msg(strstr(body, "\ndml_server_pushes_nonfinite_total 2\n"), "%s", body);
+	free(body);
+	close(r.fd);
+
+	/* The job may allow them. */
+	conf.server_extra = NULL;
+	conf.job_extra = "allow_nonfinite = true\n";
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &lax), 0);
+	raw_open(env, dml_test_server_port(lax), 1, 1, &r);
+	raw_push(&r, 3, 1, inf_g, &a);
+	expect_ack(&a, "infinite push, allowed");
+	close(r.fd);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	ck_assert_int_eq(dml_test_server_stop(lax, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/* The scan's speed: far below the optimizer's cost per value. */
+START_TEST(test_finite_scan_is_cheap)
+{
+	size_t n = 16u << 20;
+	float *v = dml_xmalloc(n * sizeof(float));
+	uint64_t t0;
+	double ns_per;
+
+	for (size_t i = 0; i < n; i++)
+		v[i] = (float)i * 0.5f;
+	t0 = dml_now_ns();
+	ck_assert_int_eq(dml_values_finite(v, n), 1);
+	ns_per = (double)(dml_now_ns() - t0) / (double)n;
+	fprintf(stderr, "finite scan: %.3f ns a value\n", ns_per);
+	v[n - 1] = NAN;
+	ck_assert_int_eq(dml_values_finite(v, n), 0);
+	v[n - 1] = 0;
+	v[7] = -INFINITY;
+	ck_assert_int_eq(dml_values_finite(v, n), 0);
+	free(v);
+}
+END_TEST
+
+/* ---- (e) sequence numbers past the resend window -------------------------- */
+
+START_TEST(test_seq_jump_is_refused)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	float g[W] = { 1, 1 };
+	struct answer a;
+	struct raw r, fresh;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	raw_open(env, dml_test_server_port(srv), 1, 1, &r);
+	raw_push(&r, 0, 1, g, &a);
+	expect_ack(&a, "seq 1");
+	raw_push(&r, 0, UINT64_MAX, g, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__ERROR);
+	ck_assert_int_eq(a.code, DML_EINVAL);
+	ck_assert_msg(strstr(a.message, "table 0"), "%s", a.message);
+	raw_push(&r, 0, 2 + (1ull << 20), g, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__ERROR);
+	expect_row(&r, 0, 1, 1, "after the refused jumps");
+	/* Later pushes are applied, not taken for resends. */
+	raw_push(&r, 0, 2, g, &a);
+	expect_ack(&a, "seq 2");
+	raw_push(&r, 0, 1 + (1ull << 20), g, &a);
+	expect_ack(&a, "seq 2 + window - 1");
+	expect_row(&r, 0, 3, 3, "after seq 2 and a jump inside the window");
+	/* A resend is still acknowledged without being applied. */
+	raw_push(&r, 0, 2, g, &a);
+	expect_ack(&a, "resend of seq 2");
+	expect_row(&r, 0, 3, 3, "after a resend");
+
+	/* A worker this server never saw (as after a remap) starts where it is. */
+	raw_open(env, dml_test_server_port(srv), 2, 1, &fresh);
+	raw_push(&fresh, 1, 5000000000ull, g, &a);
+	expect_ack(&a, "first push of a worker new to the server");
+	raw_push(&fresh, 1, 5000000001ull, g, &a);
+	expect_ack(&a, "its next push");
+	expect_row(&fresh, 1, 2, 2, "the new worker's row");
+	close(fresh.fd);
+	close(r.fd);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+static Suite *limits_suite(void)
+{
+	Suite *s = suite_create("limits");
+	TCase *tc = tcase_create("limits");
+
+	tcase_set_timeout(tc, TEST_TIMEOUT_S);
+	tcase_add_test(tc, test_idle_handshakes_leave_room_for_clients);
+	tcase_add_test(tc, test_fd_exhaustion_pauses_accepting);
+	tcase_add_test(tc, test_nonfinite_push_is_refused);
+	tcase_add_test(tc, test_finite_scan_is_cheap);
+	tcase_add_test(tc, test_seq_jump_is_refused);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return dml_check_run(limits_suite());
+}
