@@ -152,6 +152,13 @@ void dml_conn_close(struct dml_conn *c, int err);
  */
 void dml_conn_release(struct dml_conn *c);
 
+/**
+ * Free the connection's own payload buffer (kept for reuse, as large as the
+ * largest payload received) once the frame being handled is done: after a
+ * refused request, so that a big payload refused costs no memory after.
+ */
+void dml_conn_trim(struct dml_conn *c);
+
 /** 1 while on_frame holds a frame of c. */
 int dml_conn_held(const struct dml_conn *c);
 

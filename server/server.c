@@ -220,6 +220,8 @@ void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 	e.message = msg;
 	m.error = &e;
 	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
+	/* A refused push's payload buffer goes too, whatever its size. */
+	dml_conn_trim(ss->peer.conn);
 }
 
 void dml_server_reply_ack(struct session *ss, uint64_t request_id)
@@ -917,6 +919,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 			 (unsigned long long)dml_ssp_min_clock(&s->ssp));
 		release_held(s);
 	}
+	dml_server_workers_expire(s);
 }
 
 

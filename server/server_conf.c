@@ -66,6 +66,10 @@ static const struct dml_conf_option options[] = {
 	{ "limits", "max_preauth", DML_CONF_U32, S(max_preauth), "64", 1, 1000000, NULL, NULL,
 	  "most connections still in their handshake; past it, or when max_connections is "
 	  "reached, the oldest unauthenticated one is closed to make room" },
+	{ "limits", "forget_worker_after_ms", DML_CONF_U32, S(forget_worker_after_ms), "600000",
+	  100, 86400000.0, NULL, NULL, "a worker out of the clock set and disconnected this "
+	  "long is forgotten, push dedupe included (keep it above the clients' "
+	  "reconnect_timeout_ms); workers the job names are kept" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
 	  600000, NULL, NULL, "a peer must authenticate within this time" },
 

@@ -43,6 +43,7 @@ struct dml_server_conf {
 	uint64_t max_meta, max_payload, max_keys;
 	uint32_t max_connections;
 	uint32_t max_preauth;     /* connections in their handshake at once */
+	uint32_t forget_worker_after_ms; /* a worker gone this long is forgotten */
 	uint32_t handshake_timeout_ms;
 	/* [job] */
 	int64_t staleness;

@@ -199,6 +199,11 @@ int dml_server_seq_check(const struct dml_ssp_worker *w, uint64_t seq);
  */
 int dml_server_push_admit(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
 
+/* ---- server_expire.c ---- */
+
+/** Forget the workers gone for forget_worker_after_ms (see server_expire.c). */
+void dml_server_workers_expire(struct dml_server *s);
+
 /* ---- server_step.c ---- */
 
 /** Whether a push to te waits for its clock's step (BSP, bsp_step = clock,

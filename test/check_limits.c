@@ -11,7 +11,10 @@
  *    counted in a metric, the row unchanged) unless the job allows them;
  *  - a push whose seq jumps past the resend window is refused and does not
  *    turn later pushes into duplicates; a worker new to the server starts
- *    at whatever seq it brings.
+ *    at whatever seq it brings;
+ *  - memory: a big refused push leaves no buffer behind, pulls of absent
+ *    sparse keys create no rows (and return what a first push starts
+ *    from), workers gone long enough are forgotten, metrics included.
  *
  * The raw client below authenticates itself and reads ERROR fields that
  * libdml does not expose.
@@ -479,6 +482,205 @@ START_TEST(test_seq_jump_is_refused)
 }
 END_TEST
 
+/* ---- (c) memory a peer cannot pin -------------------------------------- */
+
+/* Resident kilobytes of a process. */
+static long rss_kb(pid_t pid)
+{
+	char path[64], *text, *p;
+	long kb;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	ck_assert_int_eq(dml_test_file_read(path, &text), 0);
+	p = strstr(text, "VmRSS:");
+	ck_assert_ptr_nonnull(p);
+	kb = strtol(p + 6, NULL, 10);
+	free(text);
+	return kb;
+}
+
+#define BIG_FLOATS (16u << 20)     /* a 64 MiB payload */
+
+START_TEST(test_refused_push_leaves_no_buffer)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	Dml__Meta m = DML__META__INIT;
+	float *big = calloc(BIG_FLOATS, sizeof(float));
+	struct answer a;
+	struct raw r;
+	long before, after;
+
+	ck_assert_ptr_nonnull(big);
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	raw_open(env, dml_test_server_port(srv), 1, 1, &r);
+	raw_push(&r, 0, 1, big, &a);
+	expect_ack(&a, "small push");
+	before = rss_kb(dml_test_server_pid(srv));
+	/* No table 9 here: refused once its 64 MiB arrived. */
+	m.type = DML__MSG_TYPE__PUSH;
+	m.table = 9;
+	m.seq = 2;
+	m.value_width = 1;
+	m.dense = 1;
+	m.key_begin = 0;
+	m.key_end = BIG_FLOATS;
+	raw_call(&r, &m, big, BIG_FLOATS * sizeof(float), &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__ERROR);
+	ck_assert_int_eq(a.code, DML_ENOTFOUND);
+	/* The connection is open and serving; its buffer went with the error. */
+	expect_row(&r, 0, 0, 0, "after the refused push");
+	after = rss_kb(dml_test_server_pid(srv));
+	ck_assert_msg(after < before + 16 * 1024, "RSS %ld kB before, %ld kB after", before,
+		      after);
+	close(r.fd);
+	free(big);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+#define SPARSE_TABLE "[table]\nid = 1\nkind = sparse\nwidth = 2\ninit = uniform\n" \
+	"init_scale = 0.5\nseed = 3\noptimizer = add\n"
+#define ABSENT 4096
+
+/* Sparse pull of keys of table 1; the first key's row in a->values. */
+static void raw_pull_sparse(struct raw *r, const uint64_t *keys, uint32_t n,
+			    struct answer *a)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__PULL;
+	m.table = 1;
+	m.value_width = W;
+	m.num_keys = n;
+	raw_call(r, &m, keys, n * sizeof(uint64_t), a);
+	ck_assert_int_eq(a->type, DML__MSG_TYPE__PULL_REPLY);
+}
+
+START_TEST(test_sparse_pulls_create_no_rows)
+{
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = SPARSE_TABLE };
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	char port_file[4096], extra[sizeof(port_file) + 64], *body;
+	static uint64_t keys[ABSENT];
+	uint8_t push[8 + W * sizeof(float)];
+	float g[W] = { 1, 1 }, first[W];
+	Dml__Meta m = DML__META__INIT;
+	struct answer a;
+	struct raw r;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	conf.server_extra = extra;
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	raw_open(env, dml_test_server_port(srv), 1, 1, &r);
+	for (uint32_t i = 0; i < ABSENT; i++)
+		keys[i] = 1000003ull * (i + 1);
+	for (int round = 0; round < 3; round++)
+		raw_pull_sparse(&r, keys, ABSENT, &a);
+	memcpy(first, a.values, sizeof(first));
+	ck_assert_msg(first[0] != 0 && fabsf(first[0]) <= 0.5f, "init value %g",
+		      (double)first[0]);
+	body = metrics_of(env, port_file);
+	ck_assert_msg(strstr(body, "dml_server_table_rows{table=\"1\"} 0\n"), "%s", body);
+	free(body);
+	/* A push starts from the values the pulls returned. */
+	memcpy(push, &keys[0], 8);
+	memcpy(push + 8, g, sizeof(g));
+	m.type = DML__MSG_TYPE__PUSH;
+	m.table = 1;
+	m.seq = 1;
+	m.value_width = W;
+	m.num_keys = 1;
+	raw_call(&r, &m, push, sizeof(push), &a);
+	expect_ack(&a, "sparse push");
+	raw_pull_sparse(&r, keys, 1, &a);
+	ck_assert(a.values[0] == first[0] + 1 && a.values[1] == first[1] + 1);
+	body = metrics_of(env, port_file);
+	ck_assert_msg(strstr(body, "dml_server_table_rows{table=\"1\"} 1\n"), "%s", body);
+	free(body);
+	close(r.fd);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
+#define TRANSIENT 200
+
+/* Series of dml_server_worker_clock on the metrics page. */
+static int worker_series(struct dml_test_env *env, const char *port_file)
+{
+	char *body = metrics_of(env, port_file), *p = body;
+	int n = 0;
+
+	while ((p = strstr(p, "\ndml_server_worker_clock{")) != NULL) {
+		n++;
+		p++;
+	}
+	free(body);
+	return n;
+}
+
+START_TEST(test_gone_workers_are_forgotten)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = -1,
+		.tables = TABLE,
+		.dead_after_ms = 100,
+		.extra = "[limits]\nforget_worker_after_ms = 300\n",
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	char port_file[4096], extra[sizeof(port_file) + 64];
+	float g[W] = { 1, 1 };
+	uint64_t t0;
+	struct answer a;
+	struct raw r, stay;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	conf.server_extra = extra;
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	/* One worker stays connected throughout; it is never forgotten. */
+	raw_open(env, dml_test_server_port(srv), 1, 1, &stay);
+	raw_push(&stay, 0, 1, g, &a);
+	expect_ack(&a, "staying worker");
+	for (uint32_t id = 100; id < 100 + TRANSIENT; id++) {
+		raw_open(env, dml_test_server_port(srv), id, 1, &r);
+		raw_push(&r, 1, 1, g, &a);
+		expect_ack(&a, "transient worker");
+		close(r.fd);
+	}
+	t0 = dml_now_ns();
+	while (worker_series(env, port_file) != 1) {
+		ck_assert_msg(dml_now_ns() - t0 < 30000000000ull,
+			      "gone workers still have metrics series after 30 s");
+		poll(NULL, 0, 50);
+	}
+	/* The one that stayed kept its dedupe: a resend is not applied. */
+	raw_push(&stay, 0, 1, g, &a);
+	expect_ack(&a, "resend");
+	expect_row(&stay, 0, 1, 1, "after a resend of the staying worker");
+	/* A forgotten worker that comes back is served as a new one. */
+	raw_open(env, dml_test_server_port(srv), 100, 1, &r);
+	raw_push(&r, 1, 2, g, &a);
+	expect_ack(&a, "a forgotten worker back");
+	expect_row(&r, 1, TRANSIENT + 1, TRANSIENT + 1, "after it pushed");
+	close(r.fd);
+	close(stay.fd);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *limits_suite(void)
 {
 	Suite *s = suite_create("limits");
@@ -490,6 +692,9 @@ static Suite *limits_suite(void)
 	tcase_add_test(tc, test_nonfinite_push_is_refused);
 	tcase_add_test(tc, test_finite_scan_is_cheap);
 	tcase_add_test(tc, test_seq_jump_is_refused);
+	tcase_add_test(tc, test_refused_push_leaves_no_buffer);
+	tcase_add_test(tc, test_sparse_pulls_create_no_rows);
+	tcase_add_test(tc, test_gone_workers_are_forgotten);
 	suite_add_tcase(s, tc);
 	return s;
 }
