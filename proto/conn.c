@@ -523,6 +523,11 @@ static int dispatch(struct dml_conn *c)
 	return rc;
 }
 
+void dml_conn_set_output_wm(struct dml_conn *c, size_t high_wm)
+{
+	c->conf.output_high_wm = high_wm;
+}
+
 void dml_conn_trim(struct dml_conn *c)
 {
 	c->trim = c->rxbuf != NULL;

@@ -748,6 +748,8 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		dml_histogram_observe_since(s->push_latency, t0);
 		return 0;
 	case DML__MSG_TYPE__PULL:
+		if (dml_server_budget_holds(ss, m))
+			return DML_CONN_HOLD;
 		s->st.requests[REQ_PULL]++;
 		t0 = dml_now_ns();
 		if (!handle_pull(ss, m, payload, t0))
@@ -920,6 +922,7 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 		release_held(s);
 	}
 	dml_server_workers_expire(s);
+	dml_server_budget_tick(s);
 }
 
 
@@ -1006,6 +1009,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conn_conf.role = DML__ROLE__SERVER;
 	s->conn_conf.node_id = conf->node_id;
 	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
+	dml_server_budget_tick(s);
 	if (conf->ntables == 0 && !s->job_mode) {
 		dml_err("no [table] section and no scheduler: nothing to serve");
 		return DML_ECONF;

@@ -70,6 +70,10 @@ static const struct dml_conf_option options[] = {
 	  100, 86400000.0, NULL, NULL, "a worker out of the clock set and disconnected this "
 	  "long is forgotten, push dedupe included (keep it above the clients' "
 	  "reconnect_timeout_ms); workers the job names are kept" },
+	{ "limits", "output_budget", DML_CONF_SIZE, S(output_budget), "256M", 1048576.0, 1e15,
+	  NULL, NULL, "most memory replies queued for peers that do not read them may hold, "
+	  "all together: a large pull past it waits until others drained, and a connection "
+	  "is not read while its unsent output is over its share" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
 	  600000, NULL, NULL, "a peer must authenticate within this time" },
 

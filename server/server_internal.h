@@ -55,6 +55,7 @@ struct session {
 	uint32_t node_id;
 	int worker;                /* counts in the clock set */
 	size_t widx;               /* index into srv->ssp.workers */
+	int budget_wait;           /* a pull held for the output budget */
 };
 
 /*
@@ -106,6 +107,7 @@ struct stats {
 	uint64_t steps;            /* BSP steps: a clock's pushes applied at once */
 	uint64_t nonfinite;        /* pushes refused for NaN or infinite values */
 	uint64_t seq_jumps;        /* pushes refused for a seq past the window */
+	uint64_t budget_held;      /* pulls that waited for the output budget */
 	uint64_t requests[REQ_KINDS];
 };
 
@@ -127,6 +129,8 @@ struct dml_server {
 	int stale_scaling;         /* enum dml_stale_scaling, from the job or the config */
 	int bsp_step;              /* enum dml_bsp_step, from the job or the config */
 	int allow_nonfinite;       /* NaN and infinite pushes applied, from the job or config */
+	size_t out_share;          /* each connection's share of output_budget */
+	int budget_waiting;        /* some pull may wait for the output budget */
 	uint64_t step_min_clock;   /* the slowest clock when the last step was taken */
 	/* What WELCOME reports: one TableInfo per range held, and where this
 	 * server stands in the map. */
@@ -198,6 +202,17 @@ int dml_server_seq_check(const struct dml_ssp_worker *w, uint64_t seq);
  * otherwise): 1. Else the push was answered with an error and counted: 0.
  */
 int dml_server_push_admit(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
+
+/* ---- server_budget.c ---- */
+
+/**
+ * A PULL m of ss would take the output queued for peers past output_budget:
+ * 1 (on_frame holds it; dml_server_budget_tick hands it back), else 0.
+ */
+int dml_server_budget_holds(struct session *ss, const Dml__Meta *m);
+
+/** Each tick: connections' shares of the budget, and held pulls handed back. */
+void dml_server_budget_tick(struct dml_server *s);
 
 /* ---- server_expire.c ---- */
 

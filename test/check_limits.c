@@ -14,7 +14,9 @@
  *    at whatever seq it brings;
  *  - memory: a big refused push leaves no buffer behind, pulls of absent
  *    sparse keys create no rows (and return what a first push starts
- *    from), workers gone long enough are forgotten, metrics included.
+ *    from), workers gone long enough are forgotten, metrics included,
+ *    and a whole-table pull nobody reads makes the next one wait for the
+ *    output budget rather than pin another copy.
  *
  * The raw client below authenticates itself and reads ERROR fields that
  * libdml does not expose.
@@ -27,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,9 +116,9 @@ static void raw_send(struct raw *r, Dml__Meta *m, const void *payload, uint32_t 
 	free(buf);
 }
 
-/* Connect and authenticate as worker node_id. */
-static void raw_open(struct dml_test_env *env, uint16_t port, uint32_t node_id,
-		     uint64_t incarnation, struct raw *r)
+/* Authenticate as worker node_id on the connected socket fd. */
+static void raw_open_fd(struct dml_test_env *env, int fd, uint32_t node_id,
+			uint64_t incarnation, struct raw *r)
 {
 	Dml__Meta m = DML__META__INIT, *ch, *w;
 	Dml__Handshake hs = DML__HANDSHAKE__INIT;
@@ -122,7 +126,7 @@ static void raw_open(struct dml_test_env *env, uint16_t port, uint32_t node_id,
 	size_t secret_len;
 
 	memset(r, 0, sizeof(*r));
-	ck_assert_int_eq(dml_test_raw_connect(port, &r->fd), 0);
+	r->fd = fd;
 	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &secret, &secret_len), 0);
 	ch = raw_read(r, &pl);
 	ck_assert_int_eq(ch->type, DML__MSG_TYPE__CHALLENGE);
@@ -149,19 +153,25 @@ static void raw_open(struct dml_test_env *env, uint16_t port, uint32_t node_id,
 	dml_secret_free(secret, secret_len);
 }
 
-static void raw_call(struct raw *r, Dml__Meta *m, const void *payload, uint32_t len,
-		     struct answer *a)
+/* Send m with a fresh request id, returned; the answer is read later. */
+static uint64_t raw_request(struct raw *r, Dml__Meta *m, const void *payload, uint32_t len)
+{
+	m->request_id = ++r->next_id;
+	m->dtype = DML__DTYPE__F32;
+	raw_send(r, m, payload, len);
+	return m->request_id;
+}
+
+/* Wait for the frame answering request id (skipping others). */
+static void raw_answer(struct raw *r, uint64_t id, struct answer *a)
 {
 	uint8_t *pl;
 	Dml__Meta *rep;
 
-	m->request_id = ++r->next_id;
-	m->dtype = DML__DTYPE__F32;
-	raw_send(r, m, payload, len);
 	memset(a, 0, sizeof(*a));
 	for (;;) {
 		rep = raw_read(r, &pl);
-		if (rep->request_id == m->request_id)
+		if (rep->request_id == id)
 			break;
 		dml_meta_free(rep);
 		free(pl);
@@ -175,6 +185,22 @@ static void raw_call(struct raw *r, Dml__Meta *m, const void *payload, uint32_t 
 		memcpy(a->values, pl, sizeof(a->values));
 	dml_meta_free(rep);
 	free(pl);
+}
+
+/* Connect and authenticate as worker node_id. */
+static void raw_open(struct dml_test_env *env, uint16_t port, uint32_t node_id,
+		     uint64_t incarnation, struct raw *r)
+{
+	int fd;
+
+	ck_assert_int_eq(dml_test_raw_connect(port, &fd), 0);
+	raw_open_fd(env, fd, node_id, incarnation, r);
+}
+
+static void raw_call(struct raw *r, Dml__Meta *m, const void *payload, uint32_t len,
+		     struct answer *a)
+{
+	raw_answer(r, raw_request(r, m, payload, len), a);
 }
 
 /* Push g to key of table 0 with seq. */
@@ -681,6 +707,106 @@ START_TEST(test_gone_workers_are_forgotten)
 }
 END_TEST
 
+#define BUDGET_KEYS (4u << 20)   /* a 16 MiB dense table of width 1 */
+
+/* A socket to the server with a small receive buffer: what it does not
+ * read stays queued in the server. */
+static int slow_reader(uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+static uint64_t whole_table_pull(struct raw *r)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__PULL;
+	m.value_width = 1;
+	m.dense = 1;
+	m.key_begin = 0;
+	m.key_end = BUDGET_KEYS;
+	return raw_request(r, &m, NULL, 0);
+}
+
+/* The value of an unlabelled metric, -1 when absent. */
+static double metric_value(struct dml_test_env *env, const char *port_file, const char *name)
+{
+	char *body = metrics_of(env, port_file), *p, needle[128];
+	double v = -1;
+
+	snprintf(needle, sizeof(needle), "\n%s ", name);
+	if ((p = strstr(body, needle)) != NULL)
+		v = strtod(p + strlen(needle), NULL);
+	free(body);
+	return v;
+}
+
+static void wait_metric_at_least(struct dml_test_env *env, const char *port_file,
+				 const char *name, double want)
+{
+	uint64_t t0 = dml_now_ns();
+
+	while (metric_value(env, port_file, name) < want) {
+		ck_assert_msg(dml_now_ns() - t0 < 30000000000ull, "%s stays below %g", name, want);
+		poll(NULL, 0, 20);
+	}
+}
+
+START_TEST(test_unread_pulls_stay_within_output_budget)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = -1,
+		.tables = "[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 4194304\n"
+			  "optimizer = add\n",
+		.extra = "[limits]\noutput_budget = 16M\n",
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	char port_file[4096], extra[sizeof(port_file) + 64];
+	uint64_t ida, idb;
+	struct answer a;
+	struct raw ra, rb;
+	long rss;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	conf.server_extra = extra;
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	raw_open_fd(env, slow_reader(dml_test_server_port(srv)), 1, 1, &ra);
+	raw_open_fd(env, slow_reader(dml_test_server_port(srv)), 2, 1, &rb);
+	/* A's reply does not fit the socket: most of it stays queued. */
+	ida = whole_table_pull(&ra);
+	wait_metric_at_least(env, port_file, "dml_server_output_queued_bytes", 4u << 20);
+	/* B's would take the queue past the budget: it waits. */
+	idb = whole_table_pull(&rb);
+	wait_metric_at_least(env, port_file, "dml_server_pulls_budget_held_total", 1);
+	rss = rss_kb(dml_test_server_pid(srv));
+	fprintf(stderr, "output budget: server RSS %ld kB with one 16 MiB reply queued and "
+		"one held\n", rss);
+	/* Small requests of others go on. */
+	client_round(env, srv, 3);
+	/* A reads its reply: B's goes out. */
+	raw_answer(&ra, ida, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__PULL_REPLY);
+	raw_answer(&rb, idb, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__PULL_REPLY);
+	ck_assert_float_eq(a.values[0], 1.0f);
+	close(ra.fd);
+	close(rb.fd);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *limits_suite(void)
 {
 	Suite *s = suite_create("limits");
@@ -695,6 +821,7 @@ static Suite *limits_suite(void)
 	tcase_add_test(tc, test_refused_push_leaves_no_buffer);
 	tcase_add_test(tc, test_sparse_pulls_create_no_rows);
 	tcase_add_test(tc, test_gone_workers_are_forgotten);
+	tcase_add_test(tc, test_unread_pulls_stay_within_output_budget);
 	suite_add_tcase(s, tc);
 	return s;
 }
