@@ -13,11 +13,18 @@
  * its share of the budget (the budget over the connections open, between 1
  * and 64 MiB), so that many small replies cannot add up either.
  *
- * Must never: refuse a pull (it waits), or hold one while nothing is
- * queued (nothing would ever release it).
+ * A peer that never reads would keep the others' large pulls waiting for
+ * good: while a pull waits, a connection whose queued output has not
+ * shrunk for output_stall_ms is closed (dml_server_output_stalled_total).
+ *
+ * Must never: refuse a pull (it waits), hold one while nothing is queued
+ * (nothing would ever release it), or close a slow reader while nobody
+ * waits for the memory it holds.
  */
+#include "dml_error.h"
 #include "server_internal.h"
 #include "log.h"
+#include "util.h"
 
 /* Pulls whose reply is smaller are never held: they cannot matter much. */
 #define DML_BUDGET_PULL_MIN (1u << 20)
@@ -75,6 +82,32 @@ static size_t share_of(const struct dml_server *s)
 	return share < SHARE_MIN ? SHARE_MIN : share > SHARE_MAX ? SHARE_MAX : share;
 }
 
+/*
+ * Note when each connection's queue last shrank; with a pull waiting,
+ * close those whose queue stood still for output_stall_ms.
+ */
+static void close_stalled(struct dml_server *s, int waiting)
+{
+	uint64_t now = dml_now_ns(), stall = (uint64_t)s->conf->output_stall_ms * 1000000ull;
+
+	for (struct dml_peer *x = s->peers.head; x; x = x->next) {
+		struct session *ss = (struct session *)x;
+		size_t queued = dml_conn_output_pending(x->conn);
+
+		if (queued == 0 || queued < ss->out_seen || ss->out_since_ns == 0)
+			ss->out_since_ns = queued ? now : 0;
+		ss->out_seen = queued;
+		if (!waiting || !queued || now - ss->out_since_ns < stall ||
+		    dml_conn_state(x->conn) == DML_CONN_CLOSING)
+			continue;
+		s->st.output_stalled++;
+		dml_warn("peer %s: %zu bytes of replies unread for %u ms while pulls wait for "
+			 "the output budget; closing", dml_conn_peer(x->conn), queued,
+			 s->conf->output_stall_ms);
+		dml_conn_abort(x->conn, DML_ETIMEDOUT);
+	}
+}
+
 void dml_server_budget_tick(struct dml_server *s)
 {
 	size_t share = share_of(s);
@@ -86,6 +119,7 @@ void dml_server_budget_tick(struct dml_server *s)
 		for (struct dml_peer *x = s->peers.head; x; x = x->next)
 			dml_conn_set_output_wm(x->conn, share);
 	}
+	close_stalled(s, s->budget_waiting);
 	if (!s->budget_waiting)
 		return;
 	/* Each waiting pull checks again as it is handed back; those that

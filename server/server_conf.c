@@ -74,6 +74,9 @@ static const struct dml_conf_option options[] = {
 	  NULL, NULL, "most memory replies queued for peers that do not read them may hold, "
 	  "all together: a large pull past it waits until others drained, and a connection "
 	  "is not read while its unsent output is over its share" },
+	{ "limits", "output_stall_ms", DML_CONF_U32, S(output_stall_ms), "30000", 100,
+	  86400000.0, NULL, NULL, "while pulls wait for output_budget, a connection whose "
+	  "queued replies have not shrunk for this long is closed" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
 	  600000, NULL, NULL, "a peer must authenticate within this time" },
 

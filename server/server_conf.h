@@ -45,6 +45,7 @@ struct dml_server_conf {
 	uint32_t max_preauth;     /* connections in their handshake at once */
 	uint32_t forget_worker_after_ms; /* a worker gone this long is forgotten */
 	uint64_t output_budget;   /* bytes of replies queued for peers, all together */
+	uint32_t output_stall_ms; /* unread this long while pulls wait: closed */
 	uint32_t handshake_timeout_ms;
 	/* [job] */
 	int64_t staleness;

@@ -56,6 +56,8 @@ struct session {
 	int worker;                /* counts in the clock set */
 	size_t widx;               /* index into srv->ssp.workers */
 	int budget_wait;           /* a pull held for the output budget */
+	size_t out_seen;           /* output queued at the last tick */
+	uint64_t out_since_ns;     /* when that queue last shrank (0: empty) */
 };
 
 /*
@@ -108,6 +110,7 @@ struct stats {
 	uint64_t nonfinite;        /* pushes refused for NaN or infinite values */
 	uint64_t seq_jumps;        /* pushes refused for a seq past the window */
 	uint64_t budget_held;      /* pulls that waited for the output budget */
+	uint64_t output_stalled;   /* connections closed for unread replies */
 	uint64_t requests[REQ_KINDS];
 };
 

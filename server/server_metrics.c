@@ -123,6 +123,9 @@ static const struct dml_metric_desc
 	m_budget = { "dml_server_pulls_budget_held_total",
 		     "Large pulls that waited for the output budget (output_budget)", COUNTER,
 		     NULL, NULL, 0 },
+	m_stalled = { "dml_server_output_stalled_total",
+		      "Connections closed for replies left unread while pulls waited for "
+		      "output_budget", COUNTER, NULL, NULL, 0 },
 	m_held = { "dml_server_pulls_held_total",
 		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
 		   NULL, 0 },
@@ -182,6 +185,7 @@ static int register_metrics(struct dml_server *s)
 	bad |= dml_metrics_add_u64(m, &m_seq_jumps, NULL, &s->st.seq_jumps);
 	bad |= dml_metrics_add_u64(m, &m_preauth, NULL, &s->peers.preauth_dropped);
 	bad |= dml_metrics_add_u64(m, &m_budget, NULL, &s->st.budget_held);
+	bad |= dml_metrics_add_u64(m, &m_stalled, NULL, &s->st.output_stalled);
 	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);

@@ -765,7 +765,7 @@ START_TEST(test_unread_pulls_stay_within_output_budget)
 		.staleness = -1,
 		.tables = "[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 4194304\n"
 			  "optimizer = add\n",
-		.extra = "[limits]\noutput_budget = 16M\n",
+		.extra = "[limits]\noutput_budget = 16M\noutput_stall_ms = 600000\n",
 	};
 	struct dml_test_server *srv;
 	struct dml_test_env *env;
@@ -807,6 +807,44 @@ START_TEST(test_unread_pulls_stay_within_output_budget)
 }
 END_TEST
 
+START_TEST(test_reader_that_never_reads_is_closed_when_others_wait)
+{
+	struct dml_test_server_conf conf = {
+		.staleness = -1,
+		.tables = "[table]\nid = 0\nkind = dense\nwidth = 1\nkeys = 4194304\n"
+			  "optimizer = add\n",
+		.extra = "[limits]\noutput_budget = 16M\noutput_stall_ms = 300\n",
+	};
+	struct dml_test_server *srv;
+	struct dml_test_env *env;
+	char port_file[4096], extra[sizeof(port_file) + 64];
+	uint64_t idb;
+	struct answer a;
+	struct raw ra, rb;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	conf.server_extra = extra;
+	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
+	raw_open_fd(env, slow_reader(dml_test_server_port(srv)), 1, 1, &ra);
+	raw_open(env, dml_test_server_port(srv), 2, 1, &rb);
+	(void)whole_table_pull(&ra);
+	wait_metric_at_least(env, port_file, "dml_server_output_queued_bytes", 4u << 20);
+	idb = whole_table_pull(&rb);
+	/* A never reads: it is closed, and B's pull is answered. */
+	raw_answer(&rb, idb, &a);
+	ck_assert_int_eq(a.type, DML__MSG_TYPE__PULL_REPLY);
+	ck_assert_int_eq(metric_value(env, port_file, "dml_server_output_stalled_total"), 1);
+	ck_assert_int_eq(dml_test_raw_wait_closed(ra.fd, WAIT_MS), 0);
+	close(ra.fd);
+	close(rb.fd);
+	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *limits_suite(void)
 {
 	Suite *s = suite_create("limits");
@@ -822,6 +860,7 @@ static Suite *limits_suite(void)
 	tcase_add_test(tc, test_sparse_pulls_create_no_rows);
 	tcase_add_test(tc, test_gone_workers_are_forgotten);
 	tcase_add_test(tc, test_unread_pulls_stay_within_output_budget);
+	tcase_add_test(tc, test_reader_that_never_reads_is_closed_when_others_wait);
 	suite_add_tcase(s, tc);
 	return s;
 }
