@@ -513,6 +513,7 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 	s->conf = conf;
 	s->base = base;
 	dml_peers_init(&s->peers, base, conf->max_connections);
+	s->peers.max_preauth = conf->max_preauth;
 	*out = s;
 	rc = dml_nodes_new(conf->suspect_after_ms, conf->dead_after_ms, on_node_change, s,
 			   &s->nodes);
