@@ -60,6 +60,7 @@ struct dml_conn {
 
 	uint8_t *rxbuf;               /* own payload buffer, reused */
 	size_t rxcap;
+	int trim;                     /* free rxbuf once the frame is handled */
 
 	struct event *handshake_timer;
 	struct event *resume_ev;      /* continue after the per-wake frame cap */
@@ -513,7 +514,23 @@ static int dispatch(struct dml_conn *c)
 	}
 	c->dest = NULL;
 	c->got = 0;
+	if (c->trim) {
+		free(c->rxbuf);
+		c->rxbuf = NULL;
+		c->rxcap = 0;
+		c->trim = 0;
+	}
 	return rc;
+}
+
+void dml_conn_set_output_wm(struct dml_conn *c, size_t high_wm)
+{
+	c->conf.output_high_wm = high_wm;
+}
+
+void dml_conn_trim(struct dml_conn *c)
+{
+	c->trim = c->rxbuf != NULL;
 }
 
 static int choose_dest(struct dml_conn *c)

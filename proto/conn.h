@@ -152,6 +152,19 @@ void dml_conn_close(struct dml_conn *c, int err);
  */
 void dml_conn_release(struct dml_conn *c);
 
+/**
+ * Free the connection's own payload buffer (kept for reuse, as large as the
+ * largest payload received) once the frame being handled is done: after a
+ * refused request, so that a big payload refused costs no memory after.
+ */
+void dml_conn_trim(struct dml_conn *c);
+
+/**
+ * Change the output high watermark (conf's output_high_wm): reading stops
+ * once more is queued, and resumes when it drained to half.
+ */
+void dml_conn_set_output_wm(struct dml_conn *c, size_t high_wm);
+
 /** 1 while on_frame holds a frame of c. */
 int dml_conn_held(const struct dml_conn *c);
 

@@ -1,11 +1,14 @@
 /*
  * Listening sockets and port files (see listen.h). Must never leave a
- * half-written port file behind: readers take its appearance as "ready".
+ * half-written port file behind: readers take its appearance as "ready";
+ * never spin on accept() while the process is out of file descriptors, nor
+ * log more than a line a second about it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -17,9 +20,76 @@
 #include "log.h"
 #include "util.h"
 
-int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener_cb cb,
-		   void *arg, struct evconnlistener **out, uint16_t *bound_port)
+struct dml_listener {
+	struct evconnlistener *lev;
+	struct event *resume;      /* re-enables accepting after a back-off */
+	evconnlistener_cb cb;
+	void *arg;
+	uint64_t logged_ns;        /* last accept failure logged */
+	uint64_t unlogged;         /* failures since, not logged */
+};
+
+static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+		      int salen, void *arg)
 {
+	struct dml_listener *l = arg;
+
+	l->cb(lev, fd, sa, salen, l->arg);
+}
+
+static void resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_listener *l = arg;
+
+	evconnlistener_enable(l->lev);
+}
+
+/*
+ * accept() failed with something other than "try again". Out of
+ * descriptors, the pending connection stays queued and the socket stays
+ * readable: accepting again at once would spin, so pause instead.
+ */
+static void error_cb(struct evconnlistener *lev, void *arg)
+{
+	struct dml_listener *l = arg;
+	int err = EVUTIL_SOCKET_ERROR();
+	int starved = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+	uint64_t now = dml_now_ns();
+
+	if (starved) {
+		struct timeval tv = { 0, DML_LISTEN_BACKOFF_MS * 1000 };
+
+		evconnlistener_disable(lev);
+		evtimer_add(l->resume, &tv);
+	}
+	if (l->logged_ns && now - l->logged_ns < 1000000000ull) {
+		l->unlogged++;
+		return;
+	}
+	if (starved)
+		dml_warn("accept: %s; not accepting for %d ms (%llu more failures since the "
+			 "last such line)", strerror(err), DML_LISTEN_BACKOFF_MS,
+			 (unsigned long long)l->unlogged);
+	else
+		dml_warn("accept: %s (%llu more failures since the last such line)",
+			 strerror(err), (unsigned long long)l->unlogged);
+	l->logged_ns = now;
+	l->unlogged = 0;
+}
+
+void dml_listener_free(struct dml_listener *l)
+{
+	if (!l)
+		return;
+	evconnlistener_free(l->lev);
+	event_free(l->resume);
+	free(l);
+}
+
+int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener_cb cb,
+		   void *arg, struct dml_listener **out, uint16_t *bound_port)
+{
+	struct dml_listener *l;
 	struct evutil_addrinfo hints = { 0 }, *res = NULL;
 	struct sockaddr_storage sa;
 	socklen_t sl = sizeof(sa);
@@ -36,17 +106,24 @@ int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener
 		dml_err("listen %s: cannot resolve %s", hostport, host);
 		return DML_EIO;
 	}
-	*out = evconnlistener_new_bind(base, cb, arg,
-				       LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
-				       LEV_OPT_CLOSE_ON_EXEC, 512, res->ai_addr,
-				       (int)res->ai_addrlen);
+	l = dml_xcalloc(1, sizeof(*l));
+	l->cb = cb;
+	l->arg = arg;
+	l->lev = evconnlistener_new_bind(base, accept_cb, l,
+					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
+					 LEV_OPT_CLOSE_ON_EXEC, 512, res->ai_addr,
+					 (int)res->ai_addrlen);
 	evutil_freeaddrinfo(res);
-	if (!*out) {
+	if (!l->lev) {
 		dml_err("listen %s: %s", hostport, strerror(errno));
+		free(l);
 		return DML_EIO;
 	}
+	l->resume = evtimer_new(base, resume_cb, l);
+	evconnlistener_set_error_cb(l->lev, error_cb);
+	*out = l;
 	*bound_port = port;
-	if (getsockname(evconnlistener_get_fd(*out), (struct sockaddr *)&sa, &sl) == 0)
+	if (getsockname(evconnlistener_get_fd(l->lev), (struct sockaddr *)&sa, &sl) == 0)
 		*bound_port = ntohs(sa.ss_family == AF_INET6
 					    ? ((struct sockaddr_in6 *)&sa)->sin6_port
 					    : ((struct sockaddr_in *)&sa)->sin_port);

@@ -10,14 +10,30 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+/* A listening socket (opaque): libevent's listener plus its back-off. */
+struct dml_listener;
+
+/* Accepts pause this long when the process is out of file descriptors. */
+#define DML_LISTEN_BACKOFF_MS 250
+
 /**
- * Listen on hostport ("host:port") with accepts going to cb(arg). On
- * success *out is the listener (free with evconnlistener_free) and
- * *bound_port the port actually bound. DML_ECONF for a bad address,
- * DML_EIO when it cannot be resolved or bound (logged with the cause).
+ * Listen on hostport ("host:port") with accepts going to cb(arg) (cb's
+ * listener argument is libevent's, for nothing but identity). On success
+ * *out is the listener (free with dml_listener_free) and *bound_port the
+ * port actually bound. DML_ECONF for a bad address, DML_EIO when it cannot
+ * be resolved or bound (logged with the cause).
+ *
+ * When accept() fails for want of file descriptors or memory (EMFILE,
+ * ENFILE, ENOBUFS, ENOMEM) the listener stops accepting for
+ * DML_LISTEN_BACKOFF_MS and then tries again, rather than spinning on a
+ * socket that stays readable; accept failures are logged at most once a
+ * second, with the count of those not logged.
  */
 int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener_cb cb,
-		   void *arg, struct evconnlistener **out, uint16_t *bound_port);
+		   void *arg, struct dml_listener **out, uint16_t *bound_port);
+
+/** Stop listening and free l (NULL is fine). */
+void dml_listener_free(struct dml_listener *l);
 
 /**
  * Write the port and a newline to path through a temporary file renamed

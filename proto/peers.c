@@ -13,19 +13,58 @@ void dml_peers_init(struct dml_peers *ps, struct event_base *base, size_t max)
 {
 	ps->base = base;
 	ps->max = max;
+	ps->max_preauth = DML_PEERS_PREAUTH_DEFAULT;
+	ps->preauth_dropped = 0;
 	ps->count = 0;
 	ps->head = NULL;
 	ps->grace = NULL;
 	ps->stopping = 0;
 }
 
+/*
+ * Count the connections still in their handshake and close the oldest of
+ * them when there are max_preauth of them, or when the set is full. New
+ * peers go to the head, so the oldest is the last one found. A closing
+ * connection is on its way out and counts as neither. One walk of at most
+ * max peers per accepted connection: cheap next to the handshake itself.
+ */
+static size_t make_room(struct dml_peers *ps)
+{
+	struct dml_peer *oldest = NULL;
+	size_t preauth = 0, closing = 0;
+
+	for (struct dml_peer *p = ps->head; p; p = p->next) {
+		enum dml_conn_state st = dml_conn_state(p->conn);
+
+		if (st == DML_CONN_CLOSING) {
+			closing++;
+		} else if (st != DML_CONN_READY) {
+			preauth++;
+			oldest = p;
+		}
+	}
+	if (!oldest || (preauth < ps->max_preauth && ps->count - closing < ps->max))
+		return closing;
+	ps->preauth_dropped++;
+	/* Logged at 1, 2, 4, 8... drops: a flood would fill the log otherwise. */
+	if ((ps->preauth_dropped & (ps->preauth_dropped - 1)) == 0)
+		dml_warn("peer %s: closed unauthenticated to make room (%zu peers in their "
+			 "handshake; %llu closed so far)", dml_conn_peer(oldest->conn), preauth,
+			 (unsigned long long)ps->preauth_dropped);
+	dml_conn_abort(oldest->conn, DML_ETIMEDOUT);
+	return closing + 1;
+}
+
 int dml_peers_accept(struct dml_peers *ps, int fd, struct dml_peer *p,
 		     const struct dml_conn_conf *conf, const struct dml_conn_ops *ops,
 		     void *arg)
 {
+	size_t closing = ps->stopping ? 0 : make_room(ps);
 	int rc;
 
-	if (ps->stopping || ps->count >= ps->max) {
+	/* Peers closing (the one just dropped among them) are not counted:
+	 * their teardown runs from the loop, soon. */
+	if (ps->stopping || ps->count - closing >= ps->max) {
 		dml_warn("refusing a connection: %s", ps->stopping ? "shutting down"
 				 : "max_connections reached");
 		close(fd);

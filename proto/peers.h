@@ -8,6 +8,7 @@
 #define DML_PEERS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <event2/event.h>
 
@@ -18,23 +19,35 @@ struct dml_peer {
 	struct dml_conn *conn;
 };
 
+/* Unauthenticated connections held at once unless the daemon says otherwise. */
+#define DML_PEERS_PREAUTH_DEFAULT 64
+
 struct dml_peers {
 	struct event_base *base;
 	size_t max;                /* refuse connections beyond this */
+	size_t max_preauth;        /* most connections still in their handshake */
+	uint64_t preauth_dropped;  /* handshakes cut short to make room */
 	size_t count;
 	struct dml_peer *head;
 	struct event *grace;
 	int stopping;
 };
 
-/** Start an empty set on base, holding at most max connections. */
+/**
+ * Start an empty set on base, holding at most max connections, of which at
+ * most DML_PEERS_PREAUTH_DEFAULT (max_preauth, which the daemon may set
+ * after init) not authenticated yet.
+ */
 void dml_peers_init(struct dml_peers *ps, struct event_base *base, size_t max);
 
 /**
  * Accept fd as p's connection and add p to the set; the connection calls
- * ops with arg. When stopping or full the fd is closed (logged) and
- * DML_ECLOSED or DML_ECONN returned; on any error p is not added and the
- * caller frees it.
+ * ops with arg. Peers that have not authenticated cannot crowd out those
+ * who have: when max_preauth connections are still in their handshake, or
+ * the set is full and one of its connections is, the oldest such is closed
+ * to make room (counted in preauth_dropped). When stopping, or full of
+ * authenticated peers, the fd is closed (logged) and DML_ECLOSED or
+ * DML_ECONN returned; on any error p is not added and the caller frees it.
  */
 int dml_peers_accept(struct dml_peers *ps, int fd, struct dml_peer *p,
 		     const struct dml_conn_conf *conf, const struct dml_conn_ops *ops,

@@ -87,6 +87,7 @@ struct job_file {
 	uint32_t rebalance_hold_ms;
 	int batch_split;           /* index into dml_batch_split_names */
 	int bsp_step;              /* index into dml_bsp_step_names */
+	int allow_nonfinite;
 	uint64_t clock_batch;
 	struct job_file_table *tables;
 	size_t ntables;
@@ -410,6 +411,9 @@ static const struct dml_conf_option job_options[] = {
 	  NULL, "under BSP (staleness 0): clock: the servers sum a clock's pushes to a "
 	  "dense table and apply them as one optimizer step once every worker ended the "
 	  "clock; push: each push is a step of its own as it arrives" },
+	{ "job", "allow_nonfinite", DML_CONF_BOOL, J(allow_nonfinite), "false", 0, 0, NULL,
+	  NULL, "the servers apply pushes holding NaN or infinite values (false: they refuse "
+	  "them with an error naming the table)" },
 	{ "job", "checkpoint_every", DML_CONF_U64, J(checkpoint_every), "0", 0, 0, NULL, NULL,
 	  "a job-wide checkpoint every N clocks (0: only on `dmlctl checkpoint`)" },
 	{ "job", "checkpoint_every_s", DML_CONF_U32, J(checkpoint_every_s), "0", 0, 604800, NULL,
@@ -533,6 +537,7 @@ static int job_view_build(const struct job_file *f, struct job_view *v, char *wh
 	s->rebalance_hold_ms = f->rebalance_hold_ms;
 	s->batch_split = (uint32_t)f->batch_split;
 	s->bsp_step = (uint32_t)f->bsp_step;
+	s->allow_nonfinite = f->allow_nonfinite != 0;
 	s->clock_batch = f->clock_batch;
 	if (f->ntables) {
 		v->tables = dml_xcalloc(f->ntables, sizeof(*v->tables));

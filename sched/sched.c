@@ -513,6 +513,7 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 	s->conf = conf;
 	s->base = base;
 	dml_peers_init(&s->peers, base, conf->max_connections);
+	s->peers.max_preauth = conf->max_preauth;
 	*out = s;
 	rc = dml_nodes_new(conf->suspect_after_ms, conf->dead_after_ms, on_node_change, s,
 			   &s->nodes);
@@ -556,7 +557,7 @@ void dml_sched_shutdown(struct dml_sched *s)
 	if (s->peers.stopping)
 		return;
 	if (s->listener) {
-		evconnlistener_free(s->listener);
+		dml_listener_free(s->listener);
 		s->listener = NULL;
 	}
 	if (s->tick)
@@ -572,7 +573,7 @@ void dml_sched_free(struct dml_sched *s)
 	/* Connections the grace period could not close are dropped now. */
 	dml_peers_destroy(&s->peers);
 	if (s->listener)
-		evconnlistener_free(s->listener);
+		dml_listener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
 	dml_sched_state_close(s);

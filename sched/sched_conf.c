@@ -52,6 +52,9 @@ static const struct dml_conf_option options[] = {
 	  "largest frame metadata accepted or sent (node and job lists must fit)" },
 	{ "limits", "max_connections", DML_CONF_U32, S(max_connections), "1024", 1, 1000000,
 	  NULL, NULL, "connections beyond this are refused" },
+	{ "limits", "max_preauth", DML_CONF_U32, S(max_preauth), "64", 1, 1000000, NULL, NULL,
+	  "most connections still in their handshake; past it, or when max_connections is "
+	  "reached, the oldest unauthenticated one is closed to make room" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
 	  600000, NULL, NULL, "a peer must authenticate within this time" },
 };

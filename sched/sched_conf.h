@@ -29,6 +29,7 @@ struct dml_sched_conf {
 	/* [limits] */
 	uint64_t max_meta;
 	uint32_t max_connections;
+	uint32_t max_preauth;      /* connections in their handshake at once */
 	uint32_t handshake_timeout_ms;
 };
 

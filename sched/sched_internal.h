@@ -154,7 +154,7 @@ struct sched_worker_arg {
 struct dml_sched {
 	const struct dml_sched_conf *conf;
 	struct event_base *base;
-	struct evconnlistener *listener;
+	struct dml_listener *listener;
 	uint16_t port;
 	struct dml_conn_conf conn_conf;
 	uint8_t *secret;

@@ -220,6 +220,8 @@ void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 	e.message = msg;
 	m.error = &e;
 	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
+	/* A refused push's payload buffer goes too, whatever its size. */
+	dml_conn_trim(ss->peer.conn);
 }
 
 void dml_server_reply_ack(struct session *ss, uint64_t request_id)
@@ -494,10 +496,19 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 				       "control clients and servers may not push");
 		return 0;
 	}
-	if (w && m->seq != 0 && m->seq <= w->last_seq) {
+	switch (dml_server_seq_check(w, m->seq)) {
+	case DML_SEQ_RESEND:
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;
 		dml_server_store_duplicate(ss, m->request_id);
+		return 0;
+	case DML_SEQ_JUMP:
+		ss->srv->st.seq_jumps++;
+		dml_server_reply_error(ss, m->request_id, DML_EINVAL, "push to table %u: seq %llu "
+				       "is more than %llu past the last applied (%llu)", m->table,
+				       (unsigned long long)m->seq,
+				       (unsigned long long)DML_SEQ_WINDOW,
+				       (unsigned long long)w->last_seq);
 		return 0;
 	}
 	if (m->weight != 0.0f && !dml_push_weight_ok(m->weight)) {
@@ -508,7 +519,7 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	}
 	if (dml_server_cut_holds(ss, m))
 		return DML_CONN_HOLD;
-	if (!request_served(ss, m, te, keys))
+	if (!request_served(ss, m, te, keys) || !dml_server_push_admit(ss, m, payload))
 		return 0;
 	if ((payload = stale_scaled(ss->srv, w, m, payload)) == NULL) {
 		dml_server_reply_error(ss, m->request_id, DML_ENOMEM, "push to table %u: no "
@@ -737,6 +748,8 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		dml_histogram_observe_since(s->push_latency, t0);
 		return 0;
 	case DML__MSG_TYPE__PULL:
+		if (dml_server_budget_holds(ss, m))
+			return DML_CONN_HOLD;
 		s->st.requests[REQ_PULL]++;
 		t0 = dml_now_ns();
 		if (!handle_pull(ss, m, payload, t0))
@@ -917,6 +930,8 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 			 (unsigned long long)dml_ssp_min_clock(&s->ssp));
 		release_held(s);
 	}
+	dml_server_workers_expire(s);
+	dml_server_budget_tick(s);
 }
 
 
@@ -995,8 +1010,10 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->dead_after_ms = conf->dead_after_ms;
 	s->stale_scaling = conf->stale_scaling;
 	s->bsp_step = conf->bsp_step;
+	s->allow_nonfinite = conf->allow_nonfinite;
 	dml_ssp_init(&s->ssp, conf->staleness, conf->workers);
 	dml_peers_init(&s->peers, base, conf->max_connections);
+	s->peers.max_preauth = conf->max_preauth;
 	*out = s;
 	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
 	if (rc)
@@ -1011,6 +1028,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conn_conf.role = DML__ROLE__SERVER;
 	s->conn_conf.node_id = conf->node_id;
 	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
+	dml_server_budget_tick(s);
 	if (conf->ntables == 0 && !s->job_mode) {
 		dml_err("no [table] section and no scheduler: nothing to serve");
 		return DML_ECONF;
@@ -1038,7 +1056,7 @@ void dml_server_shutdown(struct dml_server *s)
 	 * to go. */
 	dml_server_store_flush(s);
 	if (s->listener) {
-		evconnlistener_free(s->listener);
+		dml_listener_free(s->listener);
 		s->listener = NULL;
 	}
 	dml_metrics_http_stop(s->metrics);
@@ -1058,7 +1076,7 @@ void dml_server_free(struct dml_server *s)
 	dml_peers_destroy(&s->peers);
 	drop_held(s, NULL, 0, NULL);
 	if (s->listener)
-		evconnlistener_free(s->listener);
+		dml_listener_free(s->listener);
 	if (s->tick)
 		event_free(s->tick);
 	dml_server_store_free(s);

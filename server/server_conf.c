@@ -63,6 +63,20 @@ static const struct dml_conf_option options[] = {
 	  "most keys in one sparse request" },
 	{ "limits", "max_connections", DML_CONF_U32, S(max_connections), "1024", 1, 1000000,
 	  NULL, NULL, "connections beyond this are refused" },
+	{ "limits", "max_preauth", DML_CONF_U32, S(max_preauth), "64", 1, 1000000, NULL, NULL,
+	  "most connections still in their handshake; past it, or when max_connections is "
+	  "reached, the oldest unauthenticated one is closed to make room" },
+	{ "limits", "forget_worker_after_ms", DML_CONF_U32, S(forget_worker_after_ms), "600000",
+	  100, 86400000.0, NULL, NULL, "a worker out of the clock set and disconnected this "
+	  "long is forgotten, push dedupe included (keep it above the clients' "
+	  "reconnect_timeout_ms); workers the job names are kept" },
+	{ "limits", "output_budget", DML_CONF_SIZE, S(output_budget), "256M", 1048576.0, 1e15,
+	  NULL, NULL, "most memory replies queued for peers that do not read them may hold, "
+	  "all together: a large pull past it waits until others drained, and a connection "
+	  "is not read while its unsent output is over its share" },
+	{ "limits", "output_stall_ms", DML_CONF_U32, S(output_stall_ms), "30000", 100,
+	  86400000.0, NULL, NULL, "while pulls wait for output_budget, a connection whose "
+	  "queued replies have not shrunk for this long is closed" },
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
 	  600000, NULL, NULL, "a peer must authenticate within this time" },
 
@@ -80,6 +94,9 @@ static const struct dml_conf_option options[] = {
 	  NULL, "under BSP (staleness 0): clock: a clock's pushes to a dense table are summed "
 	  "and applied as one optimizer step once every worker ended the clock; push: each "
 	  "push is applied as it arrives" },
+	{ "job", "allow_nonfinite", DML_CONF_BOOL, S(allow_nonfinite), "false", 0, 0, NULL,
+	  NULL, "apply pushes holding NaN or infinite values (false: refuse them with an "
+	  "error naming the table, counted in dml_server_pushes_nonfinite_total)" },
 
 	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
 	  "directory of this server's LMDB store (made if missing); empty: no log, a "

@@ -42,6 +42,10 @@ struct dml_server_conf {
 	/* [limits] */
 	uint64_t max_meta, max_payload, max_keys;
 	uint32_t max_connections;
+	uint32_t max_preauth;     /* connections in their handshake at once */
+	uint32_t forget_worker_after_ms; /* a worker gone this long is forgotten */
+	uint64_t output_budget;   /* bytes of replies queued for peers, all together */
+	uint32_t output_stall_ms; /* unread this long while pulls wait: closed */
 	uint32_t handshake_timeout_ms;
 	/* [job] */
 	int64_t staleness;
@@ -49,6 +53,7 @@ struct dml_server_conf {
 	uint32_t dead_after_ms;
 	int stale_scaling;         /* enum dml_stale_scaling */
 	int bsp_step;              /* enum dml_bsp_step */
+	int allow_nonfinite;       /* apply pushes holding NaN or infinities */
 	/* [store] */
 	char *store_path;         /* "" = no gradient log */
 	uint64_t store_map_size;

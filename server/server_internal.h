@@ -55,6 +55,9 @@ struct session {
 	uint32_t node_id;
 	int worker;                /* counts in the clock set */
 	size_t widx;               /* index into srv->ssp.workers */
+	int budget_wait;           /* a pull held for the output budget */
+	size_t out_seen;           /* output queued at the last tick */
+	uint64_t out_since_ns;     /* when that queue last shrank (0: empty) */
 };
 
 /*
@@ -104,13 +107,17 @@ struct stats {
 	uint64_t stale_scaled;     /* pushes applied scaled by their staleness */
 	uint64_t deferred;         /* pushes held for their clock's step (BSP) */
 	uint64_t steps;            /* BSP steps: a clock's pushes applied at once */
+	uint64_t nonfinite;        /* pushes refused for NaN or infinite values */
+	uint64_t seq_jumps;        /* pushes refused for a seq past the window */
+	uint64_t budget_held;      /* pulls that waited for the output budget */
+	uint64_t output_stalled;   /* connections closed for unread replies */
 	uint64_t requests[REQ_KINDS];
 };
 
 struct dml_server {
 	const struct dml_server_conf *conf;
 	struct event_base *base;
-	struct evconnlistener *listener;
+	struct dml_listener *listener;
 	uint16_t port;
 	struct dml_conn_conf conn_conf;
 	uint8_t *secret;
@@ -124,6 +131,9 @@ struct dml_server {
 	uint32_t dead_after_ms;    /* the clock set's, from the job or the config */
 	int stale_scaling;         /* enum dml_stale_scaling, from the job or the config */
 	int bsp_step;              /* enum dml_bsp_step, from the job or the config */
+	int allow_nonfinite;       /* NaN and infinite pushes applied, from the job or config */
+	size_t out_share;          /* each connection's share of output_budget */
+	int budget_waiting;        /* some pull may wait for the output budget */
 	uint64_t step_min_clock;   /* the slowest clock when the last step was taken */
 	/* What WELCOME reports: one TableInfo per range held, and where this
 	 * server stands in the map. */
@@ -175,6 +185,42 @@ void dml_server_reply_ack(struct session *ss, uint64_t request_id);
  * rejoins, at the slowest clock, when it connects again.
  */
 void dml_server_evict(struct dml_server *s, uint32_t worker);
+
+/* ---- server_admit.c ---- */
+
+/* How far one push may move a worker's last_seq (see server_admit.c). */
+#define DML_SEQ_WINDOW (1ull << 20)
+
+enum { DML_SEQ_NEW, DML_SEQ_RESEND, DML_SEQ_JUMP };
+
+/**
+ * Where a push of seq from worker w (NULL: not a worker) stands:
+ * DML_SEQ_NEW (apply it), DML_SEQ_RESEND (applied before: acknowledge
+ * only) or DML_SEQ_JUMP (past the resend window: refuse it).
+ */
+int dml_server_seq_check(const struct dml_ssp_worker *w, uint64_t seq);
+
+/**
+ * The push's values are acceptable to this job (finite, or the job allows
+ * otherwise): 1. Else the push was answered with an error and counted: 0.
+ */
+int dml_server_push_admit(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
+
+/* ---- server_budget.c ---- */
+
+/**
+ * A PULL m of ss would take the output queued for peers past output_budget:
+ * 1 (on_frame holds it; dml_server_budget_tick hands it back), else 0.
+ */
+int dml_server_budget_holds(struct session *ss, const Dml__Meta *m);
+
+/** Each tick: connections' shares of the budget, and held pulls handed back. */
+void dml_server_budget_tick(struct dml_server *s);
+
+/* ---- server_expire.c ---- */
+
+/** Forget the workers gone for forget_worker_after_ms (see server_expire.c). */
+void dml_server_workers_expire(struct dml_server *s);
 
 /* ---- server_step.c ---- */
 

@@ -1272,6 +1272,7 @@ static void install_from(struct dml_server *s, const Dml__Meta *m, const Dml__Sh
 			   DML_STALE_OFF;
 	s->bsp_step = spec->bsp_step == DML_BSP_STEP_PUSH ? DML_BSP_STEP_PUSH :
 		      DML_BSP_STEP_CLOCK;
+	s->allow_nonfinite = spec->allow_nonfinite;
 	dml_server_cut_reset(s);
 	/* The log first: the workers that join the clock set below get their
 	 * push sequences from it. */

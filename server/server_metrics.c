@@ -24,6 +24,16 @@ static double metric_connections(void *arg)
 	return (double)s->peers.count;
 }
 
+static double metric_output_queued(void *arg)
+{
+	const struct dml_server *s = arg;
+	double total = 0;
+
+	for (const struct dml_peer *x = s->peers.head; x; x = x->next)
+		total += (double)dml_conn_output_pending(x->conn);
+	return total;
+}
+
 static double metric_workers_live(void *arg)
 {
 	const struct dml_server *s = arg;
@@ -101,6 +111,21 @@ static const struct dml_metric_desc
 	m_steps = { "dml_server_bsp_steps_total",
 		    "BSP steps: a clock's pushes applied as one optimizer step per table",
 		    COUNTER, NULL, NULL, 0 },
+	m_nonfinite = { "dml_server_pushes_nonfinite_total",
+			"Pushes refused for NaN or infinite values (allow_nonfinite = false)",
+			COUNTER, NULL, NULL, 0 },
+	m_seq_jumps = { "dml_server_pushes_seq_refused_total",
+			"Pushes refused for a sequence number past the resend window", COUNTER,
+			NULL, NULL, 0 },
+	m_preauth = { "dml_server_preauth_dropped_total",
+		      "Unauthenticated connections closed to make room (max_preauth)", COUNTER,
+		      NULL, NULL, 0 },
+	m_budget = { "dml_server_pulls_budget_held_total",
+		     "Large pulls that waited for the output budget (output_budget)", COUNTER,
+		     NULL, NULL, 0 },
+	m_stalled = { "dml_server_output_stalled_total",
+		      "Connections closed for replies left unread while pulls waited for "
+		      "output_budget", COUNTER, NULL, NULL, 0 },
 	m_held = { "dml_server_pulls_held_total",
 		   "Pulls parked until the staleness bound allowed them", COUNTER, NULL,
 		   NULL, 0 },
@@ -110,6 +135,9 @@ static const struct dml_metric_desc
 	m_bytes = { "dml_server_network_bytes_total", "Bytes received (in) and sent (out)",
 		    COUNTER, "direction", NULL, 0 },
 	m_conns = { "dml_server_connections", "Connections open", GAUGE, NULL, NULL, 0 },
+	m_queued = { "dml_server_output_queued_bytes",
+		     "Reply bytes queued for peers, not yet taken by their sockets", GAUGE,
+		     NULL, NULL, 0 },
 	m_live = { "dml_server_workers_live",
 		   "Workers in the clock set (connected, or gone less than dead_after_ms)",
 		   GAUGE, NULL, NULL, 0 },
@@ -153,9 +181,15 @@ static int register_metrics(struct dml_server *s)
 	bad |= dml_metrics_add_u64(m, &m_stale, NULL, &s->st.stale_scaled);
 	bad |= dml_metrics_add_u64(m, &m_deferred, NULL, &s->st.deferred);
 	bad |= dml_metrics_add_u64(m, &m_steps, NULL, &s->st.steps);
+	bad |= dml_metrics_add_u64(m, &m_nonfinite, NULL, &s->st.nonfinite);
+	bad |= dml_metrics_add_u64(m, &m_seq_jumps, NULL, &s->st.seq_jumps);
+	bad |= dml_metrics_add_u64(m, &m_preauth, NULL, &s->peers.preauth_dropped);
+	bad |= dml_metrics_add_u64(m, &m_budget, NULL, &s->st.budget_held);
+	bad |= dml_metrics_add_u64(m, &m_stalled, NULL, &s->st.output_stalled);
 	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
+	bad |= dml_metrics_add_fn(m, &m_queued, NULL, metric_output_queued, s);
 	bad |= dml_metrics_add_fn(m, &m_live, NULL, metric_workers_live, s);
 	bad |= dml_metrics_add_fn(m, &m_min_clock, NULL, metric_min_clock, s);
 	bad |= dml_metrics_add_collector(m, &m_clock, collect_worker_clocks, s);

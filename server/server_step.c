@@ -214,7 +214,7 @@ void dml_server_step_clock(struct dml_server *s)
 	 * joins a set still short of its expected size (it starts at 0), and
 	 * the pushes of the clock under way wait for it then. Nor does a set
 	 * short of it (pulls wait for it too). */
-	if (min <= s->step_min_clock || s->ssp.nworkers < s->ssp.expected)
+	if (min <= s->step_min_clock || dml_ssp_joined(&s->ssp) < s->ssp.expected)
 		return;
 	s->step_min_clock = min;
 	dml_server_step_flush(s);

@@ -37,7 +37,7 @@ struct dml_ssp_worker *dml_ssp_join(struct dml_ssp *s, uint32_t id, uint64_t inc
 	if (!w) {
 		/* Until the expected set is complete everyone starts at 0; later a
 		 * joiner starts at the slowest clock instead of holding all back. */
-		uint64_t start = s->nworkers >= s->expected ? dml_ssp_min_clock(s) : 0;
+		uint64_t start = dml_ssp_joined(s) >= s->expected ? dml_ssp_min_clock(s) : 0;
 
 		s->workers = dml_xrealloc(s->workers, (s->nworkers + 1) * sizeof(*w));
 		w = &s->workers[s->nworkers++];
@@ -143,7 +143,38 @@ int dml_ssp_ready(const struct dml_ssp *s, uint64_t clock)
 	if (s->staleness < 0 || clock <= (uint64_t)s->staleness)
 		return 1;
 	bound = clock - (uint64_t)s->staleness;
-	if (s->nworkers < s->expected)
+	if (dml_ssp_joined(s) < s->expected)
 		return 0;
 	return dml_ssp_min_clock(s) >= bound;
+}
+
+size_t dml_ssp_joined(const struct dml_ssp *s)
+{
+	return s->nworkers + s->forgotten;
+}
+
+size_t dml_ssp_forget(struct dml_ssp *s, uint64_t now_ns, uint64_t after_ns,
+		      int (*keep)(const struct dml_ssp_worker *w, void *arg),
+		      void (*moved)(size_t from, size_t to, void *arg), void *arg)
+{
+	size_t gone = 0, i = 0;
+
+	while (i < s->nworkers) {
+		struct dml_ssp_worker *w = &s->workers[i];
+
+		if (w->live || w->connections > 0 || now_ns - w->gone_since_ns < after_ns ||
+		    (keep && keep(w, arg))) {
+			i++;
+			continue;
+		}
+		s->nworkers--;
+		s->forgotten++;
+		gone++;
+		if (i != s->nworkers) {
+			*w = s->workers[s->nworkers];
+			if (moved)
+				moved(s->nworkers, i, arg);
+		}
+	}
+	return gone;
 }

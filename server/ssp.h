@@ -30,6 +30,7 @@ struct dml_ssp {
 	uint32_t expected;
 	struct dml_ssp_worker *workers;
 	size_t nworkers;
+	size_t forgotten;          /* workers dropped by dml_ssp_forget */
 };
 
 void dml_ssp_init(struct dml_ssp *s, int64_t staleness, uint32_t expected);
@@ -65,6 +66,24 @@ void dml_ssp_set_clock(struct dml_ssp *s, struct dml_ssp_worker *w, uint64_t clo
 uint64_t dml_ssp_min_clock(const struct dml_ssp *s);
 /** Fastest live worker's clock (0 when no worker is live). */
 uint64_t dml_ssp_max_clock(const struct dml_ssp *s);
+/**
+ * Workers that ever joined, the forgotten ones included: what the expected
+ * count is measured against (a forgotten worker does not make the set
+ * short again).
+ */
+size_t dml_ssp_joined(const struct dml_ssp *s);
+
+/**
+ * Forget the workers out of the clock set (not live) with no connection
+ * for at least after_ns, for which keep(w, arg) says 0: their entries go,
+ * with their clocks and push sequences. The array is compacted by moving
+ * the last entry into each hole: moved(from, to, arg) is called for every
+ * move so that indices into the array can follow. Returns how many went.
+ */
+size_t dml_ssp_forget(struct dml_ssp *s, uint64_t now_ns, uint64_t after_ns,
+		      int (*keep)(const struct dml_ssp_worker *w, void *arg),
+		      void (*moved)(size_t from, size_t to, void *arg), void *arg);
+
 /** May a pull at clock be answered now? */
 int dml_ssp_ready(const struct dml_ssp *s, uint64_t clock);
 

@@ -634,6 +634,24 @@ static inline uint64_t sparse_row(struct dml_table *t, uint64_t key, uint64_t ha
 	}
 }
 
+/* What sparse_find answers for a key without a row. */
+#define NO_ROW UINT64_MAX
+
+/* Row of key, or NO_ROW: a pull must not create rows (a peer could fill
+ * the table with them). */
+static inline uint64_t sparse_find(const struct dml_table *t, uint64_t key, uint64_t hash)
+{
+	const struct table_slot *slots = t->slots;
+	uint64_t mask = t->slot_mask;
+
+	for (uint64_t i = hash & mask;; i = (i + 1) & mask) {
+		if (slots[i].row1 == 0)
+			return NO_ROW;
+		if (slots[i].key == key)
+			return slots[i].row1 - 1;
+	}
+}
+
 /* Keys in group g of a batch of n. */
 static inline size_t group_len(size_t n, size_t g)
 {
@@ -650,20 +668,26 @@ static inline void stage_hash(const struct dml_table *t, const uint64_t *keys,
 	}
 }
 
-/* Stage 2: find (sparse: create if missing) the rows of n keys, prefetch them. */
+/* Stage 2: find the rows of n keys and prefetch them; sparse, a push
+ * (create) makes missing rows, a pull finds NO_ROW for them. */
 static inline void stage_rows(struct dml_table *t, const uint64_t *keys, size_t n,
-			      const uint64_t *hashes, uint64_t *rows)
+			      const uint64_t *hashes, uint64_t *rows, int create)
 {
 	for (size_t i = 0; i < n; i++) {
-		rows[i] = t->slots ? sparse_row(t, keys[i], hashes[i]) :
-			  keys[i] - t->conf.key_begin;
+		if (!t->slots)
+			rows[i] = keys[i] - t->conf.key_begin;
+		else if (create)
+			rows[i] = sparse_row(t, keys[i], hashes[i]);
+		else if ((rows[i] = sparse_find(t, keys[i], hashes[i])) == NO_ROW)
+			continue;
 		prefetch_row(t, rows[i]);
 	}
 }
 
-/* Stage 3: apply n gradient rows, or copy n rows out. */
-static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n,
-			     const float *grad, float weight, float *out)
+/* Stage 3: apply n gradient rows, or copy n rows out (a missing one's
+ * initial values). */
+static inline void stage_use(struct dml_table *t, const uint64_t *keys, const uint64_t *rows,
+			     size_t n, const float *grad, float weight, float *out)
 {
 	if (grad) {
 		for (size_t i = 0; t->before_write && i < n; i++)
@@ -674,8 +698,12 @@ static inline void stage_use(struct dml_table *t, const uint64_t *rows, size_t n
 			mark_row(t, rows[i]);
 		return;
 	}
-	for (size_t i = 0; i < n; i++, out += t->width)
-		memcpy(out, row_values(t, rows[i]), t->width * sizeof(float));
+	for (size_t i = 0; i < n; i++, out += t->width) {
+		if (rows[i] == NO_ROW)
+			init_row(t, keys[i], out);
+		else
+			memcpy(out, row_values(t, rows[i]), t->width * sizeof(float));
+	}
 }
 
 /*
@@ -696,10 +724,12 @@ static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 		for (size_t i = 0; i < n; i++)
 			if (keys[i] < t->conf.key_begin || keys[i] >= t->conf.key_end)
 				return DML_ERANGE;
-	} else {
+	} else if (grad) {
 		rc = sparse_reserve(t, n);
 		if (rc)
 			return rc;
+	} else if (n > TABLE_MAX_SLOTS) {
+		return DML_ENOMEM;   /* no table holds that many: a bogus count */
 	}
 	for (size_t g = 0; g < groups + 2; g++) {
 		if (g < groups && t->slots)
@@ -707,11 +737,11 @@ static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 				   hashes[g % 3]);
 		if (g >= 1 && g - 1 < groups)
 			stage_rows(t, keys + (g - 1) * TABLE_GROUP, group_len(n, g - 1),
-				   hashes[(g - 1) % 3], rows[(g - 1) % 3]);
+				   hashes[(g - 1) % 3], rows[(g - 1) % 3], grad != NULL);
 		if (g >= 2) {
 			size_t first = (g - 2) * TABLE_GROUP;
 
-			stage_use(t, rows[(g - 2) % 3], group_len(n, g - 2),
+			stage_use(t, keys + first, rows[(g - 2) % 3], group_len(n, g - 2),
 				  grad ? grad + first * w : NULL, weight,
 				  grad ? NULL : out + first * w);
 		}

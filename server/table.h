@@ -111,7 +111,12 @@ int dml_table_push_keys(struct dml_table *t, const uint64_t *keys, size_t n,
 /** As dml_table_push_keys, for a push of the given weight (as above). */
 int dml_table_push_keys_weighted(struct dml_table *t, const uint64_t *keys, size_t n,
 				 const float *grad, float weight);
-/** Copy the rows of n keys into out (n * width floats); creates missing rows. */
+/**
+ * Copy the rows of n keys into out (n * width floats). A sparse table's
+ * missing row is not created: out gets the initial values a first push
+ * would start from (init depends only on seed and key). DML_ERANGE (dense,
+ * a key outside the range), DML_ENOMEM (n past any table's size).
+ */
 int dml_table_pull_keys(struct dml_table *t, const uint64_t *keys, size_t n, float *out);
 
 /**

@@ -55,6 +55,7 @@ static const char full_file[] =
 	"stale_scaling = inverse\n"
 	"clock_batch = 96\n"
 	"bsp_step = push\n"
+	"allow_nonfinite = true\n"
 	"[table]\n"
 	"id = 0\n"
 	"kind = dense\n"
@@ -134,6 +135,7 @@ START_TEST(full_file_lands_in_the_spec)
 	ck_assert_uint_eq(s->stale_scaling, DML_STALE_INVERSE);
 	ck_assert_uint_eq(s->clock_batch, 96);
 	ck_assert_uint_eq(s->bsp_step, DML_BSP_STEP_PUSH);
+	ck_assert(s->allow_nonfinite);
 	ck_assert_uint_eq(s->n_tables, 2);
 	t = s->tables[0];
 	ck_assert_uint_eq(t->id, 0);
@@ -182,6 +184,7 @@ START_TEST(defaults_fill_what_a_file_leaves_out)
 	ck_assert_uint_eq(s->stale_scaling, DML_STALE_OFF);
 	ck_assert_uint_eq(s->clock_batch, 0);
 	ck_assert_uint_eq(s->bsp_step, DML_BSP_STEP_CLOCK);
+	ck_assert(!s->allow_nonfinite);
 	t = s->tables[0];
 	ck_assert(t->dense);
 	ck_assert_uint_eq(t->width, 1);

@@ -483,9 +483,9 @@ START_TEST(test_bytes)
 		ck_assert_uint_eq(dml_table_rows(t), 0);
 		before = dml_table_bytes(t);
 		for (uint64_t k = 0; k < 6000; k++) {
-			float out[8];
+			float zero[8] = { 0 };
 
-			ck_assert_int_eq(dml_table_pull_keys(t, &k, 1, out), 0);
+			ck_assert_int_eq(dml_table_push_keys(t, &k, 1, zero), 0);
 		}
 		ck_assert_uint_eq(dml_table_rows(t), 6000);
 		if (hint == 0)
@@ -683,7 +683,16 @@ static void init_same_as_dense(enum dml_init_kind init)
 	ck_assert_int_eq(dml_table_pull_keys(s, keys, 4, sv), 0);
 	ck_assert_int_eq(dml_table_pull_keys(other, keys, 4, ov), 0);
 	ck_assert_mem_eq(dv, sv, sizeof(dv));
-	ck_assert_uint_eq(dml_table_rows(s), 4);
+	/* Pulls create no rows; the first push starts from what they said. */
+	ck_assert_uint_eq(dml_table_rows(s), 0);
+	{
+		float zero[20] = { 0 }, after[20];
+
+		ck_assert_int_eq(dml_table_push_keys(s, keys, 4, zero), 0);
+		ck_assert_uint_eq(dml_table_rows(s), 4);
+		ck_assert_int_eq(dml_table_pull_keys(s, keys, 4, after), 0);
+		ck_assert_mem_eq(after, dv, sizeof(dv));
+	}
 	for (int i = 0; i < 20; i++) {
 		ck_assert_float_ne(dv[i], ov[i]);  /* the seed matters */
 		ck_assert(fabsf(dv[i]) <= (init == DML_INIT_UNIFORM ? 0.5f : 4.0f));
@@ -723,9 +732,12 @@ START_TEST(test_init_order_independent)
 		up[i] = key_of((uint64_t)i);
 		down[i] = key_of((uint64_t)(N - 1 - i));
 	}
-	/* Touch in opposite orders, one key at a time versus one batch. */
+	/* Create in opposite orders, one key at a time versus one batch (a
+	 * zero SGD step leaves the initial values). */
+	memset(va, 0, sizeof(va));
 	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(dml_table_pull_keys(a, &down[i], 1, va), 0);
+		ck_assert_int_eq(dml_table_push_keys(a, &down[i], 1, va), 0);
+	ck_assert_int_eq(dml_table_push_keys(b, up, N, va), 0);
 	ck_assert_int_eq(dml_table_pull_keys(b, up, N, vb), 0);
 	ck_assert_int_eq(dml_table_pull_keys(a, up, N, va), 0);
 	ck_assert_mem_eq(va, vb, sizeof(va));
@@ -1250,11 +1262,11 @@ START_TEST(test_sparse_export_remove_import)
 	ck_assert_uint_eq(n, 350);
 	free(xk);
 	free(xr);
-	/* A removed key touched again on `from` is a fresh row. */
+	/* A removed key pulled again on `from` creates nothing. */
 	ck_assert_int_eq(dml_table_remove_hashed(from, low_hash, 0, 0x10000, &removed), 0);
 	ck_assert_uint_eq(removed, 350);
 	ck_assert_int_eq(dml_table_pull_keys(from, &keys[0], 1, out), 0);
-	ck_assert_uint_eq(dml_table_rows(from), 1);
+	ck_assert_uint_eq(dml_table_rows(from), 0);
 	/* An empty range exports nothing and removes nothing. */
 	ck_assert_int_eq(dml_table_export_hashed(to, low_hash, 300, 300, &xk, &xr, &n), 0);
 	ck_assert_uint_eq(n, 0);

@@ -681,7 +681,7 @@ END_TEST
  */
 struct mini {
 	struct event_base *base;
-	struct evconnlistener *listener;
+	struct dml_listener *listener;
 	uint16_t port;
 	uint8_t *secret;
 	size_t secret_len;
@@ -861,7 +861,7 @@ static void mini_free(struct mini *mi)
 			dml_conn_abort(mi->conns[i], DML_ECLOSED);
 	for (int i = 0; i < 50; i++)
 		event_base_loop(mi->base, EVLOOP_NONBLOCK);
-	evconnlistener_free(mi->listener);
+	dml_listener_free(mi->listener);
 	event_base_free(mi->base);
 	dml_secret_free(mi->secret, mi->secret_len);
 	for (size_t i = 0; i < mi->nprogress; i++)

@@ -47,7 +47,7 @@ struct dml_fake_sched {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct event_base *base;
-	struct evconnlistener *listener;
+	struct dml_listener *listener;
 	struct event *poll;
 	uint16_t port;
 	int stopping;
@@ -238,7 +238,7 @@ static void poll_cb(evutil_socket_t fd, short what, void *arg)
 		pthread_mutex_unlock(&f->mu);
 		/* With the listener, the timer and every connection gone, the
 		 * loop runs the deferred teardowns and returns by itself. */
-		evconnlistener_free(f->listener);
+		dml_listener_free(f->listener);
 		f->listener = NULL;
 		event_del(f->poll);
 		for (size_t i = 0; i < MAX_CONNS; i++)
@@ -523,7 +523,7 @@ void dml_fake_sched_stop(struct dml_fake_sched *f)
 	if (f->poll)
 		event_free(f->poll);
 	if (f->listener)
-		evconnlistener_free(f->listener);
+		dml_listener_free(f->listener);
 	if (f->base)
 		event_base_free(f->base);
 	for (size_t i = 0; i < f->nnodes; i++)

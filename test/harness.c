@@ -760,6 +760,11 @@ const char *dml_test_server_log(const struct dml_test_server *s)
 	return s->log_path;
 }
 
+pid_t dml_test_server_pid(const struct dml_test_server *s)
+{
+	return s->running ? s->pid : 0;
+}
+
 int dml_test_server_alive(struct dml_test_server *s)
 {
 	int st;

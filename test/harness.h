@@ -106,6 +106,8 @@ int dml_test_server_start(struct dml_test_env *env,
 uint16_t dml_test_server_port(const struct dml_test_server *s);
 /** Path of the server's log file. */
 const char *dml_test_server_log(const struct dml_test_server *s);
+/** The process id while it runs (to read /proc), else 0. */
+pid_t dml_test_server_pid(const struct dml_test_server *s);
 /** 1 while the process is running, 0 once it exited (it is reaped). */
 int dml_test_server_alive(struct dml_test_server *s);
 /** Print the last part of the server's log to stderr. */

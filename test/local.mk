@@ -56,6 +56,24 @@ test_check_cluster_SOURCES = test/check_cluster.c test/harness.c test/harness.h
 test_check_cluster_CFLAGS = $(TEST_CFLAGS)
 test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
+# Integration: limits no peer can exhaust (idle handshakes, descriptors,
+# non-finite gradients, push sequence jumps).
+check_PROGRAMS += test/check_limits
+TESTS += test/check_limits
+test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_raw.h \
+	test/harness.c test/harness.h
+test_check_limits_CFLAGS = $(TEST_CFLAGS)
+test_check_limits_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
+
+# Integration: memory no peer can pin (refused buffers, sparse pulls,
+# forgotten workers, the output budget).
+check_PROGRAMS += test/check_memory
+TESTS += test/check_memory
+test_check_memory_SOURCES = test/check_memory.c test/limits_raw.c test/limits_raw.h \
+	test/harness.c test/harness.h
+test_check_memory_CFLAGS = $(TEST_CFLAGS)
+test_check_memory_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # The gradient log against SIGKILL: exact sums after thirty crashes, clean
 # stops, refused stores.
 check_PROGRAMS += test/check_durability

@@ -1,0 +1,13 @@
+/*
+ * The finite-value check of pushed gradients (server_admit.c), a pure
+ * function kept apart so tests and benchmarks link it without the daemon.
+ */
+#ifndef DML_SERVER_FINITE_H
+#define DML_SERVER_FINITE_H
+
+#include <stddef.h>
+
+/** 1 when none of v[0..n) (float-aligned) is a NaN or an infinity, else 0. */
+int dml_values_finite(const float *v, size_t n);
+
+#endif
