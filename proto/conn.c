@@ -358,7 +358,11 @@ static void fail(struct dml_conn *c, int err, uint64_t request_id)
 {
 	if (c->closing)
 		return;
-	dml_warn("peer %s: %s; closing connection", c->peer, dml_strerror(err));
+	/* Not ready yet is no failure: the peer tries again. */
+	if (err == DML_EAGAIN)
+		dml_info("peer %s: %s; closing connection", c->peer, dml_strerror(err));
+	else
+		dml_warn("peer %s: %s; closing connection", c->peer, dml_strerror(err));
 	if (c->state != DML_CONN_CONNECTING)
 		(void)dml_conn_send_error(c, request_id, err, NULL);
 	dml_conn_close(c, err);

@@ -814,8 +814,12 @@ static const char *role_name(uint32_t role)
 static void worker_join(struct session *ss, const Dml__Handshake *hello)
 {
 	struct dml_ssp *ssp = &ss->srv->ssp;
-	int known = dml_ssp_find(ssp, hello->node_id) != NULL;
-	struct dml_ssp_worker *w = dml_ssp_join(ssp, hello->node_id, hello->incarnation);
+	struct dml_ssp_worker *w = dml_ssp_find(ssp, hello->node_id);
+	int known = w != NULL;
+
+	if (w && w->incarnation != hello->incarnation)
+		dml_server_store_keep_seq(ss->srv, w);
+	w = dml_ssp_join(ssp, hello->node_id, hello->incarnation);
 
 	if (!known && hello->clock > 0)
 		w->clock = hello->clock;

@@ -319,6 +319,12 @@ void dml_server_store_duplicate(struct session *ss, uint64_t request_id);
 /** ss is closing: its waiting ACKs are dropped. */
 void dml_server_store_forget(struct dml_server *s, struct session *ss);
 
+/**
+ * w's process is replaced by another incarnation: keep its push sequence,
+ * should a resend of the old process (still alive) come after all.
+ */
+void dml_server_store_keep_seq(struct dml_server *s, const struct dml_ssp_worker *w);
+
 /** A worker (re)joined the clock set: its push sequence as the log left it. */
 void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w);
 

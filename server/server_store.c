@@ -647,6 +647,21 @@ static int restore_seq(uint32_t worker, uint64_t incarnation, uint64_t seq, void
 	return 0;
 }
 
+void dml_server_store_keep_seq(struct dml_server *s, const struct dml_ssp_worker *w)
+{
+	struct server_store *st = s->store;
+
+	if (!st || !w->last_seq)
+		return;
+	for (size_t i = 0; i < st->nseqs; i++)
+		if (st->seqs[i].worker == w->id && st->seqs[i].incarnation == w->incarnation) {
+			if (w->last_seq > st->seqs[i].seq)
+				st->seqs[i].seq = w->last_seq;
+			return;
+		}
+	restore_seq(w->id, w->incarnation, w->last_seq, st);
+}
+
 void dml_server_store_join(struct dml_server *s, struct dml_ssp_worker *w)
 {
 	struct server_store *st = s->store;

@@ -99,7 +99,7 @@ struct dml_ssp_worker *dml_ssp_evict(struct dml_ssp *s, uint32_t id)
 		w->live = 0;
 		return w;
 	}
-	if (s->nworkers >= s->expected)
+	if (dml_ssp_joined(s) >= s->expected)
 		return NULL;
 	/* Never joined here: it takes its place in the set as gone, or the
 	 * others would wait for the expected count forever. */

@@ -1138,6 +1138,9 @@ START_TEST(test_evict_drops_a_hung_worker)
 	raw_open(env, port, DML__ROLE__CONTROL, 0, 1, 0, 0, &ctl);
 	raw_clock(&a, 1);
 	parked = raw_pull_send(&a, JOB, 10, 1);
+	/* The CLOCK came on another connection than STATS asks on: wait for it. */
+	for (int i = 0; i < WAIT_MS / 10 && stats_clock(&ctl, 9) != 1; i++)
+		poll(NULL, 0, 10);
 	ck_assert_int_eq(stats_clock(&ctl, 9), 1);
 
 	/* Worker 11 makes no clock and has no pull waiting: the server tells
