@@ -60,7 +60,7 @@ test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # non-finite gradients, push sequence jumps).
 check_PROGRAMS += test/check_limits
 TESTS += test/check_limits
-test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_raw.h \
+test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_raw.h test/raw_frame.c test/raw_frame.h \
 	test/harness.c test/harness.h
 test_check_limits_CFLAGS = $(TEST_CFLAGS)
 test_check_limits_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
@@ -69,7 +69,7 @@ test_check_limits_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlpro
 # forgotten workers, the output budget).
 check_PROGRAMS += test/check_memory
 TESTS += test/check_memory
-test_check_memory_SOURCES = test/check_memory.c test/limits_raw.c test/limits_raw.h \
+test_check_memory_SOURCES = test/check_memory.c test/limits_raw.c test/limits_raw.h test/raw_frame.c test/raw_frame.h \
 	test/harness.c test/harness.h
 test_check_memory_CFLAGS = $(TEST_CFLAGS)
 test_check_memory_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
@@ -171,7 +171,7 @@ test_check_schedjobs_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/
 # moving rows between themselves.
 check_PROGRAMS += test/check_remap
 TESTS += test/check_remap
-test_check_remap_SOURCES = test/check_remap.c test/fake_sched.c test/fake_sched.h \
+test_check_remap_SOURCES = test/check_remap.c test/raw_frame.c test/raw_frame.h test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
 test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \

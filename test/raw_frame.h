@@ -1,0 +1,18 @@
+/*
+ * raw_frame.h - whole dml frames over a blocking socket, for the tests
+ * that speak the protocol by hand (check_remap, the limits tests). Each
+ * call asserts (Check) that the frame went or came whole within 10 s.
+ */
+#ifndef DML_TEST_RAW_FRAME_H
+#define DML_TEST_RAW_FRAME_H
+
+#include <stdint.h>
+
+#include "dml.pb-c.h"
+
+/** One whole frame from fd; *payload (malloc'ed, NULL when none) gets its payload. */
+Dml__Meta *raw_frame_read(int fd, uint8_t **payload);
+/** Send m with len bytes of payload on fd. */
+void raw_frame_send(int fd, Dml__Meta *m, const void *payload, uint32_t len);
+
+#endif
