@@ -237,44 +237,16 @@ static void raw_open(struct dml_test_env *env, uint16_t port, uint32_t role,
 		     uint32_t node_id, uint64_t incarnation, uint32_t job, uint64_t clock,
 		     struct raw *r)
 {
-	Dml__Meta m = DML__META__INIT, *ch, *w;
-	Dml__Handshake hs = DML__HANDSHAKE__INIT;
-	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
-	size_t secret_len;
+	Dml__Meta *w;
 
 	memset(r, 0, sizeof(*r));
 	ck_assert_int_eq(dml_test_raw_connect(port, &r->fd), 0);
-	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &secret, &secret_len), 0);
-	ch = raw_read(r, &pl);
-	ck_assert_int_eq(ch->type, DML__MSG_TYPE__CHALLENGE);
-	ck_assert_uint_eq(ch->handshake->nonce.len, DML_NONCE_LEN);
-	ck_assert_int_eq(dml_random_bytes(nonce, sizeof(nonce)), 0);
-	dml_auth_proof(secret, secret_len, DML_AUTH_CLIENT, ch->handshake->nonce.data, nonce,
-		       role, node_id, "dml", proof);
-	hs.role = role;
-	hs.node_id = node_id;
-	hs.protocol_version = DML_PROTOCOL_VERSION;
-	hs.cluster = (char *)"dml";
-	hs.nonce.data = nonce;
-	hs.nonce.len = sizeof(nonce);
-	hs.proof.data = proof;
-	hs.proof.len = sizeof(proof);
-	hs.incarnation = incarnation;
-	hs.job = job;
-	hs.clock = clock;
-	m.type = DML__MSG_TYPE__HELLO;
-	m.sender = node_id;
-	m.handshake = &hs;
-	raw_send(r, &m, NULL, 0);
-	w = raw_read(r, &pl);
-	ck_assert_int_eq(w->type, DML__MSG_TYPE__WELCOME);
+	w = raw_frame_handshake(env, r->fd, role, node_id, incarnation, job, clock);
 	r->map_version = w->handshake->map_version;
 	r->shard_index = w->handshake->shard_index;
 	r->shard_count = w->handshake->shard_count;
 	r->ntables = (uint32_t)w->handshake->n_tables;
-	dml_meta_free(ch);
 	dml_meta_free(w);
-	dml_secret_free(secret, secret_len);
 }
 
 static void raw_close(struct raw *r)

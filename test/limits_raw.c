@@ -35,37 +35,10 @@ static void raw_send(struct raw *r, Dml__Meta *m, const void *payload, uint32_t 
 void raw_open_fd(struct dml_test_env *env, int fd, uint32_t node_id,
 			uint64_t incarnation, struct raw *r)
 {
-	Dml__Meta m = DML__META__INIT, *ch, *w;
-	Dml__Handshake hs = DML__HANDSHAKE__INIT;
-	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
-	size_t secret_len;
-
 	memset(r, 0, sizeof(*r));
 	r->fd = fd;
-	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &secret, &secret_len), 0);
-	ch = raw_read(r, &pl);
-	ck_assert_int_eq(ch->type, DML__MSG_TYPE__CHALLENGE);
-	ck_assert_int_eq(dml_random_bytes(nonce, sizeof(nonce)), 0);
-	dml_auth_proof(secret, secret_len, DML_AUTH_CLIENT, ch->handshake->nonce.data, nonce,
-		       DML__ROLE__WORKER, node_id, "dml", proof);
-	hs.role = DML__ROLE__WORKER;
-	hs.node_id = node_id;
-	hs.protocol_version = DML_PROTOCOL_VERSION;
-	hs.cluster = (char *)"dml";
-	hs.nonce.data = nonce;
-	hs.nonce.len = sizeof(nonce);
-	hs.proof.data = proof;
-	hs.proof.len = sizeof(proof);
-	hs.incarnation = incarnation;
-	m.type = DML__MSG_TYPE__HELLO;
-	m.sender = node_id;
-	m.handshake = &hs;
-	raw_send(r, &m, NULL, 0);
-	w = raw_read(r, &pl);
-	ck_assert_int_eq(w->type, DML__MSG_TYPE__WELCOME);
-	dml_meta_free(ch);
-	dml_meta_free(w);
-	dml_secret_free(secret, secret_len);
+	dml_meta_free(raw_frame_handshake(env, fd, DML__ROLE__WORKER, node_id, incarnation, 0,
+					  0));
 }
 
 /* Send m with a fresh request id, returned; the answer is read later. */

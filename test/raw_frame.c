@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "dml_error.h"
 #include "frame.h"
 #include "harness.h"
@@ -67,4 +68,42 @@ void raw_frame_send(int fd, Dml__Meta *m, const void *payload, uint32_t len)
 		memcpy(buf + n, payload, len);
 	ck_assert_int_eq(dml_test_raw_send(fd, buf, n + len), 0);
 	free(buf);
+}
+
+Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
+			       uint32_t node_id, uint64_t incarnation, uint32_t job,
+			       uint64_t clock)
+{
+	Dml__Meta m = DML__META__INIT, *ch, *w;
+	Dml__Handshake hs = DML__HANDSHAKE__INIT;
+	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
+	size_t secret_len;
+
+	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &secret, &secret_len), 0);
+	ch = raw_frame_read(fd, &pl);
+	ck_assert_int_eq(ch->type, DML__MSG_TYPE__CHALLENGE);
+	ck_assert_uint_eq(ch->handshake->nonce.len, DML_NONCE_LEN);
+	ck_assert_int_eq(dml_random_bytes(nonce, sizeof(nonce)), 0);
+	dml_auth_proof(secret, secret_len, DML_AUTH_CLIENT, ch->handshake->nonce.data, nonce,
+		       role, node_id, "dml", proof);
+	hs.role = role;
+	hs.node_id = node_id;
+	hs.protocol_version = DML_PROTOCOL_VERSION;
+	hs.cluster = (char *)"dml";
+	hs.nonce.data = nonce;
+	hs.nonce.len = sizeof(nonce);
+	hs.proof.data = proof;
+	hs.proof.len = sizeof(proof);
+	hs.incarnation = incarnation;
+	hs.job = job;
+	hs.clock = clock;
+	m.type = DML__MSG_TYPE__HELLO;
+	m.sender = node_id;
+	m.handshake = &hs;
+	raw_frame_send(fd, &m, NULL, 0);
+	w = raw_frame_read(fd, &pl);
+	ck_assert_int_eq(w->type, DML__MSG_TYPE__WELCOME);
+	dml_meta_free(ch);
+	dml_secret_free(secret, secret_len);
+	return w;
 }

@@ -9,10 +9,20 @@
 #include <stdint.h>
 
 #include "dml.pb-c.h"
+#include "harness.h"
 
 /** One whole frame from fd; *payload (malloc'ed, NULL when none) gets its payload. */
 Dml__Meta *raw_frame_read(int fd, uint8_t **payload);
 /** Send m with len bytes of payload on fd. */
 void raw_frame_send(int fd, Dml__Meta *m, const void *payload, uint32_t len);
+
+/**
+ * Authenticate on the connected socket fd (the environment's secret,
+ * cluster "dml") as (role, node_id, incarnation), naming job and clock;
+ * returns the WELCOME (free it with dml_meta_free).
+ */
+Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
+			       uint32_t node_id, uint64_t incarnation, uint32_t job,
+			       uint64_t clock);
 
 #endif
