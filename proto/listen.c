@@ -22,12 +22,46 @@
 
 struct dml_listener {
 	struct evconnlistener *lev;
+	int owns_lev;              /* 0: another's (evhttp's), not freed here */
+	struct dml_listener *next; /* every listener, for error_cb to find */
 	struct event *resume;      /* re-enables accepting after a back-off */
 	evconnlistener_cb cb;
 	void *arg;
 	uint64_t logged_ns;        /* last accept failure logged */
 	uint64_t unlogged;         /* failures since, not logged */
 };
+
+/*
+ * libevent hands the error callback the accept callback's argument, which
+ * for a listener evhttp took over is evhttp's: error_cb finds its
+ * dml_listener by the libevent listener instead. The daemons make and free
+ * listeners on their loop's thread only.
+ */
+static struct dml_listener *listeners;
+
+static void listeners_add(struct dml_listener *l)
+{
+	l->next = listeners;
+	listeners = l;
+}
+
+static void listeners_remove(struct dml_listener *l)
+{
+	for (struct dml_listener **pp = &listeners; *pp; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			return;
+		}
+}
+
+static struct dml_listener *listener_of(struct evconnlistener *lev)
+{
+	struct dml_listener *l = listeners;
+
+	while (l && l->lev != lev)
+		l = l->next;
+	return l;
+}
 
 static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
 		      int salen, void *arg)
@@ -51,11 +85,14 @@ static void resume_cb(evutil_socket_t fd, short what, void *arg)
  */
 static void error_cb(struct evconnlistener *lev, void *arg)
 {
-	struct dml_listener *l = arg;
+	struct dml_listener *l = listener_of(lev);
 	int err = EVUTIL_SOCKET_ERROR();
 	int starved = err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
 	uint64_t now = dml_now_ns();
 
+	(void)arg;
+	if (!l)
+		return;
 	if (starved) {
 		struct timeval tv = { 0, DML_LISTEN_BACKOFF_MS * 1000 };
 
@@ -81,9 +118,22 @@ void dml_listener_free(struct dml_listener *l)
 {
 	if (!l)
 		return;
-	evconnlistener_free(l->lev);
+	listeners_remove(l);
+	if (l->owns_lev)
+		evconnlistener_free(l->lev);
 	event_free(l->resume);
 	free(l);
+}
+
+struct dml_listener *dml_listener_guard(struct event_base *base, struct evconnlistener *lev)
+{
+	struct dml_listener *l = dml_xcalloc(1, sizeof(*l));
+
+	l->lev = lev;
+	l->resume = evtimer_new(base, resume_cb, l);
+	listeners_add(l);
+	evconnlistener_set_error_cb(lev, error_cb);
+	return l;
 }
 
 int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener_cb cb,
@@ -109,6 +159,7 @@ int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener
 	l = dml_xcalloc(1, sizeof(*l));
 	l->cb = cb;
 	l->arg = arg;
+	l->owns_lev = 1;
 	l->lev = evconnlistener_new_bind(base, accept_cb, l,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE |
 					 LEV_OPT_CLOSE_ON_EXEC, 512, res->ai_addr,
@@ -120,6 +171,7 @@ int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener
 		return DML_EIO;
 	}
 	l->resume = evtimer_new(base, resume_cb, l);
+	listeners_add(l);
 	evconnlistener_set_error_cb(l->lev, error_cb);
 	*out = l;
 	*bound_port = port;

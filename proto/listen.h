@@ -32,7 +32,14 @@ struct dml_listener;
 int dml_listen_tcp(struct event_base *base, const char *hostport, evconnlistener_cb cb,
 		   void *arg, struct dml_listener **out, uint16_t *bound_port);
 
-/** Stop listening and free l (NULL is fine). */
+/**
+ * Give lev, a listener another owns (evhttp's), the same back-off and
+ * logging when accept() fails. Free the guard with dml_listener_free
+ * before its owner frees lev.
+ */
+struct dml_listener *dml_listener_guard(struct event_base *base, struct evconnlistener *lev);
+
+/** Stop listening and free l (NULL is fine); lev only if dml_listen_tcp made it. */
 void dml_listener_free(struct dml_listener *l);
 
 /**

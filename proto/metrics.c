@@ -66,6 +66,7 @@ struct family {
 struct dml_metrics {
 	struct family *families, **families_tail;
 	struct evhttp *http;
+	struct dml_listener *guard; /* evhttp's listener backs off when starved */
 };
 
 struct dml_metrics_scrape {
@@ -584,6 +585,7 @@ int dml_metrics_http_start(struct dml_metrics *m, struct event_base *base, const
 		dml_metrics_http_stop(m);
 		return DML_EIO;
 	}
+	m->guard = dml_listener_guard(base, evhttp_bound_socket_get_listener(bs));
 	p = bound_port_of(bs);
 	dml_info("metrics: serving GET /metrics on %s port %u", host, p);
 	if (bound_port)
@@ -594,6 +596,8 @@ int dml_metrics_http_start(struct dml_metrics *m, struct event_base *base, const
 void dml_metrics_http_stop(struct dml_metrics *m)
 {
 	if (m && m->http) {
+		dml_listener_free(m->guard);
+		m->guard = NULL;
 		evhttp_free(m->http);
 		m->http = NULL;
 	}

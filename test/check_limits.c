@@ -95,10 +95,16 @@ START_TEST(test_fd_exhaustion_pauses_accepting)
 	struct dml_test_server *srv;
 	struct dml_test_env *env;
 	struct rlimit old, low;
-	int fds[HOGS];
+	char port_file[4096], extra[sizeof(port_file) + 64];
+	int fds[HOGS], mfds[HOGS];
+	uint16_t mport;
 	size_t from;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	conf.server_extra = extra;
 	/* The server inherits the limit; this process gets its own back. */
 	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
 	low = old;
@@ -118,9 +124,19 @@ START_TEST(test_fd_exhaustion_pauses_accepting)
 	ck_assert_int_le(log_count(srv, 0, "accept: "), 3);
 	ck_assert_int_eq(log_count(srv, 0, "Error from accept"), 0);
 
-	/* Descriptors free again: the listener takes connections again. */
+	/* The metrics page's listener (evhttp's) backs off the same way. */
+	ck_assert_int_eq(dml_test_port_file_read(port_file, &mport), 0);
+	from = dml_test_server_log_size(srv);
 	for (int i = 0; i < HOGS; i++)
+		ck_assert_int_eq(dml_test_raw_connect(mport, &mfds[i]), 0);
+	ck_assert_int_eq(dml_test_server_log_wait(srv, from, starved, WAIT_MS), 0);
+	ck_assert_int_eq(log_count(srv, 0, "Error from accept"), 0);
+
+	/* Descriptors free again: the listener takes connections again. */
+	for (int i = 0; i < HOGS; i++) {
 		close(fds[i]);
+		close(mfds[i]);
+	}
 	client_round(env, srv, 1);
 	ck_assert_int_eq(dml_test_server_stop(srv, DML_TEST_STOP_TIMEOUT_MS), 0);
 	dml_test_env_free(env);
