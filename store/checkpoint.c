@@ -16,6 +16,8 @@
  *	u32 table, u8 dense, u64 begin, u64 n, u32 row_floats,
  *	u64 keys[n] (sparse only), f32 rows[n * row_floats]
  *
+ * and, as every value of a store, its CRC32C (store_sum.c).
+ *
  * A checkpoint is written in one write transaction that, at its end,
  * names it newest, lists it under its clock, and deletes what nothing
  * needs any more: the previous newest when no clock lists it, and the
@@ -160,7 +162,8 @@ static int snap_lists(struct dml_store *s, MDB_txn *txn, uint64_t id, int *liste
 		return rc;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && !*listed;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
-		*listed = v.mv_size == SN_SIZE && dml_load_le64(v.mv_data) == id;
+		*listed = !store_sum_check(&k, &v) && v.mv_size == SN_SIZE &&
+			  dml_load_le64(v.mv_data) == id;
 	mdb_cursor_close(c);
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
@@ -181,7 +184,7 @@ static int unlist(struct dml_store *s, MDB_txn *txn, MDB_val *k, uint64_t newest
 {
 	MDB_val v;
 	uint64_t id;
-	int rc = mdb_get(txn, s->snaps, k, &v);
+	int rc = store_sum_get(txn, s->snaps, k, &v);
 
 	if (rc)
 		return rc;
@@ -205,8 +208,7 @@ static int list(struct dml_store *s, MDB_txn *txn, uint64_t id)
 	store_put_le64(vb + SN_BYTES, s->ckpt_bytes);
 	store_put_le64(vb + SN_VERSION, s->info.version);
 	store_put_le64(vb + SN_MS, (uint64_t)time(NULL) * 1000);
-	v = (MDB_val){ .mv_size = sizeof(vb), .mv_data = vb };
-	rc = mdb_put(txn, s->snaps, &k, &v, 0);
+	rc = store_sum_put(txn, s->snaps, &k, vb, sizeof(vb), 0);
 	while (!rc && !(rc = mdb_stat(txn, s->snaps, &st)) && st.ms_entries > s->info.keep) {
 		MDB_cursor *c;
 		MDB_val first, fv;
@@ -303,7 +305,7 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 	struct dml_store *c = s ? s->ck : NULL;
 	size_t bytes = r ? chunk_bytes(r->dense, r->n, r->row_floats) : 0;
 	uint8_t kb[16], *p;
-	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v = { .mv_size = bytes };
+	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v = { .mv_size = bytes + STORE_SUM };
 	int rc;
 
 	store_err_clear(err, errlen);
@@ -329,6 +331,7 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 		p += r->n * 8;
 	}
 	memcpy(p, r->rows, r->n * r->row_floats * sizeof(float));
+	store_sum_seal(&k, v.mv_data, bytes);
 	return 0;
 }
 

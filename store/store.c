@@ -18,7 +18,8 @@
  *	u64 end, u32 nkeys, u32 width,
  *	f32 weight (weighted pushes only: a weight other than 1),
  *	u64 keys[nkeys] (sparse only; nkeys is 0 when dense),
- *	f32 values[(dense ? end - begin : nkeys) * width]
+ *	f32 values[(dense ? end - begin : nkeys) * width],
+ *	and, as every value of a store, u32 CRC32C of key and record (store_sum.c)
  *
  * A step record (flag 32 alone with dense: no rows, no keys, width 1, no
  * values) marks where a server applied the deferred pushes before it as
@@ -137,7 +138,7 @@ void store_err_clear(char *err, size_t errlen)
 static int lmdb_damaged(int rc)
 {
 	return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED ||
-	       rc == MDB_PANIC || rc == MDB_INCOMPATIBLE;
+	       rc == MDB_PANIC || rc == MDB_INCOMPATIBLE || rc == MDB_PAGE_NOTFOUND;
 }
 
 /* An LMDB failure while doing what (may be ""), as a dml code and err. */
@@ -417,13 +418,13 @@ static int meta_check(struct dml_store *s, MDB_txn *txn, const char *name, uint3
 {
 	MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name }, v;
 	uint8_t b[4];
-	int rc = mdb_get(txn, s->meta, &k, &v);
+	int rc = store_sum_get(txn, s->meta, &k, &v);
 
 	if (rc == MDB_NOTFOUND) {
 		dml_store_le32(b, want);
 		v.mv_size = sizeof(b);
 		v.mv_data = b;
-		rc = mdb_put(txn, s->meta, &k, &v, 0);
+		rc = store_sum_put(txn, s->meta, &k, b, sizeof(b), 0);
 	}
 	if (rc)
 		return store_lmdb_fail(s, rc, "open", err, errlen);
@@ -558,6 +559,8 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 	/* The checkpoints' environment lies within the log's, under its lock. */
 	rc = kind == STORE_CKPT ? 0 : lock_owner(s, err, errlen);
 	if (!rc)
+		rc = store_files_check(path, err, errlen);
+	if (!rc)
 		rc = env_open(s, map_size, nosync, err, errlen);
 	if (!rc)
 		rc = dbs_open(s, node_id, err, errlen);
@@ -684,7 +687,7 @@ static int dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 	int rc;
 
 	store_put_be32(kb, worker);
-	rc = mdb_get(txn, s->dedupe, &k, &v);
+	rc = store_sum_get(txn, s->dedupe, &k, &v);
 	if (rc && rc != MDB_NOTFOUND)
 		return store_commit_fail(s, rc, err, errlen);
 	if (!rc && v.mv_size != DEDUPE_VAL)
@@ -699,9 +702,7 @@ static int dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 	}
 	store_put_le64(vb, incarnation);
 	store_put_le64(vb + 8, seq);
-	v.mv_size = sizeof(vb);
-	v.mv_data = vb;
-	rc = mdb_put(txn, s->dedupe, &k, &v, 0);
+	rc = store_sum_put(txn, s->dedupe, &k, vb, sizeof(vb), 0);
 	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
 }
 
@@ -712,11 +713,10 @@ static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, si
 	size_t end = i + 1 < s->n ? s->offs[i + 1] : s->len;
 	uint8_t kb[8];
 	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb };
-	MDB_val v = { .mv_size = end - s->offs[i], .mv_data = p };
 	int rc;
 
 	store_put_be64(kb, s->next_lsn + i);
-	rc = mdb_put(txn, s->log, &k, &v, MDB_APPEND);
+	rc = store_sum_put(txn, s->log, &k, p, end - s->offs[i], MDB_APPEND);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
 	/* Rows records carry a sequence only when they record one; steps none. */
@@ -763,7 +763,7 @@ const char store_run_key[] = "run";
 int store_meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out)
 {
 	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
-	int rc = mdb_get(txn, s->meta, &k, &v);
+	int rc = store_sum_get(txn, s->meta, &k, &v);
 
 	*out = 0;
 	if (rc == MDB_NOTFOUND)
@@ -777,10 +777,9 @@ int store_meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint6
 {
 	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
 	uint8_t b[8];
-	MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
 
 	store_put_le64(b, value);
-	return mdb_put(txn, s->meta, &k, &v, 0);
+	return store_sum_put(txn, s->meta, &k, b, sizeof(b), 0);
 }
 
 uint64_t store_meta_u64(struct dml_store *s, const char *key)
@@ -803,11 +802,10 @@ int store_meta_put_bytes(struct dml_store *s, MDB_txn *txn, const char *key,
 			 const void *bytes, size_t len)
 {
 	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
-	MDB_val v = { .mv_size = len, .mv_data = (void *)bytes };
 	int rc;
 
 	if (bytes)
-		return mdb_put(txn, s->meta, &k, &v, 0);
+		return store_sum_put(txn, s->meta, &k, bytes, len, 0);
 	rc = mdb_del(txn, s->meta, &k, NULL);
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
@@ -822,7 +820,7 @@ int store_meta_get_bytes(struct dml_store *s, const char *key, void **out, size_
 	*len = 0;
 	if (rc)
 		return rc;
-	rc = mdb_get(txn, s->meta, &k, &v);
+	rc = store_sum_get(txn, s->meta, &k, &v);
 	if (rc == 0 && v.mv_size) {
 		*out = malloc(v.mv_size);
 		if (*out) {
@@ -909,6 +907,10 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 		op = MDB_NEXT;
 		if (mrc) {
 			rc = mrc == MDB_NOTFOUND ? 0 : store_lmdb_fail(s, mrc, what, err, errlen);
+			break;
+		}
+		if (store_sum_check(&k, &v)) {
+			rc = store_bad_sum(s, what, &k, err, errlen);
 			break;
 		}
 		rc = one(s, &k, &v, ctx, err, errlen);

@@ -55,6 +55,51 @@ uint64_t store_get_be64(const uint8_t *p);
 void store_put_be32(uint8_t *p, uint32_t v);
 uint32_t store_get_be32(const uint8_t *p);
 
+/*
+ * Every value a store writes ends in STORE_SUM bytes: the CRC32C of its key
+ * and the value before them (store_sum.c).
+ */
+#define STORE_SUM 4
+
+/** CRC32C of n bytes at data, continuing crc (0 to start). */
+uint32_t store_crc32c(uint32_t crc, const void *data, size_t n);
+
+/** mdb_put of k and len bytes at data (NULL when len is 0), sealed with their sum. */
+int store_sum_put(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, const void *data, size_t len,
+		  unsigned flags);
+
+/** Write the sum of k and len bytes at data into the STORE_SUM bytes after them. */
+void store_sum_seal(const MDB_val *k, void *data, size_t len);
+
+/** Check v's sum against k and drop it from v's size: 0, or -1 when it does not match. */
+int store_sum_check(const MDB_val *k, MDB_val *v);
+
+/** mdb_get with store_sum_check; MDB_CORRUPTED when the sum does not match. */
+int store_sum_get(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
+
+/** "PATH/data.mdb: what: the value of key K does not match its checksum" (DML_ECONF). */
+int store_bad_sum(const struct dml_store *s, const char *what, const MDB_val *k, char *err,
+		  size_t errlen);
+
+/**
+ * DIR/data.mdb's size against its meta pages: 0 (also for no file, *size
+ * 0), or DML_ECONF (err names the file and what is wrong). *last_pg: the
+ * last page the newest meta page says is used. store_check.c.
+ */
+int store_file_check(const char *dir, uint64_t *size, uint64_t *last_pg, char *err,
+		     size_t errlen);
+
+/**
+ * Walk the environment at dir read-only in a child process: every named
+ * database's entries in order, their sums and counts, the free list. 0, or
+ * DML_ECONF naming the file and the damage (a signal in the child too), or
+ * DML_EIO. store_check.c.
+ */
+int store_verify(const char *dir, uint64_t last_pg, char *err, size_t errlen);
+
+/** store_file_check, then store_verify when there is a file to read. */
+int store_files_check(const char *dir, char *err, size_t errlen);
+
 /** err = "" (when there is room). */
 void store_err_clear(char *err, size_t errlen);
 
