@@ -89,11 +89,21 @@ int store_ckpt_open(struct dml_store *s, uint64_t map_size, uint32_t node_id, ch
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/ckpt", s->path) >= sizeof(path))
 		return dml_fail(DML_EINVAL, err, errlen, "%s: path too long", s->path);
+	rc = store_manifest_ckpt_load(s, err, errlen);
+	if (rc)
+		return rc;
 	/* Always synced: a checkpoint's end deletes log records. */
 	rc = store_open(path, map_size, 0, STORE_CKPT, node_id, &s->ck, err, errlen);
-	if (rc || store_meta_u64(s->ck, store_run_key) == run)
-		return rc;
-	return reset(s->ck, run, err, errlen);
+	if (!rc)
+		rc = store_manifest_check(s, err, errlen);
+	if (!rc && store_meta_u64(s->ck, store_run_key) != run)
+		rc = reset(s->ck, run, err, errlen);
+	return rc ? rc : store_manifest_save(s, err, errlen);
+}
+
+uint64_t store_ckpt_id(struct dml_store *s)
+{
+	return s->ck ? store_meta_u64(s->ck, id_key) : 0;
 }
 
 int store_ckpt_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
@@ -378,8 +388,14 @@ int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t 
 	rc = mdb_txn_commit(txn);
 	if (rc)
 		return store_commit_fail(c, rc, err, errlen);
+	/* The manifest names it before the log goes: a ckpt/ put back from
+	 * before it is refused rather than read with records missing. */
+	rc = store_manifest_write(s, &(struct store_manifest){ .id = s->mf.id, .run = s->mf.run,
+				  .ckpt = c->ckpt_id, .ckpt_lsn = c->info.lsn,
+				  .last = s->mf.last > c->info.lsn ? s->mf.last : c->info.lsn },
+				  err, errlen);
 	/* The rows hold these records now; a replay skips any left behind. */
-	return log_truncate(s, c->info.lsn, err, errlen);
+	return rc ? rc : log_truncate(s, c->info.lsn, err, errlen);
 }
 
 /* ---- the checkpoints listed ------------------------------------------------- */

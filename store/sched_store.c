@@ -55,14 +55,27 @@ int dml_sched_store_dirty(const struct dml_store *s)
 
 int dml_sched_store_commit(struct dml_store *s, char *err, size_t errlen)
 {
+	uint64_t n;
 	int rc;
 
 	store_err_clear(err, errlen);
 	if (!s || !s->txn)
 		return 0;
+	/* The commits counted, in the manifest too: a data.mdb put back from
+	 * before them is refused. */
+	rc = store_meta_get_u64(s, s->txn, store_commits_key, &n);
+	if (!rc)
+		rc = store_meta_put_u64(s, s->txn, store_commits_key, n + 1);
+	if (rc) {
+		mdb_txn_abort(s->txn);
+		s->txn = NULL;
+		return store_commit_fail(s, rc, err, errlen);
+	}
 	rc = mdb_txn_commit(s->txn);
 	s->txn = NULL;
-	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
+	if (rc)
+		return store_commit_fail(s, rc, err, errlen);
+	return store_manifest_save(s, err, errlen);
 }
 
 struct each_ctx {

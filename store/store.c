@@ -559,13 +559,15 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 	/* The checkpoints' environment lies within the log's, under its lock. */
 	rc = kind == STORE_CKPT ? 0 : lock_owner(s, err, errlen);
 	if (!rc)
-		rc = store_files_check(path, err, errlen);
+		rc = store_files_check(s, err, errlen);
 	if (!rc)
 		rc = env_open(s, map_size, nosync, err, errlen);
 	if (!rc)
 		rc = dbs_open(s, node_id, err, errlen);
 	if (!rc && kind == STORE_SERVER)
 		rc = store_ckpt_open(s, map_size, node_id, err, errlen);
+	if (!rc && kind == STORE_SCHED && !(rc = store_manifest_check(s, err, errlen)))
+		rc = store_manifest_save(s, err, errlen);
 	if (rc) {
 		dml_store_close(s);
 		return rc;
@@ -574,6 +576,7 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 	 * next one must come after them, or a replay would skip it. */
 	if (kind == STORE_SERVER && s->next_lsn <= store_ckpt_lsn(s))
 		s->next_lsn = store_ckpt_lsn(s) + 1;
+	s->mf_ok = 1;
 	*out = s;
 	return 0;
 }
@@ -582,6 +585,9 @@ void dml_store_close(struct dml_store *s)
 {
 	if (!s)
 		return;
+	/* The records written: a log put back from before them is refused. */
+	if (s->mf_ok && s->kind == STORE_SERVER)
+		store_manifest_save(s, NULL, 0);
 	dml_store_close(s->ck);
 	if (s->ckpt_txn)
 		mdb_txn_abort(s->ckpt_txn);
@@ -853,6 +859,12 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version,
 	store_err_clear(err, errlen);
 	if (!s)
 		return DML_EINVAL;
+	/* The manifest of the new run first: an open after a crash that cut
+	 * this short takes the log of the run before as it is. */
+	rc = store_manifest_write(s, &(struct store_manifest){ .id = s->mf.id, .run = run }, err,
+				  errlen);
+	if (rc)
+		return rc;
 	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);

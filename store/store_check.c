@@ -354,10 +354,12 @@ int store_verify(const char *dir, uint64_t last_pg, char *err, size_t errlen)
 			path, WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
-int store_files_check(const char *dir, char *err, size_t errlen)
+int store_files_check(struct dml_store *s, char *err, size_t errlen)
 {
 	uint64_t size, last_pg;
-	int rc = store_file_check(dir, &size, &last_pg, err, errlen);
+	int rc = store_manifest_load(s, err, errlen);
 
-	return rc || !size ? rc : store_verify(dir, last_pg, err, errlen);
+	if (!rc)
+		rc = store_file_check(s->path, &size, &last_pg, err, errlen);
+	return rc || !size ? rc : store_verify(s->path, last_pg, err, errlen);
 }

@@ -19,6 +19,15 @@ enum store_kind {
 	STORE_CKPT = 3,            /* a server's checkpoints: PATH/ckpt of its store */
 };
 
+/* What PATH/manifest says (manifest.c). */
+struct store_manifest {
+	uint64_t id;               /* the store's, in every environment's "meta" too */
+	uint64_t gen;              /* manifests written */
+	uint64_t run;
+	uint64_t ckpt, ckpt_lsn;   /* the newest checkpoint and its last log record */
+	uint64_t last;             /* log records written (scheduler: commits), at least */
+};
+
 struct dml_store {
 	char *path;
 	MDB_env *env;
@@ -44,6 +53,10 @@ struct dml_store {
 	uint64_t ckpt_id;          /* its id (keys of "ckpt" begin with it) */
 	uint64_t ckpt_chunks;      /* chunks it has */
 	uint64_t ckpt_bytes;       /* and their bytes */
+	/* STORE_SERVER, STORE_SCHED: PATH/manifest; mf_ok: the store opened,
+	 * a close writes it (a server's). */
+	struct store_manifest mf;
+	int mf_found, mf_ok;
 	/* Replay hands out keys and values from this aligned copy. */
 	void *scratch;
 	size_t scratch_cap;
@@ -97,8 +110,40 @@ int store_file_check(const char *dir, uint64_t *size, uint64_t *last_pg, char *e
  */
 int store_verify(const char *dir, uint64_t last_pg, char *err, size_t errlen);
 
-/** store_file_check, then store_verify when there is a file to read. */
-int store_files_check(const char *dir, char *err, size_t errlen);
+/**
+ * Before s's environment is opened: its manifest read (a server's or a
+ * scheduler's store; one saying data.mdb holds what is missing refused),
+ * then store_file_check and store_verify of s->path.
+ */
+int store_files_check(struct dml_store *s, char *err, size_t errlen);
+
+/* ---- manifest.c ---- */
+
+/** "meta"'s key of a scheduler's store's commits. */
+extern const char store_commits_key[];
+
+/** s->mf from PATH/manifest; refused when it names a data.mdb that is missing or empty. */
+int store_manifest_load(struct dml_store *s, char *err, size_t errlen);
+
+/** A server's PATH/ckpt/data.mdb missing or empty while the manifest names a checkpoint: refused. */
+int store_manifest_ckpt_load(struct dml_store *s, char *err, size_t errlen);
+
+/**
+ * The opened environments against the manifest (a store without one: a new
+ * store gets its id, one holding anything is refused). 0 or DML_ECONF (err
+ * names the file and what disagrees), DML_EIO.
+ */
+int store_manifest_check(struct dml_store *s, char *err, size_t errlen);
+
+/** Write the manifest of what s holds now (synced first). 0 or DML_EIO. */
+int store_manifest_save(struct dml_store *s, char *err, size_t errlen);
+
+/** Write manifest m (generation one more). 0 or DML_EIO. */
+int store_manifest_write(struct dml_store *s, const struct store_manifest *m, char *err,
+			 size_t errlen);
+
+/** The id of the newest checkpoint of server store s; 0: none. checkpoint.c. */
+uint64_t store_ckpt_id(struct dml_store *s);
 
 /** err = "" (when there is room). */
 void store_err_clear(char *err, size_t errlen);
