@@ -8,6 +8,7 @@
  * in the value's size.
  */
 #include <lmdb.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -15,7 +16,8 @@
 #include "util.h"
 
 static uint32_t table[256];
-static int have_hw = -1;
+static int have_hw;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void init(void)
 {
@@ -59,9 +61,7 @@ uint32_t store_crc32c(uint32_t crc, const void *data, size_t n)
 	const uint8_t *p = data;
 	uint32_t c = ~crc;
 
-	/* Racing first calls compute the same table and answer. */
-	if (have_hw < 0)
-		init();
+	pthread_once(&once, init);
 #if defined(__x86_64__)
 	if (have_hw)
 		return ~crc_hw(c, p, n);
