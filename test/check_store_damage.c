@@ -556,6 +556,23 @@ START_TEST(test_sched_store_damage)
 }
 END_TEST
 
+/* The sum is CRC32C: its check value, and what a value's sum covers. */
+START_TEST(test_sum_is_crc32c)
+{
+	uint8_t val[5 + STORE_SUM] = "value";
+	MDB_val k = { 3, (void *)"key" }, v = { sizeof(val), val };
+
+	ck_assert_uint_eq(store_crc32c(0, "123456789", 9), 0xe3069283u);
+	ck_assert_uint_eq(store_crc32c(store_crc32c(0, "1234", 4), "56789", 5), 0xe3069283u);
+	store_sum_seal(&k, val, 5);
+	ck_assert_int_eq(store_sum_check(&k, &v), 0);
+	ck_assert_uint_eq(v.mv_size, 5);
+	v.mv_size = sizeof(val);
+	k.mv_data = (void *)"kez";
+	ck_assert_int_eq(store_sum_check(&k, &v), -1);
+}
+END_TEST
+
 static Suite *damage_suite(void)
 {
 	Suite *s = suite_create("store_damage");
@@ -563,6 +580,7 @@ static Suite *damage_suite(void)
 
 	dml_test_tmpdir_fixture(tc, "check_store_damage", 1);
 	tcase_set_timeout(tc, 240);
+	tcase_add_test(tc, test_sum_is_crc32c);
 	tcase_add_test(tc, test_server_store_damage);
 	tcase_add_test(tc, test_sched_store_damage);
 	suite_add_tcase(s, tc);
