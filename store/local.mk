@@ -3,7 +3,7 @@
 # the parameter tables: this one is the log, hence its name.
 noinst_LTLIBRARIES += store/libdmlstorelog.la
 store_libdmlstorelog_la_SOURCES = store/store.c store/checkpoint.c store/ckpt_writer.c \
-	store/sched_store.c store/store_sum.c store/store_check.c \
+	store/sched_store.c store/store_meta.c store/store_sum.c store/store_check.c \
 	store/manifest.c
 store_libdmlstorelog_la_CFLAGS = $(AM_CFLAGS)
 store_libdmlstorelog_la_LIBADD = $(LMDB_LIBS) -lpthread
