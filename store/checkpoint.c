@@ -16,6 +16,8 @@
  *	u32 table, u8 dense, u64 begin, u64 n, u32 row_floats,
  *	u64 keys[n] (sparse only), f32 rows[n * row_floats]
  *
+ * and, as every value of a store, its CRC32C (store_sum.c).
+ *
  * A checkpoint is written in one write transaction that, at its end,
  * names it newest, lists it under its clock, and deletes what nothing
  * needs any more: the previous newest when no clock lists it, and the
@@ -87,11 +89,21 @@ int store_ckpt_open(struct dml_store *s, uint64_t map_size, uint32_t node_id, ch
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/ckpt", s->path) >= sizeof(path))
 		return dml_fail(DML_EINVAL, err, errlen, "%s: path too long", s->path);
+	rc = store_manifest_ckpt_load(s, err, errlen);
+	if (rc)
+		return rc;
 	/* Always synced: a checkpoint's end deletes log records. */
 	rc = store_open(path, map_size, 0, STORE_CKPT, node_id, &s->ck, err, errlen);
-	if (rc || store_meta_u64(s->ck, store_run_key) == run)
-		return rc;
-	return reset(s->ck, run, err, errlen);
+	if (!rc)
+		rc = store_manifest_check(s, err, errlen);
+	if (!rc && store_meta_u64(s->ck, store_run_key) != run)
+		rc = reset(s->ck, run, err, errlen);
+	return rc ? rc : store_manifest_save(s, err, errlen);
+}
+
+uint64_t store_ckpt_id(struct dml_store *s)
+{
+	return s->ck ? store_meta_u64(s->ck, id_key) : 0;
 }
 
 int store_ckpt_start_run(struct dml_store *s, uint64_t run, char *err, size_t errlen)
@@ -160,7 +172,8 @@ static int snap_lists(struct dml_store *s, MDB_txn *txn, uint64_t id, int *liste
 		return rc;
 	for (rc = mdb_cursor_get(c, &k, &v, MDB_FIRST); !rc && !*listed;
 	     rc = mdb_cursor_get(c, &k, &v, MDB_NEXT))
-		*listed = v.mv_size == SN_SIZE && dml_load_le64(v.mv_data) == id;
+		*listed = !store_sum_check(&k, &v) && v.mv_size == SN_SIZE &&
+			  dml_load_le64(v.mv_data) == id;
 	mdb_cursor_close(c);
 	return rc == MDB_NOTFOUND ? 0 : rc;
 }
@@ -181,7 +194,7 @@ static int unlist(struct dml_store *s, MDB_txn *txn, MDB_val *k, uint64_t newest
 {
 	MDB_val v;
 	uint64_t id;
-	int rc = mdb_get(txn, s->snaps, k, &v);
+	int rc = store_sum_get(txn, s->snaps, k, &v);
 
 	if (rc)
 		return rc;
@@ -205,8 +218,7 @@ static int list(struct dml_store *s, MDB_txn *txn, uint64_t id)
 	store_put_le64(vb + SN_BYTES, s->ckpt_bytes);
 	store_put_le64(vb + SN_VERSION, s->info.version);
 	store_put_le64(vb + SN_MS, (uint64_t)time(NULL) * 1000);
-	v = (MDB_val){ .mv_size = sizeof(vb), .mv_data = vb };
-	rc = mdb_put(txn, s->snaps, &k, &v, 0);
+	rc = store_sum_put(txn, s->snaps, &k, vb, sizeof(vb), 0);
 	while (!rc && !(rc = mdb_stat(txn, s->snaps, &st)) && st.ms_entries > s->info.keep) {
 		MDB_cursor *c;
 		MDB_val first, fv;
@@ -303,7 +315,7 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 	struct dml_store *c = s ? s->ck : NULL;
 	size_t bytes = r ? chunk_bytes(r->dense, r->n, r->row_floats) : 0;
 	uint8_t kb[16], *p;
-	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v = { .mv_size = bytes };
+	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb }, v = { .mv_size = bytes + STORE_SUM };
 	int rc;
 
 	store_err_clear(err, errlen);
@@ -329,6 +341,7 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 		p += r->n * 8;
 	}
 	memcpy(p, r->rows, r->n * r->row_floats * sizeof(float));
+	store_sum_seal(&k, v.mv_data, bytes);
 	return 0;
 }
 
@@ -375,8 +388,14 @@ int dml_store_checkpoint_end(struct dml_store *s, int commit, char *err, size_t 
 	rc = mdb_txn_commit(txn);
 	if (rc)
 		return store_commit_fail(c, rc, err, errlen);
+	/* The manifest names it before the log goes: a ckpt/ put back from
+	 * before it is refused rather than read with records missing. */
+	rc = store_manifest_write(s, &(struct store_manifest){ .id = s->mf.id, .run = s->mf.run,
+				  .ckpt = c->ckpt_id, .ckpt_lsn = c->info.lsn,
+				  .last = s->mf.last > c->info.lsn ? s->mf.last : c->info.lsn },
+				  err, errlen);
 	/* The rows hold these records now; a replay skips any left behind. */
-	return log_truncate(s, c->info.lsn, err, errlen);
+	return rc ? rc : log_truncate(s, c->info.lsn, err, errlen);
 }
 
 /* ---- the checkpoints listed ------------------------------------------------- */

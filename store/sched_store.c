@@ -1,7 +1,8 @@
 /*
  * dml-sched's store (sched_store.h): two databases of a STORE_SCHED
  * environment, written through one write transaction that stays open
- * between commits (the scheduler's loop is its only writer).
+ * between commits (the scheduler's loop is its only writer). Every value
+ * carries its CRC32C (store_sum.c), checked as it is read.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ int dml_sched_store_put(struct dml_store *s, enum dml_sched_db db, uint64_t key,
 			const void *val, size_t len, char *err, size_t errlen)
 {
 	uint8_t kb[8];
-	MDB_val k = { sizeof(kb), kb }, v = { len, (void *)val };
+	MDB_val k = { sizeof(kb), kb };
 	int rc;
 
 	store_err_clear(err, errlen);
@@ -37,7 +38,7 @@ int dml_sched_store_put(struct dml_store *s, enum dml_sched_db db, uint64_t key,
 		return store_lmdb_fail(s, rc, "write", err, errlen);
 	}
 	store_put_be64(kb, key);
-	rc = mdb_put(s->txn, db_of(s, db), &k, &v, 0);
+	rc = store_sum_put(s->txn, db_of(s, db), &k, val, len, 0);
 	if (rc) {
 		/* LMDB leaves a transaction that failed a put unusable. */
 		mdb_txn_abort(s->txn);
@@ -54,14 +55,27 @@ int dml_sched_store_dirty(const struct dml_store *s)
 
 int dml_sched_store_commit(struct dml_store *s, char *err, size_t errlen)
 {
+	uint64_t n;
 	int rc;
 
 	store_err_clear(err, errlen);
 	if (!s || !s->txn)
 		return 0;
+	/* The commits counted, in the manifest too: a data.mdb put back from
+	 * before them is refused. */
+	rc = store_meta_get_u64(s, s->txn, store_commits_key, &n);
+	if (!rc)
+		rc = store_meta_put_u64(s, s->txn, store_commits_key, n + 1);
+	if (rc) {
+		mdb_txn_abort(s->txn);
+		s->txn = NULL;
+		return store_commit_fail(s, rc, err, errlen);
+	}
 	rc = mdb_txn_commit(s->txn);
 	s->txn = NULL;
-	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
+	if (rc)
+		return store_commit_fail(s, rc, err, errlen);
+	return store_manifest_save(s, err, errlen);
 }
 
 struct each_ctx {

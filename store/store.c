@@ -17,7 +17,8 @@
  *	u64 end, u32 nkeys, u32 width,
  *	f32 weight (weighted pushes only: a weight other than 1),
  *	u64 keys[nkeys] (sparse only; nkeys is 0 when dense),
- *	f32 values[(dense ? end - begin : nkeys) * width]
+ *	f32 values[(dense ? end - begin : nkeys) * width],
+ *	and, as every value of a store, u32 CRC32C of key and record (store_sum.c)
  *
  * A step record (flag 32 alone with dense: no rows, no keys, width 1, no
  * values) marks where a server applied the deferred pushes before it as
@@ -139,7 +140,7 @@ void store_err_clear(char *err, size_t errlen)
 static int lmdb_damaged(int rc)
 {
 	return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED ||
-	       rc == MDB_PANIC || rc == MDB_INCOMPATIBLE;
+	       rc == MDB_PANIC || rc == MDB_INCOMPATIBLE || rc == MDB_PAGE_NOTFOUND;
 }
 
 /* An LMDB failure while doing what (may be ""), as a dml code and err. */
@@ -430,13 +431,13 @@ static int meta_check(struct dml_store *s, MDB_txn *txn, const char *name, uint3
 {
 	MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name }, v;
 	uint8_t b[4];
-	int rc = mdb_get(txn, s->meta, &k, &v);
+	int rc = store_sum_get(txn, s->meta, &k, &v);
 
 	if (rc == MDB_NOTFOUND) {
 		dml_store_le32(b, want);
 		v.mv_size = sizeof(b);
 		v.mv_data = b;
-		rc = mdb_put(txn, s->meta, &k, &v, 0);
+		rc = store_sum_put(txn, s->meta, &k, b, sizeof(b), 0);
 	}
 	if (rc)
 		return store_lmdb_fail(s, rc, "open", err, errlen);
@@ -571,11 +572,15 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 	/* The checkpoints' environment lies within the log's, under its lock. */
 	rc = kind == STORE_CKPT ? 0 : lock_owner(s, err, errlen);
 	if (!rc)
+		rc = store_files_check(s, err, errlen);
+	if (!rc)
 		rc = env_open(s, map_size, nosync, err, errlen);
 	if (!rc)
 		rc = dbs_open(s, node_id, err, errlen);
 	if (!rc && kind == STORE_SERVER)
 		rc = store_ckpt_open(s, map_size, node_id, err, errlen);
+	if (!rc && kind == STORE_SCHED && !(rc = store_manifest_check(s, err, errlen)))
+		rc = store_manifest_save(s, err, errlen);
 	if (rc) {
 		dml_store_close(s);
 		return rc;
@@ -589,6 +594,7 @@ int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind 
 		return dml_fail(DML_EIO, err, errlen, "%s: cannot start the log's flusher: %s",
 				path, strerror(rc));
 	}
+	s->mf_ok = 1;
 	*out = s;
 	return 0;
 }
@@ -597,7 +603,11 @@ void dml_store_close(struct dml_store *s)
 {
 	if (!s)
 		return;
+	/* The last commits flushed first: the manifest must not run ahead. */
 	store_syncer_stop(s);
+	/* The records written: a log put back from before them is refused. */
+	if (s->mf_ok && s->kind == STORE_SERVER)
+		store_manifest_save(s, NULL, 0);
 	dml_store_close(s->ck);
 	if (s->ckpt_txn)
 		mdb_txn_abort(s->ckpt_txn);
@@ -701,11 +711,10 @@ static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, si
 	size_t end = i + 1 < s->n ? s->offs[i + 1] : s->len;
 	uint8_t kb[8];
 	MDB_val k = { .mv_size = sizeof(kb), .mv_data = kb };
-	MDB_val v = { .mv_size = end - s->offs[i], .mv_data = p };
 	int rc;
 
 	store_put_be64(kb, s->next_lsn + i);
-	rc = mdb_put(txn, s->log, &k, &v, MDB_APPEND);
+	rc = store_sum_put(txn, s->log, &k, p, end - s->offs[i], MDB_APPEND);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
 	/* Rows records carry a sequence only when they record one; steps none. */
@@ -752,81 +761,8 @@ int dml_store_commit(struct dml_store *s, char *err, size_t errlen)
 
 const char store_run_key[] = "run";
 
-int store_meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out)
-{
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
-	int rc = mdb_get(txn, s->meta, &k, &v);
-
-	*out = 0;
-	if (rc == MDB_NOTFOUND)
-		return 0;
-	if (!rc && v.mv_size == 8)
-		*out = dml_load_le64(v.mv_data);
-	return rc;
-}
-
-int store_meta_put_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t value)
-{
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
-	uint8_t b[8];
-	MDB_val v = { .mv_size = sizeof(b), .mv_data = b };
-
-	store_put_le64(b, value);
-	return mdb_put(txn, s->meta, &k, &v, 0);
-}
-
-uint64_t store_meta_u64(struct dml_store *s, const char *key)
-{
-	uint64_t value = 0;
-	MDB_txn *txn;
-
-	if (!s || mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != 0)
-		return 0;
-	if (store_meta_get_u64(s, txn, key, &value) != 0)
-		value = 0;
-	mdb_txn_abort(txn);
-	return value;
-}
-
 static const char log_version_key[] = "log_version";
 const char store_log_map_key[] = "log_map";
-
-int store_meta_put_bytes(struct dml_store *s, MDB_txn *txn, const char *key,
-			 const void *bytes, size_t len)
-{
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key };
-	MDB_val v = { .mv_size = len, .mv_data = (void *)bytes };
-	int rc;
-
-	if (bytes)
-		return mdb_put(txn, s->meta, &k, &v, 0);
-	rc = mdb_del(txn, s->meta, &k, NULL);
-	return rc == MDB_NOTFOUND ? 0 : rc;
-}
-
-int store_meta_get_bytes(struct dml_store *s, const char *key, void **out, size_t *len)
-{
-	MDB_val k = { .mv_size = strlen(key), .mv_data = (void *)key }, v;
-	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-
-	*out = NULL;
-	*len = 0;
-	if (rc)
-		return rc;
-	rc = mdb_get(txn, s->meta, &k, &v);
-	if (rc == 0 && v.mv_size) {
-		*out = malloc(v.mv_size);
-		if (*out) {
-			memcpy(*out, v.mv_data, v.mv_size);
-			*len = v.mv_size;
-		} else {
-			rc = DML_ENOMEM;
-		}
-	}
-	mdb_txn_abort(txn);
-	return rc == MDB_NOTFOUND ? 0 : rc;
-}
 
 uint64_t dml_store_run(struct dml_store *s)
 {
@@ -847,6 +783,12 @@ int dml_store_start_run(struct dml_store *s, uint64_t run, uint64_t version,
 	store_err_clear(err, errlen);
 	if (!s)
 		return DML_EINVAL;
+	/* The manifest of the new run first: an open after a crash that cut
+	 * this short takes the log of the run before as it is. */
+	rc = store_manifest_write(s, &(struct store_manifest){ .id = s->mf.id, .run = run }, err,
+				  errlen);
+	if (rc)
+		return rc;
 	rc = mdb_txn_begin(s->env, NULL, 0, &txn);
 	if (rc)
 		return store_commit_fail(s, rc, err, errlen);
@@ -901,6 +843,10 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 		op = MDB_NEXT;
 		if (mrc) {
 			rc = mrc == MDB_NOTFOUND ? 0 : store_lmdb_fail(s, mrc, what, err, errlen);
+			break;
+		}
+		if (store_sum_check(&k, &v)) {
+			rc = store_bad_sum(s, what, &k, err, errlen);
 			break;
 		}
 		rc = one(s, &k, &v, ctx, err, errlen);

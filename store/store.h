@@ -33,9 +33,10 @@
 
 /*
  * The format this build writes and reads (the "meta" database says). 3:
- * checkpoints under ids, some listed under a clock, in PATH/ckpt.
+ * checkpoints under ids, some listed under a clock, in PATH/ckpt. 4: every
+ * value ends in its CRC32C, and PATH/manifest says what the store holds.
  */
-#define DML_STORE_FORMAT 3
+#define DML_STORE_FORMAT 4
 
 enum dml_durability {
 	DML_DURABILITY_SYNC,      /* acknowledge after the batch is on disk */

@@ -6,12 +6,10 @@
  * "dedupe" maps 12 bytes, the worker id (u32) and the incarnation (u64),
  * both big-endian so that one worker's entries lie together, to the seq
  * (u64) and the log number of the record that last raised it (u64), both
- * little-endian. Incarnations are random numbers: their order says nothing
- * of which process came last, so every incarnation keeps its own entry and
- * the oldest written ones go, STORE_DEDUPE_KEEP kept per worker.
- *
- * Stores written before kept one entry per worker under a 4-byte key
- * (incarnation u64, seq u64): read as such, and the first to go.
+ * little-endian, and the value's checksum (store_sum.c). Incarnations are
+ * random numbers: their order says nothing of which process came last, so
+ * every incarnation keeps its own entry and the oldest written ones go,
+ * STORE_DEDUPE_KEEP kept per worker.
  *
  * Must never: let one incarnation's entry stand for another's.
  */
@@ -25,13 +23,14 @@
 #include "util.h"
 
 #define KEY_LEN 12
-#define LEGACY_KEY_LEN 4
+#define WORKER_LEN 4
 #define VAL_LEN 16
 
-/* The log number an entry was written under; 0 for a legacy entry. */
-static uint64_t entry_stamp(const MDB_val *k, const MDB_val *v)
+/* The log number an entry was written under (0 for one too short to say:
+ * the first to go; the walk at open refuses such a store anyway). */
+static uint64_t entry_stamp(const MDB_val *v)
 {
-	return k->mv_size == KEY_LEN ? dml_load_le64((const uint8_t *)v->mv_data + 8) : 0;
+	return v->mv_size >= VAL_LEN ? dml_load_le64((const uint8_t *)v->mv_data + 8) : 0;
 }
 
 /*
@@ -41,7 +40,7 @@ static uint64_t entry_stamp(const MDB_val *k, const MDB_val *v)
 static int make_room(struct dml_store *s, MDB_txn *txn, uint32_t worker, char *err,
 		     size_t errlen)
 {
-	uint8_t prefix[LEGACY_KEY_LEN], oldest[KEY_LEN];
+	uint8_t prefix[WORKER_LEN], oldest[KEY_LEN];
 	MDB_val k = { .mv_size = sizeof(prefix), .mv_data = prefix }, v;
 	MDB_cursor *cur;
 	uint64_t oldest_stamp = UINT64_MAX;
@@ -53,11 +52,11 @@ static int make_room(struct dml_store *s, MDB_txn *txn, uint32_t worker, char *e
 		return store_commit_fail(s, rc, err, errlen);
 	for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0;
 	     rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-		if (k.mv_size < LEGACY_KEY_LEN || memcmp(k.mv_data, prefix, sizeof(prefix)))
+		if (k.mv_size < WORKER_LEN || memcmp(k.mv_data, prefix, sizeof(prefix)))
 			break;
 		n++;
-		if (entry_stamp(&k, &v) < oldest_stamp && k.mv_size <= sizeof(oldest)) {
-			oldest_stamp = entry_stamp(&k, &v);
+		if (entry_stamp(&v) < oldest_stamp && k.mv_size <= sizeof(oldest)) {
+			oldest_stamp = entry_stamp(&v);
 			oldest_len = k.mv_size;
 			memcpy(oldest, k.mv_data, k.mv_size);
 		}
@@ -83,7 +82,9 @@ int store_dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 
 	store_put_be32(kb, worker);
 	store_put_be64(kb + 4, incarnation);
-	rc = mdb_get(txn, s->dedupe, &k, &v);
+	rc = store_sum_get(txn, s->dedupe, &k, &v);
+	if (rc == MDB_CORRUPTED)
+		return store_bad_sum(s, "dedupe", &k, err, errlen);
 	if (rc && rc != MDB_NOTFOUND)
 		return store_commit_fail(s, rc, err, errlen);
 	if (!rc && v.mv_size != VAL_LEN)
@@ -95,9 +96,7 @@ int store_dedupe_update(struct dml_store *s, MDB_txn *txn, uint32_t worker,
 		return rc;
 	store_put_le64(vb, seq);
 	store_put_le64(vb + 8, lsn);
-	v.mv_size = sizeof(vb);
-	v.mv_data = vb;
-	rc = mdb_put(txn, s->dedupe, &k, &v, 0);
+	rc = store_sum_put(txn, s->dedupe, &k, vb, sizeof(vb), 0);
 	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
 }
 
@@ -113,15 +112,13 @@ static int dedupe_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, v
 	struct dedupe_ctx *dc = ctx;
 	uint32_t worker;
 
-	if (k->mv_size != KEY_LEN && k->mv_size != LEGACY_KEY_LEN)
+	if (k->mv_size != KEY_LEN)
 		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe key of %zu bytes, want %d",
 				s->path, k->mv_size, KEY_LEN);
 	worker = store_get_be32(kp);
 	if (v->mv_size != VAL_LEN)
 		return dml_fail(DML_ECONF, err, errlen, "%s: dedupe entry for worker %" PRIu32
 				": %zu bytes, want %d", s->path, worker, v->mv_size, VAL_LEN);
-	if (k->mv_size == LEGACY_KEY_LEN)
-		return dc->fn(worker, dml_load_le64(vp), dml_load_le64(vp + 8), dc->arg);
 	return dc->fn(worker, store_get_be64(kp + 4), dml_load_le64(vp), dc->arg);
 }
 

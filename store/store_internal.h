@@ -19,6 +19,15 @@ enum store_kind {
 	STORE_CKPT = 3,            /* a server's checkpoints: PATH/ckpt of its store */
 };
 
+/* What PATH/manifest says (manifest.c). */
+struct store_manifest {
+	uint64_t id;               /* the store's, in every environment's "meta" too */
+	uint64_t gen;              /* manifests written */
+	uint64_t run;
+	uint64_t ckpt, ckpt_lsn;   /* the newest checkpoint and its last log record */
+	uint64_t last;             /* log records written (scheduler: commits), at least */
+};
+
 struct dml_store {
 	char *path;
 	MDB_env *env;
@@ -45,6 +54,10 @@ struct dml_store {
 	uint64_t ckpt_id;          /* its id (keys of "ckpt" begin with it) */
 	uint64_t ckpt_chunks;      /* chunks it has */
 	uint64_t ckpt_bytes;       /* and their bytes */
+	/* STORE_SERVER, STORE_SCHED: PATH/manifest; mf_ok: the store opened,
+	 * a close writes it (a server's). */
+	struct store_manifest mf;
+	int mf_found, mf_ok;
 	/* Replay hands out keys and values from this aligned copy. */
 	void *scratch;
 	size_t scratch_cap;
@@ -55,6 +68,83 @@ void store_put_be64(uint8_t *p, uint64_t v);
 uint64_t store_get_be64(const uint8_t *p);
 void store_put_be32(uint8_t *p, uint32_t v);
 uint32_t store_get_be32(const uint8_t *p);
+
+/*
+ * Every value a store writes ends in STORE_SUM bytes: the CRC32C of its key
+ * and the value before them (store_sum.c).
+ */
+#define STORE_SUM 4
+
+/** CRC32C of n bytes at data, continuing crc (0 to start). */
+uint32_t store_crc32c(uint32_t crc, const void *data, size_t n);
+
+/** mdb_put of k and len bytes at data (NULL when len is 0), sealed with their sum. */
+int store_sum_put(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, const void *data, size_t len,
+		  unsigned flags);
+
+/** Write the sum of k and len bytes at data into the STORE_SUM bytes after them. */
+void store_sum_seal(const MDB_val *k, void *data, size_t len);
+
+/** Check v's sum against k and drop it from v's size: 0, or -1 when it does not match. */
+int store_sum_check(const MDB_val *k, MDB_val *v);
+
+/** mdb_get with store_sum_check; MDB_CORRUPTED when the sum does not match. */
+int store_sum_get(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
+
+/** "PATH/data.mdb: what: the value of key K does not match its checksum" (DML_ECONF). */
+int store_bad_sum(const struct dml_store *s, const char *what, const MDB_val *k, char *err,
+		  size_t errlen);
+
+/**
+ * DIR/data.mdb's size against its meta pages: 0 (also for no file, *size
+ * 0), or DML_ECONF (err names the file and what is wrong). *last_pg: the
+ * last page the newest meta page says is used. store_check.c.
+ */
+int store_file_check(const char *dir, uint64_t *size, uint64_t *last_pg, char *err,
+		     size_t errlen);
+
+/**
+ * Walk the environment at dir read-only in a child process: every named
+ * database's entries in order, their sums and counts, the free list. 0, or
+ * DML_ECONF naming the file and the damage (a signal in the child too), or
+ * DML_EIO. store_check.c.
+ */
+int store_verify(const char *dir, uint64_t last_pg, char *err, size_t errlen);
+
+/**
+ * Before s's environment is opened: its manifest read (a server's or a
+ * scheduler's store; one saying data.mdb holds what is missing refused),
+ * then store_file_check and store_verify of s->path.
+ */
+int store_files_check(struct dml_store *s, char *err, size_t errlen);
+
+/* ---- manifest.c ---- */
+
+/** "meta"'s key of a scheduler's store's commits. */
+extern const char store_commits_key[];
+
+/** s->mf from PATH/manifest; refused when it names a data.mdb that is missing or empty. */
+int store_manifest_load(struct dml_store *s, char *err, size_t errlen);
+
+/** A server's PATH/ckpt/data.mdb missing or empty while the manifest names a checkpoint: refused. */
+int store_manifest_ckpt_load(struct dml_store *s, char *err, size_t errlen);
+
+/**
+ * The opened environments against the manifest (a store without one: a new
+ * store gets its id, one holding anything is refused). 0 or DML_ECONF (err
+ * names the file and what disagrees), DML_EIO.
+ */
+int store_manifest_check(struct dml_store *s, char *err, size_t errlen);
+
+/** Write the manifest of what s holds now (synced first). 0 or DML_EIO. */
+int store_manifest_save(struct dml_store *s, char *err, size_t errlen);
+
+/** Write manifest m (generation one more). 0 or DML_EIO. */
+int store_manifest_write(struct dml_store *s, const struct store_manifest *m, char *err,
+			 size_t errlen);
+
+/** The id of the newest checkpoint of server store s; 0: none. checkpoint.c. */
+uint64_t store_ckpt_id(struct dml_store *s);
 
 /** err = "" (when there is room). */
 void store_err_clear(char *err, size_t errlen);

@@ -25,6 +25,7 @@
 #include "ckpt_writer.h"
 #include "dml_error.h"
 #include "store.h"
+#include "store_internal.h"
 #include "tmpdir.h"
 #include "util.h"
 
@@ -202,14 +203,20 @@ static void raw_put(const char *db, const void *key, size_t klen, const void *va
 	MDB_txn *txn;
 	MDB_dbi dbi;
 	MDB_env *env = raw_open(&txn, &dbi, db);
-	MDB_val k = { klen, (void *)key }, v = { vlen, (void *)val };
+	uint8_t *sealed = malloc(vlen + STORE_SUM);
+	MDB_val k = { klen, (void *)key }, v = { vlen + STORE_SUM, sealed };
 
+	/* With its checksum: what the store's decoders make of it is the test. */
+	ck_assert_ptr_nonnull(sealed);
+	memcpy(sealed, val, vlen);
+	store_sum_seal(&k, sealed, vlen);
 	ck_assert_int_eq(mdb_put(txn, dbi, &k, &v, 0), 0);
+	free(sealed);
 	ck_assert_int_eq(mdb_txn_commit(txn), 0);
 	mdb_env_close(env);
 }
 
-/* Copy the value under key into buf (cap bytes); its size. */
+/* Copy the value under key into buf (cap bytes), its checksum checked and left out; its size. */
 static size_t raw_get(const char *db, const void *key, size_t klen, void *buf, size_t cap)
 {
 	MDB_txn *txn;
@@ -218,6 +225,7 @@ static size_t raw_get(const char *db, const void *key, size_t klen, void *buf, s
 	MDB_val k = { klen, (void *)key }, v;
 
 	ck_assert_int_eq(mdb_get(txn, dbi, &k, &v), 0);
+	ck_assert_int_eq(store_sum_check(&k, &v), 0);
 	ck_assert_uint_le(v.mv_size, cap);
 	memcpy(buf, v.mv_data, v.mv_size);
 	mdb_txn_abort(txn);
@@ -280,8 +288,10 @@ START_TEST(test_round_trip_dense_and_sparse)
 		ck_assert_uint_eq(bytes, 0);
 		replay_expect(s, 0, 2);
 		dml_store_close(s);
+		/* A new store: a data.mdb gone while the manifest names it is refused. */
 		unlink(dml_test_tmpdir_path(err, sizeof(err), "data.mdb"));
 		unlink(dml_test_tmpdir_path(err, sizeof(err), "lock.mdb"));
+		unlink(dml_test_tmpdir_path(err, sizeof(err), "manifest"));
 	}
 }
 END_TEST
@@ -441,7 +451,8 @@ START_TEST(test_dedupe_bad_entry_refused)
 {
 	struct dml_store *s = open_ok(1, MAP);
 	struct seen_dedupe d = { .n = 0 };
-	uint8_t key[4] = { 0, 0, 0, 42 }, val[15] = { 0 };
+	/* Worker 42, incarnation 1; a value a byte short (its checksum right). */
+	uint8_t key[12] = { 0, 0, 0, 42, 0, 0, 0, 0, 0, 0, 0, 1 }, val[15] = { 0 };
 	char err[512];
 
 	dml_store_close(s);
@@ -477,7 +488,7 @@ START_TEST(test_other_format_refused)
 
 	dml_store_close(open_ok(1, MAP));
 	raw_put("meta", "format", 6, one, sizeof(one));
-	open_refused(1, DML_ECONF, "store format 1, this build reads 3", NULL);
+	open_refused(1, DML_ECONF, "store format 1, this build reads 4", NULL);
 	raw_put("meta", "format", 6, one, 3);
 	open_refused(1, DML_ECONF, "meta \"format\" of 3 bytes", NULL);
 }
@@ -532,7 +543,7 @@ START_TEST(test_garbage_checkpoint_file_refused)
 	rc = dml_store_open(dir(), MAP, 1, 1, &s, err, sizeof(err));
 	ck_assert_msg(rc == DML_ECONF, "%d %s", rc, err);
 	ck_assert_ptr_null(s);
-	ck_assert_msg(strstr(err, "/ckpt/data.mdb: not a dml store or damaged"), "%s", err);
+	ck_assert_msg(strstr(err, "/ckpt/data.mdb: damaged"), "%s", err);
 }
 END_TEST
 
@@ -555,8 +566,8 @@ END_TEST
 
 START_TEST(test_creates_directory)
 {
-	static const char *const made[] = { "data.mdb", "lock.mdb", "owner", "ckpt/data.mdb",
-					    "ckpt/lock.mdb", "ckpt" };
+	static const char *const made[] = { "data.mdb", "lock.mdb", "owner", "manifest",
+					    "ckpt/data.mdb", "ckpt/lock.mdb", "ckpt" };
 	struct dml_store *s = NULL;
 	char sub[DML_TEST_PATH_MAX], p[DML_TEST_PATH_MAX + 16], err[512];
 	struct stat st;
@@ -1179,6 +1190,11 @@ START_TEST(test_checkpoints_of_another_run_dropped)
 	s = open_ok(1, 0);
 	checkpoint_listed(s, 10, 3);
 	listed_expect(s, "10");
+	/* What start_run does first, the manifest of the new run; then the
+	 * log's part, and a crash before the checkpoints' (no close). */
+	ck_assert_int_eq(store_manifest_write(s, &(struct store_manifest){ .id = s->mf.id,
+					      .run = 5 }, err, sizeof(err)), 0);
+	s->mf_ok = 0;
 	dml_store_close(s);
 	raw_put("meta", "run", 3, run, sizeof(run));
 	s = open_ok(1, 0);

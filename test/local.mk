@@ -320,6 +320,20 @@ test_check_store_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIB
 
 # dml-sched's store: round trips in key order, only commits survive, a full
 # map, and neither daemon opens the other's store.
+check_PROGRAMS += test/check_store_refusals
+TESTS += test/check_store_refusals
+test_check_store_refusals_SOURCES = test/check_store_refusals.c test/harness.c test/harness.h
+test_check_store_refusals_CFLAGS = $(TEST_CFLAGS)
+test_check_store_refusals_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la \
+	$(TEST_LIBS)
+
+check_PROGRAMS += test/check_store_damage
+TESTS += test/check_store_damage
+test_check_store_damage_SOURCES = test/check_store_damage.c test/tmpdir.c test/tmpdir.h
+test_check_store_damage_CFLAGS = $(TEST_CFLAGS)
+test_check_store_damage_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) \
+	$(TEST_LIBS)
+
 check_PROGRAMS += test/check_sched_store
 TESTS += test/check_sched_store
 test_check_sched_store_SOURCES = test/check_sched_store.c test/tmpdir.c test/tmpdir.h
