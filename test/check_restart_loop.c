@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check_run.h"
 #include "dml.h"
@@ -140,6 +142,71 @@ START_TEST(test_log_never_fills_the_map)
 }
 END_TEST
 
+/*
+ * A full file system (a 1 MiB tmpfs; root only, else skipped): the commit
+ * that fails stops the server, and its log says why in words an operator
+ * acts on, not as LMDB's bare I/O error.
+ */
+START_TEST(test_full_disk_is_named)
+{
+	static float ones[KEYS * WIDTH];
+	struct dml_test_server_conf sc = { 0 };
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	char *dir, *cmd, *store, *log;
+	int failed = 0;
+	dml_handle_t h;
+	dml_t *d;
+
+	if (geteuid() != 0) {
+		printf("SKIP: test_full_disk_is_named: not root (mounts a small tmpfs)\n");
+		return;
+	}
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ones[i] = 1.0f;
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&dir, "%s/tiny", dml_test_env_dir(env)), 0);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	ck_assert_int_gt(asprintf(&cmd, "mount -t tmpfs -o size=1m dml-test %s 2>/dev/null", dir),
+			 0);
+	if (system(cmd) != 0) {
+		printf("SKIP: test_full_disk_is_named: cannot mount a tmpfs\n");
+		free(cmd);
+		free(dir);
+		dml_test_env_free(env);
+		return;
+	}
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
+				  "checkpoint_log = 0\nmap_size = 64M\n", dir), 0);
+	sc.node_id = 1;
+	sc.staleness = -1;
+	sc.tables = tables;
+	sc.extra = store;
+	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	d = client(env, s, "worker");
+	/* 1 MiB holds some fifteen pushes of 64 KiB. */
+	for (int k = 0; k < 64 && !failed; k++)
+		failed = dml_push_range(d, 0, 0, KEYS, ones, &h) != 0 || dml_wait(d, h) != 0;
+	ck_assert_msg(failed, "64 pushes of 64 KiB fit a 1 MiB file system");
+	dml_close(d);
+	for (int i = 0; i < WAIT_MS / 10 && dml_test_server_alive(s); i++)
+		usleep(10000);
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(s), &log), 0);
+	ck_assert_msg(strstr(log, "no space left on the file system") != NULL,
+		      "the server's log does not name the full disk:\n%s", log);
+	printf("check_restart_loop: a full file system: %s\n",
+	       strstr(log, "no space left on the file system"));
+	free(log);
+	dml_test_server_kill(s);
+	snprintf(cmd, strlen(cmd) + 1, "umount %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+	free(cmd);
+	free(store);
+	free(dir);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *restart_loop_suite(void)
 {
 	Suite *s = suite_create("restart_loop");
@@ -148,6 +215,7 @@ static Suite *restart_loop_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_replay_counts_to_checkpoint);
 	tcase_add_test(tc, test_log_never_fills_the_map);
+	tcase_add_test(tc, test_full_disk_is_named);
 	suite_add_tcase(s, tc);
 	return s;
 }
