@@ -6,7 +6,8 @@
  * before it fills the map (which used to stop the server at every start,
  * for ever). Each life of the server: a worker pushes a few whole-table
  * pushes of ones (sgd, lr 1, from zeros: every row counts the pushes
- * applied), then the server is SIGKILLed and started again.
+ * applied), then the server is SIGKILLed and started again. And a full
+ * file system is named as such when it stops the server.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -207,6 +208,54 @@ START_TEST(test_full_disk_is_named)
 }
 END_TEST
 
+/*
+ * One life, no restart: windows of 56 pushes of 64 KiB in flight into a
+ * 4 MiB map, 35 MiB in all, with no checkpoint_log: the checkpoints the
+ * log's half of the map calls for keep trimming it between group commits,
+ * and every push is in the table once.
+ */
+#define BURST_WINDOW 56
+#define BURST_PUSHES 560
+
+START_TEST(test_burst_never_fills_the_map)
+{
+	static float ones[KEYS * WIDTH], got[KEYS * WIDTH];
+	struct dml_test_server_conf sc = { 0 };
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	dml_handle_t h[BURST_WINDOW];
+	char *store;
+	dml_t *d;
+
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ones[i] = 1.0f;
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
+				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
+	sc.node_id = 1;
+	sc.staleness = -1;
+	sc.tables = tables;
+	sc.extra = store;
+	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	d = client(env, s, "worker");
+	for (int r = 0; r < BURST_PUSHES / BURST_WINDOW; r++) {
+		for (int k = 0; k < BURST_WINDOW; k++)
+			ck_assert_int_eq(dml_push_range(d, 0, 0, KEYS, ones, &h[k]), 0);
+		for (int k = 0; k < BURST_WINDOW; k++)
+			ck_assert_msg(dml_wait(d, h[k]) == 0, "round %d push %d: %s", r, k,
+				      dml_error_detail(d));
+	}
+	ck_assert_int_eq(dml_pull_range(d, 0, 0, KEYS, got, &h[0]), 0);
+	ck_assert_int_eq(dml_wait(d, h[0]), 0);
+	dml_close(d);
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ck_assert_msg(got[i] == -(float)BURST_PUSHES, "value %zu is %g", i, got[i]);
+	ck_assert_int_eq(dml_test_server_stop(s, WAIT_MS), 0);
+	free(store);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *restart_loop_suite(void)
 {
 	Suite *s = suite_create("restart_loop");
@@ -216,6 +265,7 @@ static Suite *restart_loop_suite(void)
 	tcase_add_test(tc, test_replay_counts_to_checkpoint);
 	tcase_add_test(tc, test_log_never_fills_the_map);
 	tcase_add_test(tc, test_full_disk_is_named);
+	tcase_add_test(tc, test_burst_never_fills_the_map);
 	suite_add_tcase(s, tc);
 	return s;
 }
