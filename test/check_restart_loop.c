@@ -6,13 +6,16 @@
  * before it fills the map (which used to stop the server at every start,
  * for ever). Each life of the server: a worker pushes a few whole-table
  * pushes of ones (sgd, lr 1, from zeros: every row counts the pushes
- * applied), then the server is SIGKILLed and started again.
+ * applied), then the server is SIGKILLed and started again. And a full
+ * file system is named as such when it stops the server.
  */
 #define _GNU_SOURCE
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "check_run.h"
 #include "dml.h"
@@ -140,6 +143,119 @@ START_TEST(test_log_never_fills_the_map)
 }
 END_TEST
 
+/*
+ * A full file system (a 1 MiB tmpfs; root only, else skipped): the commit
+ * that fails stops the server, and its log says why in words an operator
+ * acts on, not as LMDB's bare I/O error.
+ */
+START_TEST(test_full_disk_is_named)
+{
+	static float ones[KEYS * WIDTH];
+	struct dml_test_server_conf sc = { 0 };
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	char *dir, *cmd, *store, *log;
+	int failed = 0;
+	dml_handle_t h;
+	dml_t *d;
+
+	if (geteuid() != 0) {
+		printf("SKIP: test_full_disk_is_named: not root (mounts a small tmpfs)\n");
+		return;
+	}
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ones[i] = 1.0f;
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&dir, "%s/tiny", dml_test_env_dir(env)), 0);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	ck_assert_int_gt(asprintf(&cmd, "mount -t tmpfs -o size=1m dml-test %s 2>/dev/null", dir),
+			 0);
+	if (system(cmd) != 0) {
+		printf("SKIP: test_full_disk_is_named: cannot mount a tmpfs\n");
+		free(cmd);
+		free(dir);
+		dml_test_env_free(env);
+		return;
+	}
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
+				  "checkpoint_log = 0\nmap_size = 64M\n", dir), 0);
+	sc.node_id = 1;
+	sc.staleness = -1;
+	sc.tables = tables;
+	sc.extra = store;
+	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	d = client(env, s, "worker");
+	/* 1 MiB holds some fifteen pushes of 64 KiB. */
+	for (int k = 0; k < 64 && !failed; k++)
+		failed = dml_push_range(d, 0, 0, KEYS, ones, &h) != 0 || dml_wait(d, h) != 0;
+	ck_assert_msg(failed, "64 pushes of 64 KiB fit a 1 MiB file system");
+	dml_close(d);
+	for (int i = 0; i < WAIT_MS / 10 && dml_test_server_alive(s); i++)
+		usleep(10000);
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(s), &log), 0);
+	ck_assert_msg(strstr(log, "no space left on the file system") != NULL,
+		      "the server's log does not name the full disk:\n%s", log);
+	printf("check_restart_loop: a full file system: %s\n",
+	       strstr(log, "no space left on the file system"));
+	free(log);
+	dml_test_server_kill(s);
+	snprintf(cmd, strlen(cmd) + 1, "umount %s", dir);
+	ck_assert_int_eq(system(cmd), 0);
+	free(cmd);
+	free(store);
+	free(dir);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/*
+ * One life, no restart: windows of 56 pushes of 64 KiB in flight into a
+ * 4 MiB map, 35 MiB in all, with no checkpoint_log: the checkpoints the
+ * log's half of the map calls for keep trimming it between group commits,
+ * and every push is in the table once.
+ */
+#define BURST_WINDOW 56
+#define BURST_PUSHES 560
+
+START_TEST(test_burst_never_fills_the_map)
+{
+	static float ones[KEYS * WIDTH], got[KEYS * WIDTH];
+	struct dml_test_server_conf sc = { 0 };
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	dml_handle_t h[BURST_WINDOW];
+	char *store;
+	dml_t *d;
+
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ones[i] = 1.0f;
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
+				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
+	sc.node_id = 1;
+	sc.staleness = -1;
+	sc.tables = tables;
+	sc.extra = store;
+	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	d = client(env, s, "worker");
+	for (int r = 0; r < BURST_PUSHES / BURST_WINDOW; r++) {
+		for (int k = 0; k < BURST_WINDOW; k++)
+			ck_assert_int_eq(dml_push_range(d, 0, 0, KEYS, ones, &h[k]), 0);
+		for (int k = 0; k < BURST_WINDOW; k++)
+			ck_assert_msg(dml_wait(d, h[k]) == 0, "round %d push %d: %s", r, k,
+				      dml_error_detail(d));
+	}
+	ck_assert_int_eq(dml_pull_range(d, 0, 0, KEYS, got, &h[0]), 0);
+	ck_assert_int_eq(dml_wait(d, h[0]), 0);
+	dml_close(d);
+	for (size_t i = 0; i < KEYS * WIDTH; i++)
+		ck_assert_msg(got[i] == -(float)BURST_PUSHES, "value %zu is %g", i, got[i]);
+	ck_assert_int_eq(dml_test_server_stop(s, WAIT_MS), 0);
+	free(store);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *restart_loop_suite(void)
 {
 	Suite *s = suite_create("restart_loop");
@@ -148,6 +264,8 @@ static Suite *restart_loop_suite(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, test_replay_counts_to_checkpoint);
 	tcase_add_test(tc, test_log_never_fills_the_map);
+	tcase_add_test(tc, test_full_disk_is_named);
+	tcase_add_test(tc, test_burst_never_fills_the_map);
 	suite_add_tcase(s, tc);
 	return s;
 }
