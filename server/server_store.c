@@ -95,7 +95,6 @@ static void checkpoint_now(struct dml_server *s);
 static int checkpoint_due(const struct dml_server *s)
 {
 	const struct server_store *st = s->store;
-
 	uint64_t used, map_size;
 
 	if (s->job.remapping || s->snap || dml_ckpt_writer_writes(st->writer) ||
@@ -104,9 +103,13 @@ static int checkpoint_due(const struct dml_server *s)
 	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log)
 		return 1;
 	/* Whatever checkpoint_log says, a log half its map's size is trimmed
-	 * before it fills the map and stops the server. */
-	return st->logged && dml_store_log_space(st->store, &used, &map_size) == 0 &&
-	       used > map_size / 2;
+	 * before it fills the map and stops the server. Its pages are looked
+	 * at (a read transaction) only once a sixteenth of the map was logged:
+	 * records take at most about twice their bytes in pages, so a log that
+	 * could be near half the map has logged that much, and a commit of a
+	 * busy server with a large map does not pay for the look. */
+	return st->logged >= s->conf->store_map_size / 16 &&
+	       dml_store_log_space(st->store, &used, &map_size) == 0 && used > map_size / 2;
 }
 
 /* ---- batch: the rows that changed, not the pushes ------------------------------ */
