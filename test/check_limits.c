@@ -101,9 +101,7 @@ START_TEST(test_fd_exhaustion_pauses_accepting)
 	size_t from;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	metrics_conf(env, port_file, sizeof(port_file), extra, sizeof(extra));
 	conf.server_extra = extra;
 	/* The server inherits the limit; this process gets its own back. */
 	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &old), 0);
@@ -156,9 +154,7 @@ START_TEST(test_nonfinite_push_is_refused)
 	struct raw r;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	metrics_conf(env, port_file, sizeof(port_file), extra, sizeof(extra));
 	conf.server_extra = extra;
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	raw_open(env, dml_test_server_port(srv), 1, 1, &r);

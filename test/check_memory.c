@@ -117,9 +117,7 @@ START_TEST(test_sparse_pulls_create_no_rows)
 	struct raw r;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	metrics_conf(env, port_file, sizeof(port_file), extra, sizeof(extra));
 	conf.server_extra = extra;
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	raw_open(env, dml_test_server_port(srv), 1, 1, &r);
@@ -187,9 +185,7 @@ START_TEST(test_gone_workers_are_forgotten)
 	struct raw r, stay;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	metrics_conf(env, port_file, sizeof(port_file), extra, sizeof(extra));
 	conf.server_extra = extra;
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	/* One worker stays connected throughout; it is never forgotten. */
@@ -243,9 +239,7 @@ START_TEST(test_unread_pulls_stay_within_output_budget)
 	long rss;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	metrics_conf(env, port_file, sizeof(port_file), extra, sizeof(extra));
 	conf.server_extra = extra;
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	raw_open_fd(env, slow_reader(dml_test_server_port(srv)), 1, 1, &ra);
@@ -290,9 +284,7 @@ START_TEST(test_reader_that_never_reads_is_closed_when_others_wait)
 	struct raw ra, rb;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	metrics_conf(env, port_file, sizeof(port_file), extra, sizeof(extra));
 	conf.server_extra = extra;
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	raw_open_fd(env, slow_reader(dml_test_server_port(srv)), 1, 1, &ra);

@@ -47,6 +47,20 @@ static dml_t *client(struct dml_test_env *env, struct dml_test_server *s, const 
 	return d;
 }
 
+/* An asynchronous server of table 0 with these [store] lines. */
+static struct dml_test_server *start_server(struct dml_test_env *env, const char *store)
+{
+	struct dml_test_server_conf sc = { 0 };
+	struct dml_test_server *s = NULL;
+
+	sc.node_id = 1;
+	sc.staleness = -1;
+	sc.tables = tables;
+	sc.extra = store;
+	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	return s;
+}
+
 /* The pushes a start of the server replayed, from its log since from. */
 static unsigned long long replayed_since(struct dml_test_server *s, size_t from)
 {
@@ -71,7 +85,6 @@ static unsigned long long lives(const char *store_lines, int wait_due)
 {
 	static const char *const written[] = { "checkpoint of ", NULL };
 	static float ones[KEYS * WIDTH], got[KEYS * WIDTH];
-	struct dml_test_server_conf sc = { 0 };
 	struct dml_test_server *s;
 	struct dml_test_env *env;
 	unsigned long long most = 0, replayed = 0;
@@ -85,11 +98,7 @@ static unsigned long long lives(const char *store_lines, int wait_due)
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n%s",
 				  dml_test_env_dir(env), store_lines), 0);
-	sc.node_id = 1;
-	sc.staleness = -1;
-	sc.tables = tables;
-	sc.extra = store;
-	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	s = start_server(env, store);
 	ck_assert_int_eq(dml_test_server_pin_port(s), 0);
 	for (int life = 0; life < LIVES; life++) {
 		d = client(env, s, "worker");
@@ -165,7 +174,6 @@ static void unmount_tiny(void)
 START_TEST(test_full_disk_is_named)
 {
 	static float ones[KEYS * WIDTH];
-	struct dml_test_server_conf sc = { 0 };
 	struct dml_test_server *s;
 	struct dml_test_env *env;
 	char *dir, *cmd, *store, *log;
@@ -196,11 +204,7 @@ START_TEST(test_full_disk_is_named)
 	atexit(unmount_tiny);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
 				  "checkpoint_log = 0\nmap_size = 64M\n", dir), 0);
-	sc.node_id = 1;
-	sc.staleness = -1;
-	sc.tables = tables;
-	sc.extra = store;
-	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	s = start_server(env, store);
 	d = client(env, s, "worker");
 	/* 1 MiB holds some fifteen pushes of 64 KiB. */
 	for (int k = 0; k < 64 && !failed; k++)
@@ -237,7 +241,6 @@ END_TEST
 START_TEST(test_burst_never_fills_the_map)
 {
 	static float ones[KEYS * WIDTH], got[KEYS * WIDTH];
-	struct dml_test_server_conf sc = { 0 };
 	struct dml_test_server *s;
 	struct dml_test_env *env;
 	dml_handle_t h[BURST_WINDOW];
@@ -249,11 +252,7 @@ START_TEST(test_burst_never_fills_the_map)
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
 				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
-	sc.node_id = 1;
-	sc.staleness = -1;
-	sc.tables = tables;
-	sc.extra = store;
-	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
+	s = start_server(env, store);
 	d = client(env, s, "worker");
 	for (int r = 0; r < BURST_PUSHES / BURST_WINDOW; r++) {
 		for (int k = 0; k < BURST_WINDOW; k++)

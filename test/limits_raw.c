@@ -173,6 +173,14 @@ void client_round(struct dml_test_env *env, struct dml_test_server *srv, uint32_
 	dml_close(d);
 }
 
+void metrics_conf(struct dml_test_env *env, char *port_file, size_t port_len, char *extra,
+		  size_t extra_len)
+{
+	snprintf(port_file, port_len, "%s/metrics.port", dml_test_env_dir(env));
+	snprintf(extra, extra_len, "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+}
+
 char *metrics_of(struct dml_test_env *env, const char *port_file)
 {
 	uint16_t port;

@@ -5,6 +5,7 @@
 #ifndef DML_TEST_LIMITS_RAW_H
 #define DML_TEST_LIMITS_RAW_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -53,6 +54,12 @@ void expect_row(struct raw *r, uint64_t key, float a, float b, const char *when)
 int log_count(const struct dml_test_server *s, size_t from, const char *needle);
 /** A libdml worker pushes to and pulls from table 0: the server serves. */
 void client_round(struct dml_test_env *env, struct dml_test_server *srv, uint32_t id);
+/**
+ * A metrics listener on a free port: its port file in env's folder goes to
+ * port_file, the [server] lines that ask for it to extra.
+ */
+void metrics_conf(struct dml_test_env *env, char *port_file, size_t port_len, char *extra,
+		  size_t extra_len);
 /** The metrics page of the server whose metrics port file is given (malloc'ed). */
 char *metrics_of(struct dml_test_env *env, const char *port_file);
 /** The value of an unlabelled metric, -1 when absent. */
