@@ -22,6 +22,7 @@ static const char *const messages[] = {
 	[15] = "request not valid in this connection state",
 	[16] = "interrupted",
 	[17] = "not ready yet, try again shortly",
+	[18] = "the store's map is full",
 	[20] = "bad frame magic (not a dml peer)",
 	[21] = "unsupported protocol version",
 	[22] = "stream ended inside a frame",

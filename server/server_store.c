@@ -77,6 +77,9 @@ struct server_store {
 				    * checkpoints */
 	struct dml_ckpt_writer *writer; /* writes checkpoints on a thread */
 	struct event *written_ev;  /* its results */
+	int full_wait;             /* the batch did not fit: it waits for the
+				    * checkpoint being written to trim the log */
+	int full_trim;             /* the map grew: checkpoint at once */
 };
 
 /* Job-wide checkpoints a server keeps beyond the job's checkpoint_keep. */
@@ -98,9 +101,10 @@ static int checkpoint_due(const struct dml_server *s)
 	uint64_t used, map_size;
 
 	if (s->job.remapping || s->snap || dml_ckpt_writer_writes(st->writer) ||
-	    dml_server_step_pending(s))
+	    dml_server_step_pending(s) || st->full_wait)
 		return 0;
-	if (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log)
+	if (st->full_trim ||
+	    (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log))
 		return 1;
 	/* Whatever checkpoint_log says, a log half its map's size is trimmed
 	 * before it fills the map and stops the server. Its pages are looked
@@ -195,6 +199,52 @@ static int track_changes(struct dml_server *s)
 	return rc;
 }
 
+/*
+ * The batch did not fit in the map (DML_EFULL). Its pushes are in the rows
+ * but not in the log, so no checkpoint may be taken before it commits: the
+ * checkpoint would hold them, and their resends after a crash would be
+ * applied again. A checkpoint being copied or written trims the log when
+ * it ends: the batch waits for that (written_cb commits again), its ACKs
+ * with it. With none under way the map grows by what the batch needs, the
+ * batch commits, and the checkpoint that follows at once trims the log;
+ * LMDB reuses the freed pages, so the map grows no further while
+ * checkpoints keep up (but the commit right after a trim cannot use the
+ * pages it freed: LMDB keeps the last snapshot). Past half of map_size
+ * over it (or two such batches, if more) the server gives up as before. 0 (committed), DML_EAGAIN
+ * (waits) or the failure, with err.
+ */
+static int commit_full(struct dml_server *s, char *err, size_t errlen)
+{
+	struct server_store *st = s->store;
+	uint64_t used, map, step, over = s->conf->store_map_size / 2;
+	size_t bytes = 0;
+	int rc;
+
+	if (s->snap || dml_ckpt_writer_writes(st->writer)) {
+		if (!st->full_wait)
+			dml_warn("store %s: the map is full: %zu records wait for the checkpoint "
+				 "being written to trim the log", s->conf->store_path,
+				 dml_store_pending(st->store, NULL));
+		st->full_wait = 1;
+		return DML_EAGAIN;
+	}
+	/* The records' pages, and the tree pages a commit copies. */
+	dml_store_pending(st->store, &bytes);
+	step = ((uint64_t)bytes + bytes / 4 + (256u << 10) + 0xffff) & ~(uint64_t)0xffff;
+	if (over < 2 * step)
+		over = 2 * step;
+	if (dml_store_log_space(st->store, &used, &map) != 0 ||
+	    map + step > s->conf->store_map_size + over)
+		return DML_EFULL; /* err: the store's "raise [store] map_size" */
+	if ((rc = dml_store_grow(st->store, step, err, errlen)) != 0)
+		return rc;
+	dml_warn("store %s: the map is full: grown to %.1f MiB to commit %zu records; a "
+		 "checkpoint trims the log now", s->conf->store_path,
+		 (double)(map + step) / (1 << 20), dml_store_pending(st->store, NULL));
+	st->full_trim = 1;
+	return dml_store_commit(st->store, err, errlen);
+}
+
 static void commit_now(struct dml_server *s)
 {
 	struct server_store *st = s->store;
@@ -202,12 +252,19 @@ static void commit_now(struct dml_server *s)
 	size_t bytes = 0;
 	int rc = 0;
 
+	/* written_cb commits again once the log is trimmed. */
+	if (st->full_wait)
+		return;
 	if (st->mode == DML_DURABILITY_BATCH && (rc = log_changes(s)) != 0)
 		snprintf(err, sizeof(err), "cannot log the rows that changed: %s",
 			 dml_strerror(rc));
 	dml_store_pending(st->store, &bytes);
 	if (!rc)
 		rc = dml_store_commit(st->store, err, sizeof(err));
+	if (rc == DML_EFULL)
+		rc = commit_full(s, err, sizeof(err));
+	if (rc == DML_EAGAIN)
+		return;
 	if (rc) {
 		/* The tables hold pushes the log lacks: acknowledging anything
 		 * more would break the promise. A restart replays the log and
@@ -224,6 +281,18 @@ static void commit_now(struct dml_server *s)
 	st->logged += bytes;
 	if (checkpoint_due(s))
 		checkpoint_now(s);
+}
+
+/* A batch that did not fit, once the checkpoint it waited for trimmed the
+ * log (or failed: the map grows instead). */
+static void commit_after_trim(struct dml_server *s)
+{
+	struct server_store *st = s->store;
+
+	if (st->full_wait && !s->snap && !dml_ckpt_writer_writes(st->writer)) {
+		st->full_wait = 0;
+		commit_now(s);
+	}
 }
 
 /* ---- checkpoints ----------------------------------------------------------- */
@@ -264,6 +333,7 @@ static void snap_done(void *arg, struct dml_ckpt_snapshot *sn, int rc,
 					       "cannot copy the rows");
 		free(p->map);
 		free(p);
+		commit_after_trim(s);
 		return;
 	}
 	/* The writer reads the map's bytes until the snapshot goes. */
@@ -289,7 +359,7 @@ static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep,
 {
 	struct server_store *st = s->store;
 	struct pending_ckpt *p;
-	int rc;
+	int rc, trim;
 
 	/* Logged pushes the rows lack would leave the log with it. */
 	if (dml_server_step_pending(s))
@@ -297,9 +367,16 @@ static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep,
 	/* The rows hold pushes the batch has not logged yet; and the commit
 	 * must not queue a checkpoint of its own. */
 	st->logged = 0;
+	trim = st->full_trim;
+	st->full_trim = 0;
 	commit_now(s);
 	if (s->store_failed)
 		return dml_fail(DML_EIO, err, errlen, "the gradient log's commit failed");
+	if (st->full_wait) {
+		st->full_trim = trim;
+		return dml_fail(DML_EAGAIN, err, errlen,
+				"the gradient log is full until the checkpoint under way trims it");
+	}
 	p = dml_xcalloc(1, sizeof(*p));
 	p->s = s;
 	p->tag = tag;
@@ -360,6 +437,7 @@ static void written_cb(evutil_socket_t fd, short what, void *arg)
 		if (r.tag)
 			dml_server_cut_written(s, r.tag, r.clock, r.rc, r.bytes, r.err);
 	}
+	commit_after_trim(s);
 }
 
 int dml_server_store_keeps(const struct dml_server *s)

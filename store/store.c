@@ -700,7 +700,7 @@ int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errle
 	if (mdb_env_info(s->env, &info) != 0)
 		info.me_mapsize = 0;
 	human_size(info.me_mapsize, size, sizeof(size));
-	return dml_fail(DML_EIO, err, errlen,
+	return dml_fail(DML_EFULL, err, errlen,
 			"%s: the map is full (map_size %s): raise [store] map_size", s->path, size);
 }
 
@@ -918,6 +918,20 @@ int dml_store_log_space(struct dml_store *s, uint64_t *used, uint64_t *map_size)
 	*used = (uint64_t)(st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages) *
 		st.ms_psize;
 	*map_size = info.me_mapsize;
+	return 0;
+}
+
+int dml_store_grow(struct dml_store *s, uint64_t bytes, char *err, size_t errlen)
+{
+	MDB_envinfo info;
+	int rc;
+
+	store_err_clear(err, errlen);
+	if (!s || s->kind != STORE_SERVER)
+		return DML_EINVAL;
+	if ((rc = mdb_env_info(s->env, &info)) != 0 ||
+	    (rc = mdb_env_set_mapsize(s->env, info.me_mapsize + (size_t)bytes)) != 0)
+		return store_lmdb_fail(s, rc, "growing the map", err, errlen);
 	return 0;
 }
 

@@ -106,10 +106,10 @@ size_t dml_store_pending(const struct dml_store *s, size_t *bytes);
 
 /**
  * Write the batch to the log in one transaction and empty it. Returns 0
- * (also for an empty batch); DML_ENOMEM; DML_EIO with err saying why
- * ("PATH: the map is full (map_size 64M): raise [store] map_size", or
- * LMDB's reason). On failure nothing of the batch is in the log, and the
- * batch is kept.
+ * (also for an empty batch); DML_ENOMEM; DML_EFULL when the batch does
+ * not fit in the map (err: "PATH: the map is full (map_size 64M): raise
+ * [store] map_size"); DML_EIO with LMDB's reason. On failure nothing of
+ * the batch is in the log, and the batch is kept.
  */
 int dml_store_commit(struct dml_store *s, char *err, size_t errlen);
 
@@ -269,6 +269,14 @@ int dml_store_snapshot_drop(struct dml_store *s, uint64_t clock, char *err, size
  * will reuse do not count). 0, DML_EINVAL or DML_EIO.
  */
 int dml_store_log_space(struct dml_store *s, uint64_t *used, uint64_t *map_size);
+
+/**
+ * Grow the map by bytes (a multiple of the page size), so that a batch
+ * that did not fit (DML_EFULL) commits. No transaction may be open on the
+ * store's environment in this process meanwhile: not while the checkpoint
+ * writer writes. 0 or DML_EINVAL / DML_EIO (err).
+ */
+int dml_store_grow(struct dml_store *s, uint64_t bytes, char *err, size_t errlen);
 
 /** Records in the log (committed ones); 0 also when LMDB cannot say. */
 uint64_t dml_store_log_count(struct dml_store *s);

@@ -34,12 +34,14 @@
 static const char tables[] =
 	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 4096\noptimizer = sgd\nlr = 1\n";
 
-static dml_t *client(struct dml_test_env *env, struct dml_test_server *s, const char *role)
+/* A client of worker id (role "worker" or "control"). */
+static dml_t *client_of(struct dml_test_env *env, struct dml_test_server *s, uint32_t id,
+			const char *role)
 {
 	dml_opts_t *o;
 	dml_t *d;
 
-	ck_assert_int_eq(dml_test_client_opts(env, &s, 1, 1, &o), 0);
+	ck_assert_int_eq(dml_test_client_opts(env, &s, 1, id, &o), 0);
 	ck_assert_int_eq(dml_opts_set(o, "role", role), 0);
 	ck_assert_int_eq(dml_opts_set(o, "connect_timeout_ms", "20000"), 0);
 	ck_assert_int_eq(dml_connect(o, &d), 0);
@@ -47,18 +49,33 @@ static dml_t *client(struct dml_test_env *env, struct dml_test_server *s, const 
 	return d;
 }
 
-/* An asynchronous server of table 0 with these [store] lines. */
-static struct dml_test_server *start_server(struct dml_test_env *env, const char *store)
+static dml_t *client(struct dml_test_env *env, struct dml_test_server *s, const char *role)
+{
+	return client_of(env, s, 1, role);
+}
+
+/* A server of table (staleness: the [job] bound, -1 async; workers
+ * expected) with these [store] lines. */
+static struct dml_test_server *start_server_of(struct dml_test_env *env, const char *store,
+					       const char *table, int64_t staleness,
+					       uint32_t workers)
 {
 	struct dml_test_server_conf sc = { 0 };
 	struct dml_test_server *s = NULL;
 
 	sc.node_id = 1;
-	sc.staleness = -1;
-	sc.tables = tables;
+	sc.staleness = staleness;
+	sc.workers = workers;
+	sc.tables = table;
 	sc.extra = store;
 	ck_assert_int_eq(dml_test_server_start(env, &sc, &s), 0);
 	return s;
+}
+
+/* An asynchronous server of table 0 with these [store] lines. */
+static struct dml_test_server *start_server(struct dml_test_env *env, const char *store)
+{
+	return start_server_of(env, store, tables, -1, 0);
 }
 
 /* The pushes a start of the server replayed, from its log since from. */
@@ -272,6 +289,135 @@ START_TEST(test_burst_never_fills_the_map)
 }
 END_TEST
 
+/*
+ * Whole-table pushes of 512 KiB into a 4 MiB map: some seven fit in the
+ * log; a checkpoint's map holds the table's copies with room to spare.
+ */
+#define BIG_KEYS 32768
+#define BIG_FLOATS (BIG_KEYS * WIDTH)
+
+static const char big_table[] =
+	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 32768\noptimizer = sgd\nlr = 1\n";
+
+static float big_ones[BIG_FLOATS], big_got[BIG_FLOATS];
+
+static void big_push(dml_t *d, int k)
+{
+	dml_handle_t h;
+
+	for (size_t i = 0; i < BIG_FLOATS; i++)
+		big_ones[i] = 1.0f;
+	ck_assert_int_eq(dml_push_range(d, 0, 0, BIG_KEYS, big_ones, &h), 0);
+	ck_assert_msg(dml_wait(d, h) == 0, "push %d: %s", k, dml_error_detail(d));
+}
+
+/* Every value of the table is want, before and after a SIGKILL and restart. */
+static void big_values_survive(struct dml_test_env *env, struct dml_test_server *s, float want)
+{
+	dml_handle_t h;
+	dml_t *d;
+
+	for (int life = 0; life < 2; life++) {
+		if (life) {
+			dml_test_server_kill(s);
+			ck_assert_int_eq(dml_test_server_restart(s), 0);
+		}
+		d = client(env, s, "control");
+		ck_assert_int_eq(dml_pull_range(d, 0, 0, BIG_KEYS, big_got, &h), 0);
+		ck_assert_int_eq(dml_wait(d, h), 0);
+		dml_close(d);
+		for (size_t i = 0; i < BIG_FLOATS; i++)
+			ck_assert_msg(big_got[i] == want, "life %d: value %zu is %g, not %g",
+				      life, i, big_got[i], want);
+	}
+}
+
+/* Whether the server's log says its map was full. */
+static int said_full(struct dml_test_server *s, const char *what)
+{
+	char *log;
+	int yes;
+
+	ck_assert_int_eq(dml_test_file_read(dml_test_server_log(s), &log), 0);
+	yes = strstr(log, what) != NULL;
+	free(log);
+	return yes;
+}
+
+/*
+ * Pushes that do not fit in the map, as fast as their ACKs come: the log's
+ * half of the map calls for a checkpoint, and a push that finds the map
+ * full while it is being taken waits, ACK and all, for it to trim the log
+ * (the server used to stop there), or finds the log trimmed already.
+ */
+#define FULL_PUSHES 24
+
+START_TEST(test_full_map_waits_for_the_trim)
+{
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	char *store;
+	int full;
+	dml_t *d;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
+				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
+	s = start_server_of(env, store, big_table, -1, 0);
+	d = client(env, s, "worker");
+	for (int k = 0; k < FULL_PUSHES; k++)
+		big_push(d, k);
+	dml_close(d);
+	full = said_full(s, "the map is full");
+	big_values_survive(env, s, -(float)FULL_PUSHES);
+	printf("check_restart_loop: %d pushes of %d KiB into a 4 MiB map (%s): each "
+	       "acknowledged, each in the table once, also after a restart\n", FULL_PUSHES,
+	       BIG_FLOATS * 4 / 1024, full ? "some waited for a trim" : "none found it full");
+	ck_assert_int_eq(dml_test_server_stop(s, WAIT_MS), 0);
+	free(store);
+	dml_test_env_free(env);
+}
+END_TEST
+
+/*
+ * A push that does not fit while no checkpoint may be taken (under BSP,
+ * pushes wait for their clock's step, and the rows lack them): the map
+ * grows so that it commits, and the step's checkpoint trims the log.
+ */
+#define STEP_PUSHES 9
+
+START_TEST(test_full_map_grows_until_a_checkpoint)
+{
+	struct dml_test_server *s;
+	struct dml_test_env *env;
+	char *store;
+	dml_t *a, *b;
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
+				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
+	s = start_server_of(env, store, big_table, 0, 2);
+	a = client_of(env, s, 1, "worker");
+	b = client_of(env, s, 2, "worker");
+	for (int clock = 0; clock < 2; clock++) {
+		for (int k = 0; k < STEP_PUSHES; k++)
+			big_push(a, k);
+		ck_assert_int_eq(dml_clock(a), 0);
+		ck_assert_int_eq(dml_clock(b), 0);
+	}
+	dml_close(a);
+	dml_close(b);
+	ck_assert_msg(said_full(s, "the map is full: grown to"), "the map did not grow");
+	big_values_survive(env, s, -(float)(2 * STEP_PUSHES));
+	printf("check_restart_loop: BSP, %d pushes of %d KiB a clock into a 4 MiB map: the "
+	       "map grew, every push in the table once, also after a restart\n", STEP_PUSHES,
+	       BIG_FLOATS * 4 / 1024);
+	ck_assert_int_eq(dml_test_server_stop(s, WAIT_MS), 0);
+	free(store);
+	dml_test_env_free(env);
+}
+END_TEST
+
 static Suite *restart_loop_suite(void)
 {
 	Suite *s = suite_create("restart_loop");
@@ -282,6 +428,8 @@ static Suite *restart_loop_suite(void)
 	tcase_add_test(tc, test_log_never_fills_the_map);
 	tcase_add_test(tc, test_full_disk_is_named);
 	tcase_add_test(tc, test_burst_never_fills_the_map);
+	tcase_add_test(tc, test_full_map_waits_for_the_trim);
+	tcase_add_test(tc, test_full_map_grows_until_a_checkpoint);
 	suite_add_tcase(s, tc);
 	return s;
 }
