@@ -1,13 +1,13 @@
 # server/: dml-server. The storage and optimizer code is a library so unit
 # tests and benchmarks link it without the daemon.
 noinst_LTLIBRARIES += server/libdmlstore.la
-server_libdmlstore_la_SOURCES = server/table.c server/optim.c server/table_spec.c \
-	server/finite.c
+server_libdmlstore_la_SOURCES = server/table.c server/table_push.c server/table_move.c \
+	server/optim.c server/table_spec.c server/finite.c
 server_libdmlstore_la_LIBADD = -lm
 # sqrtf without errno lets the adagrad and adam loops vectorise.
 server_libdmlstore_la_CFLAGS = $(AM_CFLAGS) -fno-math-errno
-noinst_HEADERS += server/table.h server/table_spec.h server/optim.h server/server.h server/ssp.h \
-	server/finite.h \
+noinst_HEADERS += server/table.h server/table_internal.h server/table_spec.h server/optim.h \
+	server/server.h server/ssp.h server/finite.h \
 	server/server_conf.h server/server_internal.h server/row_snapshot.h server/job_internal.h
 
 bin_PROGRAMS += server/dml-server
