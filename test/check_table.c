@@ -1,5 +1,5 @@
 /*
- * Unit tests for server/table.c and server/optim.c: every optimizer against
+ * Unit tests for store/table.c and store/optim.c: every optimizer against
  * hand-computed values and a double-precision reference over several steps,
  * dense ranges and keys (with range errors that change nothing), sparse rows
  * created on first touch with the same deterministic values as a dense table,

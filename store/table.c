@@ -41,13 +41,6 @@
 #define GOLDEN_GAMMA 0x9e3779b97f4a7c15ull
 #define TABLE_CHANGES_ROWS 4096u   /* rows a dml_table_changes call hands out */
 
-const char *const dml_table_kind_names[] = { "dense", "sparse", NULL };
-const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL };
-const char *const dml_optim_kind_names[] = { "sgd", "momentum", "adagrad", "adam",
-					     "add", NULL };
-const char *const dml_stale_scaling_names[] = { "off", "inverse", NULL };
-const char *const dml_bsp_step_names[] = { "clock", "push", NULL };
-
 /*
  * count * size bytes, or NULL if that overflows or cannot be had. Big
  * arrays are aligned to and backed by huge pages where the kernel allows:
