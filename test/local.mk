@@ -23,7 +23,8 @@ test_check_conf_SOURCES = test/check_conf.c
 test_check_conf_CFLAGS = $(TEST_CFLAGS)
 test_check_conf_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
-test_check_table_SOURCES = test/check_table.c
+test_check_table_SOURCES = test/check_table.c test/check_table.h test/check_table_optim.c \
+	test/check_table_rows.c test/check_table_move.c
 test_check_table_CFLAGS = $(TEST_CFLAGS)
 test_check_table_LDADD = store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -171,8 +172,9 @@ test_check_schedjobs_LDADD = sched/libdmljobconf.la store/libdmltable.la shard/l
 # moving rows between themselves.
 check_PROGRAMS += test/check_remap
 TESTS += test/check_remap
-test_check_remap_SOURCES = test/check_remap.c test/raw_frame.c test/raw_frame.h test/fake_sched.c test/fake_sched.h \
-	test/harness.c test/harness.h
+test_check_remap_SOURCES = test/check_remap.c test/check_remap.h test/check_remap_util.c \
+	test/check_remap_frames.c test/check_remap_faults.c test/raw_frame.c test/raw_frame.h \
+	test/fake_sched.c test/fake_sched.h test/harness.c test/harness.h
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
 test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
