@@ -439,6 +439,8 @@ void dml_server_job_stop(struct dml_server *s);
 /** Free the job's maps and migrations; after the loop returned. */
 void dml_server_job_free(struct dml_server *s);
 
+/* ---- requests.c, server_metrics.c, server_sched.c ---- */
+
 /** Bytes in and out over the server's life, open connections included. */
 void dml_server_traffic(const struct dml_server *s, uint64_t *in, uint64_t *out);
 
