@@ -27,7 +27,7 @@
 
 #include "dml_error.h"
 #include "job_conf.h"
-#include "table.h"
+#include "table_spec.h"
 #include "util.h"
 
 #define JOB_WIDTH_MAX 65536u           /* floats per key: the servers' limit */

@@ -20,6 +20,6 @@ bin_PROGRAMS += sched/dml-sched
 sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c \
 	sched/sched_jobs.c sched/sched_metrics.c sched/sched_state.c sched/sched_ckpt.c \
 	sched/sched_evict.c
-sched_dml_sched_LDADD = sched/libdmljobs.la sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
+sched_dml_sched_LDADD = sched/libdmljobs.la sched/libdmljobconf.la shard/libdmlshard.la \
 	store/libdmlstorelog.la \
 	proto/libdmldaemon.la proto/libdmlproto.la

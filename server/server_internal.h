@@ -1,9 +1,10 @@
 /*
  * What the files of dml-server share beyond server.h: the server's state,
  * the job it serves, and the helpers its files call in each other
- * (server.c: requests and sessions; server_job.c: shard maps and moving
- * rows; server_sched.c: the scheduler link; server_metrics.c). Not
- * installed; nothing outside server/ includes it.
+ * (server.c: sessions; requests.c and replies.c: requests and replies;
+ * job.c, remap.c and migrate.c: shard maps and moving rows; server_sched.c:
+ * the scheduler link; server_metrics.c). Not installed; nothing outside
+ * server/ includes it.
  */
 #ifndef DML_SERVER_INTERNAL_H
 #define DML_SERVER_INTERNAL_H
@@ -79,7 +80,7 @@ struct held_pull {
 };
 
 /*
- * The job whose tables this server holds (server_job.c). Job 0 is the
+ * The job whose tables this server holds (job.c). Job 0 is the
  * tables of the config file, or none yet on a server that takes its tables
  * from the scheduler.
  */
@@ -155,8 +156,8 @@ struct dml_server {
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 	struct server_store *store;   /* the gradient log, or NULL (server_store.c) */
 	int store_failed;             /* a commit failed: the loop was stopped */
-	struct server_cut *cut;       /* a job-wide checkpoint (server_cut.c) */
-	struct server_snap *snap;     /* rows being copied for one (server_snap.c) */
+	struct server_cut *cut;       /* a job-wide checkpoint (ckpt_cut.c) */
+	struct server_snap *snap;     /* rows being copied for one (row_snapshot.c) */
 	/* server_straggler.c: the slowest clock, since when it stood still,
 	 * and when the scheduler was last told who holds it (0: not yet) */
 	struct {
@@ -164,7 +165,7 @@ struct dml_server {
 	} strag;
 };
 
-/* ---- server.c ---- */
+/* ---- replies.c, requests.c, server.c ---- */
 
 /** A PUSH's weight (Meta.weight, 0 meaning 1), checked positive and finite. */
 static inline float dml_push_weight_of(const Dml__Meta *m)
@@ -222,7 +223,7 @@ void dml_server_budget_tick(struct dml_server *s);
 /** Forget the workers gone for forget_worker_after_ms (see server_expire.c). */
 void dml_server_workers_expire(struct dml_server *s);
 
-/* ---- server_step.c ---- */
+/* ---- bsp_step.c ---- */
 
 /** Whether a push to te waits for its clock's step (BSP, bsp_step = clock,
  * a dense table). */
@@ -246,7 +247,7 @@ int dml_server_step_apply(struct dml_server *s);
  * failure stops the server (the log still has the pushes). */
 void dml_server_step_flush(struct dml_server *s);
 
-/** Take a step when the slowest clock moved since the last (release_held). */
+/** Take a step when the slowest clock moved since the last (dml_server_release_held). */
 void dml_server_step_clock(struct dml_server *s);
 
 /** Take a step and free the accumulators: the rows served are to change. */
@@ -260,6 +261,15 @@ void dml_server_step_free(struct table_entry *te);
 /** Every tick: tell the scheduler of a worker that holds parked pulls. */
 void dml_server_straggler_tick(struct dml_server *s);
 
+/* ---- tables.c ---- */
+
+/** The entry of table id, or NULL. */
+struct table_entry *dml_server_find_table(struct dml_server *s, uint32_t id);
+
+/** Build the config file's tables, each split evenly by "shard = i/n". 0 or
+ * the error of the table that could not be made. */
+int dml_server_build_tables(struct dml_server *s);
+
 /** Free every table entry (tables and range sets); ntables becomes 0. */
 void dml_server_tables_free(struct dml_server *s);
 
@@ -270,12 +280,41 @@ void dml_server_tables_free(struct dml_server *s);
  */
 void dml_server_welcome_rebuild(struct dml_server *s);
 
+/** The scratch buffer grown to hold floats floats; NULL when it cannot grow. */
+float *dml_server_scratch(struct dml_server *s, uint64_t floats);
+
+/* ---- replies.c ---- */
+
+/** Answer a pull from te (held_ns: how long it waited for the staleness
+ * bound, which the reply says). */
+void dml_server_answer_pull(struct session *ss, uint64_t request_id, struct table_entry *te,
+			    int dense, uint64_t begin, uint64_t end, const uint64_t *keys,
+			    uint32_t nkeys, uint64_t held_ns);
+
+/** Take the step of a clock every worker ended, then answer every parked
+ * pull the clocks now allow; a checkpoint may be due. */
+void dml_server_release_held(struct dml_server *s);
+
+/** Drop the parked pulls of ss (NULL: all), answering them with code unless 0. */
+void dml_server_drop_held(struct dml_server *s, struct session *ss, int code, const char *why);
+
 /** Answer every parked pull with ERROR code and message why (a new job). */
 void dml_server_held_fail_all(struct dml_server *s, int code, const char *why);
 
 /** Answer DML_ERANGE (with the map version) to the parked pulls whose keys
  * this server no longer serves (after a remap). */
 void dml_server_held_recheck(struct dml_server *s);
+
+/* ---- requests.c ---- */
+
+/** The clock-set worker of a worker session; NULL for other roles. */
+struct dml_ssp_worker *dml_server_session_worker(struct session *ss);
+
+/** A frame of a session (the connection's on_frame). */
+int dml_server_on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *payload,
+			size_t len, void *arg);
+
+/* ---- server.c ---- */
 
 /**
  * A new clock set (a new job): staleness and expected workers; the workers
@@ -300,7 +339,7 @@ void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8
 			     uint32_t worker, uint64_t incarnation, int deferred);
 
 /**
- * A BSP step applied the deferred pushes (server_step.c): log where, so
+ * A BSP step applied the deferred pushes (bsp_step.c): log where, so
  * that a replay takes the same steps; a checkpoint the log's size calls
  * for is taken now, when no push waits for one.
  */
@@ -366,7 +405,7 @@ void dml_server_store_flush(struct dml_server *s);
 /** Close the store; after the loop. */
 void dml_server_store_free(struct dml_server *s);
 
-/* ---- server_job.c ---- */
+/* ---- key_ranges.c, job.c, migrate.c ---- */
 
 /** Does the set hold all of [begin, end)? (1 for an empty range.) */
 int dml_server_ranges_cover(const struct key_ranges *r, uint64_t begin, uint64_t end);
@@ -399,6 +438,8 @@ void dml_server_job_stop(struct dml_server *s);
 
 /** Free the job's maps and migrations; after the loop returned. */
 void dml_server_job_free(struct dml_server *s);
+
+/* ---- requests.c, server_metrics.c, server_sched.c ---- */
 
 /** Bytes in and out over the server's life, open connections included. */
 void dml_server_traffic(const struct dml_server *s, uint64_t *in, uint64_t *out);
@@ -455,7 +496,7 @@ int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t tag
 int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, uint64_t tag,
 				   char *err, size_t errlen);
 
-/* ---- server_cut.c: job-wide checkpoints ---- */
+/* ---- ckpt_cut.c: job-wide checkpoints ---- */
 
 /** The scheduler's CHECKPOINT: prepare, cut or delete (answered). */
 void dml_server_cut_on_sched(struct dml_server *s, const Dml__Meta *m);

@@ -3,7 +3,7 @@
  * node id, zone, the address others should dial, its shard and a profile of
  * the machine) and hand it to the scheduler link (sched/link.h), which
  * registers, heartbeats and reconnects on the server's own loop. What the
- * scheduler sends back (SHARDMAP) is handled by server_job.c.
+ * scheduler sends back (SHARDMAP) is handled by job.c.
  *
  * Must never: hold up or fail serving because the scheduler is slow or gone
  * (the server serves standalone meanwhile and the link keeps retrying), or
@@ -79,7 +79,7 @@ int dml_server_sched_start(struct dml_server *s)
 		dml_err("scheduler %s: %s", c->scheduler, dml_strerror(rc));
 		return rc == DML_EINVAL ? DML_ECONF : rc;
 	}
-	/* SHARDMAPs arrive through the link; server_job.c installs them. */
+	/* SHARDMAPs arrive through the link; job.c installs them. */
 	dml_sched_link_set_handler(s->sched, dml_server_job_on_sched, s);
 	dml_info("registering with scheduler %s as %s (zone '%s', %u cores, %llu MiB)",
 		 c->scheduler, address, c->zone, profile.cores,

@@ -47,7 +47,7 @@
 #include "server_internal.h"
 #include "shardmap.h"
 #include "ckpt_writer.h"
-#include "server_snap.h"
+#include "row_snapshot.h"
 #include "store.h"
 #include "util.h"
 

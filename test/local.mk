@@ -23,9 +23,10 @@ test_check_conf_SOURCES = test/check_conf.c
 test_check_conf_CFLAGS = $(TEST_CFLAGS)
 test_check_conf_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
-test_check_table_SOURCES = test/check_table.c
+test_check_table_SOURCES = test/check_table.c test/check_table.h test/check_table_optim.c \
+	test/check_table_rows.c test/check_table_move.c
 test_check_table_CFLAGS = $(TEST_CFLAGS)
-test_check_table_LDADD = server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
+test_check_table_LDADD = store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
 test_check_shardmap_SOURCES = test/check_shardmap.c
 test_check_shardmap_CFLAGS = $(TEST_CFLAGS)
@@ -48,7 +49,7 @@ test_check_metrics_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
 	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)
-test_check_examples_LDADD = worker/libdml.la server/libdmlstore.la store/libdmlstorelog.la \
+test_check_examples_LDADD = worker/libdml.la store/libdmltable.la store/libdmlstorelog.la \
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: real dml-server processes, real sockets.
@@ -61,9 +62,9 @@ test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 check_PROGRAMS += test/check_limits
 TESTS += test/check_limits
 test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_raw.h test/raw_frame.c test/raw_frame.h \
-	test/harness.c test/harness.h
+	test/harness.c test/harness.h server/finite.c
 test_check_limits_CFLAGS = $(TEST_CFLAGS)
-test_check_limits_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
+test_check_limits_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: memory no peer can pin (refused buffers, sparse pulls,
 # forgotten workers, the output budget).
@@ -80,7 +81,7 @@ check_PROGRAMS += test/check_durability
 TESTS += test/check_durability
 test_check_durability_SOURCES = test/check_durability.c test/harness.c test/harness.h
 test_check_durability_CFLAGS = $(TEST_CFLAGS)
-test_check_durability_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la $(TEST_LIBS)
+test_check_durability_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
 # Exactly-once while worker processes (incarnations going up and down)
 # and the server are SIGKILLed at random points.
@@ -149,7 +150,7 @@ check_PROGRAMS += test/check_jobs
 TESTS += test/check_jobs
 test_check_jobs_SOURCES = test/check_jobs.c
 test_check_jobs_CFLAGS = $(TEST_CFLAGS)
-test_check_jobs_LDADD = sched/libdmljobs.la sched/libdmljobconf.la shard/libdmlshard.la server/libdmlstore.la \
+test_check_jobs_LDADD = sched/libdmljobs.la sched/libdmljobconf.la shard/libdmlshard.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Shard maps planned over servers by capacity, and checked as received.
@@ -164,17 +165,18 @@ check_PROGRAMS += test/check_schedjobs
 TESTS += test/check_schedjobs
 test_check_schedjobs_SOURCES = test/check_schedjobs.c test/harness.c test/harness.h
 test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
-test_check_schedjobs_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
+test_check_schedjobs_LDADD = sched/libdmljobconf.la store/libdmltable.la shard/libdmlshard.la \
 	worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: servers taking shard maps from a (scripted) scheduler and
 # moving rows between themselves.
 check_PROGRAMS += test/check_remap
 TESTS += test/check_remap
-test_check_remap_SOURCES = test/check_remap.c test/raw_frame.c test/raw_frame.h test/fake_sched.c test/fake_sched.h \
-	test/harness.c test/harness.h
+test_check_remap_SOURCES = test/check_remap.c test/check_remap.h test/check_remap_util.c \
+	test/check_remap_frames.c test/check_remap_faults.c test/raw_frame.c test/raw_frame.h \
+	test/fake_sched.c test/fake_sched.h test/harness.c test/harness.h
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
-test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Integration: job-wide checkpoints cut exactly on real servers (scripted scheduler).
@@ -183,7 +185,7 @@ TESTS += test/check_cut
 test_check_cut_SOURCES = test/check_cut.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_cut_CFLAGS = $(TEST_CFLAGS)
-test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
 	store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS) -lpthread
 
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
@@ -217,7 +219,7 @@ TESTS += test/check_follow
 test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
-test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Data readers: IDX files (Fashion-MNIST), gzipped or not, fuzzed.
@@ -324,7 +326,7 @@ check_PROGRAMS += test/check_store_refusals
 TESTS += test/check_store_refusals
 test_check_store_refusals_SOURCES = test/check_store_refusals.c test/harness.c test/harness.h
 test_check_store_refusals_CFLAGS = $(TEST_CFLAGS)
-test_check_store_refusals_LDADD = worker/libdml.la server/libdmlstore.la proto/libdmlproto.la \
+test_check_store_refusals_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la \
 	$(TEST_LIBS)
 
 check_PROGRAMS += test/check_store_damage

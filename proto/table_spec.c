@@ -1,15 +1,66 @@
 /*
- * TableSpec to table storage settings (table_spec.h). Empty names mean the
- * job file's defaults (zeros, sgd), as a spec built by hand may leave them.
+ * Table specs (table_spec.h): the names of table kinds, initializers and
+ * optimizers, the check of an optimizer's settings, and TableSpec to table
+ * storage settings. Empty names mean the job file's defaults (zeros, sgd),
+ * as a spec built by hand may leave them.
  *
  * Must never: index the name tables with a name they lack.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dml_error.h"
-#include "optim.h"
 #include "table_spec.h"
+
+const char *const dml_table_kind_names[] = { "dense", "sparse", NULL };
+const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL };
+const char *const dml_optim_kind_names[] = { "sgd", "momentum", "adagrad", "adam",
+					     "add", NULL };
+const char *const dml_stale_scaling_names[] = { "off", "inverse", NULL };
+const char *const dml_bsp_step_names[] = { "clock", "push", NULL };
+
+static int in_unit_interval(float x)
+{
+	return x >= 0.0f && x < 1.0f; /* false for NaN */
+}
+
+static int positive_finite(float x)
+{
+	return x > 0.0f && isfinite(x);
+}
+
+int dml_optim_validate(const struct dml_optim_conf *c)
+{
+	if (!c)
+		return DML_EINVAL;
+	switch (c->kind) {
+	case DML_OPT_ADD:
+		return 0;
+	case DML_OPT_SGD:
+	case DML_OPT_MOMENTUM:
+	case DML_OPT_ADAGRAD:
+	case DML_OPT_ADAM:
+		break;
+	default:
+		return DML_EINVAL;
+	}
+	if (!positive_finite(c->lr))
+		return DML_EINVAL;
+	if (!(c->weight_decay >= 0.0f && isfinite(c->weight_decay)))
+		return DML_EINVAL;
+	if (c->kind == DML_OPT_MOMENTUM && !in_unit_interval(c->momentum))
+		return DML_EINVAL;
+	if ((c->kind == DML_OPT_ADAGRAD || c->kind == DML_OPT_ADAM) &&
+	    !positive_finite(c->eps))
+		return DML_EINVAL;
+	if (c->kind == DML_OPT_ADAM &&
+	    !(in_unit_interval(c->beta1) && in_unit_interval(c->beta2)))
+		return DML_EINVAL;
+	if (!(c->lr_decay >= 0.0f && isfinite(c->lr_decay)))
+		return DML_EINVAL;
+	return 0;
+}
 
 static int name_index(const char *const *names, const char *name, const char *dflt)
 {

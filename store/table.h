@@ -1,8 +1,10 @@
 /*
- * Parameter tables held by a server: dense (keys key_begin..key_end-1 in one
- * contiguous array) or sparse (uint64 keys in an open-addressing hash, rows
- * created on first touch), each with an initializer and a server-side
- * optimizer that turns pushed gradients into updates.
+ * Parameter tables, as a server holds them (and a worker's in-process
+ * store): dense (keys key_begin..key_end-1 in one contiguous array) or
+ * sparse (uint64 keys in an open-addressing hash, rows created on first
+ * touch), each with an initializer and a server-side optimizer that turns
+ * pushed gradients into updates. What a table is made from (struct
+ * dml_table_conf) and the names of its kinds are in proto/table_spec.h.
  *
  * Pure in-memory data structure: no I/O, single-threaded (the server's event
  * loop owns it). Row initial values depend only on (seed, key), so a row
@@ -16,39 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum dml_table_kind { DML_TABLE_DENSE = 0, DML_TABLE_SPARSE = 1 };
-enum dml_init_kind { DML_INIT_ZEROS = 0, DML_INIT_UNIFORM = 1, DML_INIT_NORMAL = 2 };
-enum dml_optim_kind {
-	DML_OPT_SGD = 0,      /* w -= lr * (g + wd * w) */
-	DML_OPT_MOMENTUM = 1, /* v = m * v + g + wd * w; w -= lr * v */
-	DML_OPT_ADAGRAD = 2,  /* h += g^2; w -= lr * g / (sqrt(h) + eps) */
-	DML_OPT_ADAM = 3,     /* per-key step count for bias correction */
-	DML_OPT_ADD = 4       /* w += g: accumulate (exactness tests, counters) */
-};
-
-struct dml_optim_conf {
-	enum dml_optim_kind kind;
-	float lr;
-	float weight_decay;
-	float momentum;
-	float beta1, beta2, eps;
-	/* Inverse-time decay (0: none): a row's t-th update uses
-	 * lr / (1 + lr_decay * (t - 1)), t counted per row like ADAM's step. */
-	float lr_decay;
-};
-
-struct dml_table_conf {
-	uint32_t id;
-	uint32_t width;             /* floats per key, >= 1 */
-	enum dml_table_kind kind;
-	uint64_t key_begin;         /* dense: first key this table holds */
-	uint64_t key_end;           /* dense: one past the last key */
-	uint64_t capacity_hint;     /* sparse: expected rows (0 = small) */
-	enum dml_init_kind init;
-	float init_scale;           /* uniform: [-s, s]; normal: stddev s */
-	uint64_t seed;
-	struct dml_optim_conf optim;
-};
+#include "table_spec.h"
 
 struct dml_table;
 
@@ -217,20 +187,6 @@ void dml_table_watch_writes(struct dml_table *t, dml_table_write_fn fn, void *ar
  */
 int dml_table_export_rows(const struct dml_table *t, uint64_t r0, uint64_t r1,
 			  uint64_t *keys, float *rows);
-
-/** Parse names ("dense", "zeros", "sgd", ...) used by config and tools. */
-extern const char *const dml_table_kind_names[];  /* NULL-terminated */
-extern const char *const dml_init_kind_names[];
-extern const char *const dml_optim_kind_names[];
-/* How a stale push is applied (JobSpec.stale_scaling): off, or inverse
- * (DynSGD-style: tau clocks behind the newest worker, times 1 / (1 + tau)). */
-extern const char *const dml_stale_scaling_names[];
-enum dml_stale_scaling { DML_STALE_OFF, DML_STALE_INVERSE };
-
-/* How a BSP clock's pushes are applied (JobSpec.bsp_step): summed into one
- * optimizer step when the clock ends, or each as a step of its own. */
-extern const char *const dml_bsp_step_names[];
-enum dml_bsp_step { DML_BSP_STEP_CLOCK, DML_BSP_STEP_PUSH };
 
 /*
  * Changed rows: a table may track which rows pushes and imports changed,

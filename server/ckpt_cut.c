@@ -12,7 +12,7 @@
  * released and hold again at a push of C or later), and once every live
  * worker's clock reached C (it has sent every push of the clocks before),
  * the rows are the checkpoint: the server takes a copy-on-write snapshot of
- * them (server_snap.c: a row is copied before any later push changes it),
+ * them (row_snapshot.c: a row is copied before any later push changes it),
  * releases every held connection, and ACKs the scheduler once its writer
  * thread has the copy on disk (server_store.c). A prepare not
  * followed by a cut within PREPARE_TIMEOUT_MS (the scheduler died, a

@@ -93,48 +93,6 @@ static inline void kernel_adam(const struct optim_k *k, float *restrict w,
 	}
 }
 
-static int in_unit_interval(float x)
-{
-	return x >= 0.0f && x < 1.0f; /* false for NaN */
-}
-
-static int positive_finite(float x)
-{
-	return x > 0.0f && isfinite(x);
-}
-
-int dml_optim_validate(const struct dml_optim_conf *c)
-{
-	if (!c)
-		return DML_EINVAL;
-	switch (c->kind) {
-	case DML_OPT_ADD:
-		return 0;
-	case DML_OPT_SGD:
-	case DML_OPT_MOMENTUM:
-	case DML_OPT_ADAGRAD:
-	case DML_OPT_ADAM:
-		break;
-	default:
-		return DML_EINVAL;
-	}
-	if (!positive_finite(c->lr))
-		return DML_EINVAL;
-	if (!(c->weight_decay >= 0.0f && isfinite(c->weight_decay)))
-		return DML_EINVAL;
-	if (c->kind == DML_OPT_MOMENTUM && !in_unit_interval(c->momentum))
-		return DML_EINVAL;
-	if ((c->kind == DML_OPT_ADAGRAD || c->kind == DML_OPT_ADAM) &&
-	    !positive_finite(c->eps))
-		return DML_EINVAL;
-	if (c->kind == DML_OPT_ADAM &&
-	    !(in_unit_interval(c->beta1) && in_unit_interval(c->beta2)))
-		return DML_EINVAL;
-	if (!(c->lr_decay >= 0.0f && isfinite(c->lr_decay)))
-		return DML_EINVAL;
-	return 0;
-}
-
 size_t dml_optim_state_floats(const struct dml_optim_conf *c)
 {
 	switch (c->kind) {

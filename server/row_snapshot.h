@@ -1,6 +1,6 @@
 /*
  * Copy-on-write snapshots of a server's rows for its checkpoints
- * (server_snap.c): pushes go on while the rows are copied.
+ * (row_snapshot.c): pushes go on while the rows are copied.
  */
 #ifndef DML_SERVER_SNAP_H
 #define DML_SERVER_SNAP_H

@@ -22,8 +22,8 @@
 
 #include "dml_error.h"
 #include "log.h"
+#include "row_snapshot.h"
 #include "server_internal.h"
-#include "server_snap.h"
 #include "shardmap.h"
 #include "util.h"
 

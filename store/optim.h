@@ -2,7 +2,7 @@
  * Server-side optimizer kernels: turn a pushed gradient into an update of one
  * row of parameters (or, where no per-row step counter is involved, of a
  * contiguous run of rows at once). The formulas are those of enum
- * dml_optim_kind in table.h; weight decay is added to the gradient
+ * dml_optim_kind in table_spec.h; weight decay is added to the gradient
  * (g' = g + wd * w) by every kind except DML_OPT_ADD, which is w += g.
  *
  * Pure arithmetic on buffers the caller owns: no allocation, no I/O, no
@@ -16,15 +16,6 @@
 #include <stdint.h>
 
 #include "table.h"
-
-/**
- * Check an optimizer conf. Only the fields a kind uses are checked:
- * lr > 0 and finite (every kind but ADD), 0 <= weight_decay < inf (every kind
- * but ADD), momentum in [0, 1) (MOMENTUM), eps > 0 and finite (ADAGRAD, ADAM),
- * beta1 and beta2 in [0, 1) (ADAM). 0 or DML_EINVAL (also for an unknown kind
- * or a NULL conf).
- */
-int dml_optim_validate(const struct dml_optim_conf *c);
 
 /**
  * Floats of optimizer state kept per parameter value: 0 for SGD and ADD,
