@@ -24,3 +24,9 @@ proto_libdmldaemon_la_SOURCES = proto/daemon.c
 proto_libdmldaemon_la_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)
 proto_libdmldaemon_la_LIBADD = $(SYSTEMD_LIBS)
 noinst_HEADERS += proto/daemon.h
+
+# The scheduler link: how dml-server and dml-worker register with dml-sched
+# (the client side; dml-sched itself never links it).
+noinst_LTLIBRARIES += proto/libdmlschedlink.la
+proto_libdmlschedlink_la_SOURCES = proto/sched_link.c
+noinst_HEADERS += proto/sched_link.h

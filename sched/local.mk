@@ -1,8 +1,5 @@
-# sched/: dml-sched (membership, heartbeats, node states) and the link that
-# servers and workers use to register with it.
-noinst_LTLIBRARIES += sched/libdmlschedlink.la
-sched_libdmlschedlink_la_SOURCES = sched/link.c
-noinst_HEADERS += sched/link.h sched/nodes.h sched/sched.h sched/sched_conf.h \
+# sched/: dml-sched (membership, heartbeats, node states, jobs).
+noinst_HEADERS += sched/nodes.h sched/sched.h sched/sched_conf.h \
 	sched/sched_internal.h
 
 # Job files and specs: read by dmlctl, checked by dml-sched, run by dml-worker.

@@ -17,4 +17,4 @@ server_dml_server_SOURCES = server/main.c server/server.c server/ssp.c \
 	server/server_cut.c server/server_snap.c server/server_straggler.c server/server_step.c \
 	server/server_admit.c server/server_expire.c server/server_budget.c
 server_dml_server_LDADD = server/libdmlstore.la store/libdmlstorelog.la shard/libdmlshard.la \
-	sched/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
+	proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la

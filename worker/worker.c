@@ -32,7 +32,7 @@
 #include "dml_error.h"
 #include "frame.h"
 #include "job_conf.h"
-#include "link.h"
+#include "sched_link.h"
 #include "listen.h"
 #include "log.h"
 #include "metrics.h"
