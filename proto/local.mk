@@ -30,3 +30,8 @@ noinst_HEADERS += proto/daemon.h
 noinst_LTLIBRARIES += proto/libdmlschedlink.la
 proto_libdmlschedlink_la_SOURCES = proto/sched_link.c
 noinst_HEADERS += proto/sched_link.h
+
+# Job files and specs: read by dmlctl, checked by dml-sched, run by dml-worker.
+noinst_LTLIBRARIES += proto/libdmljobspec.la
+proto_libdmljobspec_la_SOURCES = proto/job_spec_check.c
+noinst_HEADERS += proto/job_spec.h

@@ -19,7 +19,7 @@
 #include "check_run.h"
 #include "dml_error.h"
 #include "handover.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "jobs.h"
 #include "table.h"
 #include "util.h"

@@ -42,7 +42,7 @@
 #include "conn.h"
 #include "dml_error.h"
 #include "harness.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "mapplan.h"
 #include "util.h"
 

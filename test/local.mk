@@ -149,7 +149,7 @@ check_PROGRAMS += test/check_jobs
 TESTS += test/check_jobs
 test_check_jobs_SOURCES = test/check_jobs.c
 test_check_jobs_CFLAGS = $(TEST_CFLAGS)
-test_check_jobs_LDADD = sched/libdmljobs.la sched/libdmljobconf.la shard/libdmlshard.la server/libdmlstore.la \
+test_check_jobs_LDADD = sched/libdmljobs.la proto/libdmljobspec.la shard/libdmlshard.la server/libdmlstore.la \
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Shard maps planned over servers by capacity, and checked as received.
@@ -164,7 +164,7 @@ check_PROGRAMS += test/check_schedjobs
 TESTS += test/check_schedjobs
 test_check_schedjobs_SOURCES = test/check_schedjobs.c test/harness.c test/harness.h
 test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
-test_check_schedjobs_LDADD = sched/libdmljobconf.la server/libdmlstore.la shard/libdmlshard.la \
+test_check_schedjobs_LDADD = proto/libdmljobspec.la server/libdmlstore.la shard/libdmlshard.la \
 	worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: servers taking shard maps from a (scripted) scheduler and
@@ -174,7 +174,7 @@ TESTS += test/check_remap
 test_check_remap_SOURCES = test/check_remap.c test/raw_frame.c test/raw_frame.h test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
-test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+test_check_remap_LDADD = worker/libdml.la proto/libdmljobspec.la server/libdmlstore.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Integration: job-wide checkpoints cut exactly on real servers (scripted scheduler).
@@ -183,7 +183,7 @@ TESTS += test/check_cut
 test_check_cut_SOURCES = test/check_cut.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_cut_CFLAGS = $(TEST_CFLAGS)
-test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+test_check_cut_LDADD = worker/libdml.la proto/libdmljobspec.la server/libdmlstore.la \
 	store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS) -lpthread
 
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
@@ -217,7 +217,7 @@ TESTS += test/check_follow
 test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
-test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
+test_check_follow_LDADD = worker/libdml.la proto/libdmljobspec.la server/libdmlstore.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Data readers: IDX files (Fashion-MNIST), gzipped or not, fuzzed.

@@ -26,7 +26,7 @@ noinst_HEADERS += worker/app.h worker/app_util.h worker/walk.h worker/backend.h 
 	worker/data_synth_ratings.h
 EXTRA_DIST += worker/backend_cuda.cu
 # What links libdmlapps.a links too (after it).
-APPS_LIBS = worker/libdmlapps.a sched/libdmljobconf.la server/libdmlstore.la \
+APPS_LIBS = worker/libdmlapps.a proto/libdmljobspec.la server/libdmlstore.la \
 	proto/libdmlproto.la $(OPENBLAS_LIBS) $(ZLIB_LIBS) -lm
 if HAVE_CUDA
 worker_libdmlapps_a_LIBADD = worker/backend_cuda.o

@@ -31,7 +31,7 @@
 #include "dml.h"
 #include "dml_error.h"
 #include "frame.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "sched_link.h"
 #include "listen.h"
 #include "log.h"

@@ -12,8 +12,8 @@
  * Must never: accept a spec that a server or worker would have to refuse
  * later (every name, bound and combination is checked here, once, for all).
  */
-#ifndef DML_SCHED_JOB_CONF_H
-#define DML_SCHED_JOB_CONF_H
+#ifndef DML_JOB_SPEC_H
+#define DML_JOB_SPEC_H
 
 #include <stddef.h>
 

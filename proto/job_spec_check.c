@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "table.h"
 #include "util.h"
 

@@ -56,7 +56,7 @@
 #include "assign.h"
 #include "dml_error.h"
 #include "handover.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "jobs.h"
 #include "util.h"
 

@@ -31,7 +31,7 @@
 
 #include "dml_error.h"
 #include "frame.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "jobs.h"
 #include "log.h"
 #include "mapplan.h"
