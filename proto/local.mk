@@ -33,5 +33,5 @@ noinst_HEADERS += proto/sched_link.h
 
 # Job files and specs: read by dmlctl, checked by dml-sched, run by dml-worker.
 noinst_LTLIBRARIES += proto/libdmljobspec.la
-proto_libdmljobspec_la_SOURCES = proto/job_spec_check.c
-noinst_HEADERS += proto/job_spec.h
+proto_libdmljobspec_la_SOURCES = proto/job_spec.c proto/job_file.c proto/job_spec_check.c
+noinst_HEADERS += proto/job_spec.h proto/job_spec_internal.h
