@@ -1033,7 +1033,7 @@ void dml_sched_handle_progress(struct session *ss, const Dml__Meta *m)
 
 /*
  * STRAGGLER from a server: pulls of the active job wait for one worker that
- * makes no clock. Once the wait is long enough for that worker (jobs.c
+ * makes no clock. Once the wait is long enough for that worker (job_place.c
  * decides) it is set aside and every server drops its clock.
  */
 void dml_sched_handle_straggler(struct session *ss, const Dml__Meta *m)
