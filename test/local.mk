@@ -147,7 +147,9 @@ test_check_sched_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # The scheduler's job table and job files, with a fake clock.
 check_PROGRAMS += test/check_jobs
 TESTS += test/check_jobs
-test_check_jobs_SOURCES = test/check_jobs.c
+test_check_jobs_SOURCES = test/check_jobs.c test/check_jobs.h test/check_job_files.c \
+	test/check_job_specs.c test/check_job_members.c test/check_job_progress.c \
+	test/check_job_ops.c test/check_job_batches.c test/check_job_records.c
 test_check_jobs_CFLAGS = $(TEST_CFLAGS)
 test_check_jobs_LDADD = sched/libdmljobs.la proto/libdmljobspec.la shard/libdmlshard.la server/libdmlstore.la \
 	proto/libdmlproto.la $(TEST_LIBS)
