@@ -164,7 +164,9 @@ test_check_mapplan_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS
 # Integration: dml-sched's job handling with real servers and in-process peers.
 check_PROGRAMS += test/check_schedjobs
 TESTS += test/check_schedjobs
-test_check_schedjobs_SOURCES = test/check_schedjobs.c test/harness.c test/harness.h
+test_check_schedjobs_SOURCES = test/check_schedjobs.c test/check_schedjobs.h \
+	test/check_schedjobs_workers.c test/check_schedjobs_ckpt.c test/schedjobs_peer.c \
+	test/harness.c test/harness.h
 test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
 test_check_schedjobs_LDADD = proto/libdmljobspec.la server/libdmlstore.la shard/libdmlshard.la \
 	worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
