@@ -25,3 +25,14 @@ proto_libdmldaemon_la_SOURCES = proto/daemon.c
 proto_libdmldaemon_la_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)
 proto_libdmldaemon_la_LIBADD = $(SYSTEMD_LIBS)
 noinst_HEADERS += proto/daemon.h
+
+# The scheduler link: how dml-server and dml-worker register with dml-sched
+# (the client side; dml-sched itself never links it).
+noinst_LTLIBRARIES += proto/libdmlschedlink.la
+proto_libdmlschedlink_la_SOURCES = proto/sched_link.c
+noinst_HEADERS += proto/sched_link.h
+
+# Job files and specs: read by dmlctl, checked by dml-sched, run by dml-worker.
+noinst_LTLIBRARIES += proto/libdmljobspec.la
+proto_libdmljobspec_la_SOURCES = proto/job_spec.c proto/job_file.c proto/job_spec_check.c
+noinst_HEADERS += proto/job_spec.h proto/job_spec_internal.h

@@ -46,7 +46,7 @@ struct dml_job_candidate {
 	double rate;               /* its measured examples/s; 0 = unknown */
 };
 
-/** One worker of a job. Read-only outside jobs.c. */
+/** One worker of a job. Read-only outside the job table (job_*.c). */
 struct dml_job_worker {
 	uint32_t node_id;
 	int live;                  /* taking part now */
@@ -77,7 +77,7 @@ struct dml_job_checkpoint {
 	uint64_t bytes;
 };
 
-/** One job. Read-only outside jobs.c. */
+/** One job. Read-only outside the job table (job_*.c). */
 struct dml_job {
 	uint32_t id;               /* 1, 2, ... in submission order */
 	Dml__JobSpec *spec;        /* owned copy */

@@ -1,6 +1,6 @@
 /*
  * dml-sched core (see sched.h): membership over the connection layer, and
- * the dispatch of every request (the job side is in sched_jobs.c).
+ * the dispatch of every request (the job side is in sched_job_*.c).
  *
  * A node (server, worker, aggregator) authenticates, then must REGISTER
  * before anything else (except asking for a shard map: libdml does that on

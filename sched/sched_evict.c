@@ -7,11 +7,11 @@
  * worker (no heartbeat for dead_after_ms, or it refused its assignment),
  * it tells every server of the job's map to drop it from the clock set and
  * close its connections. Its partitions have gone to the others already
- * (jobs.c); if it comes back it reconnects, the servers take it in again
+ * (job_state.c); if it comes back it reconnects, the servers take it in again
  * at the slowest clock, and its next assignment moves its clock on to the
  * job's (dml_clock_to). A worker that still heartbeats but makes no clock
  * (a trainer stuck in a driver call, a link to the servers that froze) is
- * named by the servers whose pulls wait for it (STRAGGLER): once jobs.c
+ * named by the servers whose pulls wait for it (STRAGGLER): once job_place.c
  * sets it aside as stalled it is evicted the same way, and again if it
  * comes back and holds the others once more before it takes a share.
  *

@@ -1,12 +1,12 @@
 /*
  * What the files of dml-sched share and nobody else sees: the scheduler's
- * struct, its sessions, the job side's state (sched_jobs.c) and its counters
+ * struct, its sessions, the job side's state (sched_job_*.c) and its counters
  * (sched_metrics.c). Not installed; nothing outside sched/ includes it.
  *
  * Everything here lives on the scheduler's one event loop: no locks. The
  * node table (nodes.h) and the job table (jobs.h) are pure state machines;
  * the I/O they call for (REGISTER_REPLY, SHARDMAP, ASSIGN, ...) is done by
- * sched.c and sched_jobs.c.
+ * sched.c and sched_job_*.c.
  */
 #ifndef DML_SCHED_INTERNAL_H
 #define DML_SCHED_INTERNAL_H
@@ -162,7 +162,7 @@ struct dml_sched {
 	struct dml_nodes *nodes;
 	struct dml_peers peers;    /* struct session each */
 	struct event *tick;
-	/* jobs (sched_jobs.c) */
+	/* jobs (sched_job_*.c) */
 	struct dml_jobs *jobs;
 	struct sched_job *xjobs;   /* by job id - 1 */
 	size_t nxjobs, capxjobs;
@@ -215,7 +215,7 @@ void dml_sched_reply_plain(struct session *ss, Dml__MsgType type, uint64_t reque
  */
 int dml_sched_send(struct session *ss, Dml__Meta *m, size_t *size);
 
-/* ---- sched_jobs.c ------------------------------------------------------- */
+/* ---- sched_job_io.c, sched_job_run.c, sched_job_rpc.c: the job side ---- */
 
 /** Create the job table and the loop's kick event. 0 or DML_ENOMEM. */
 int dml_sched_jobs_init(struct dml_sched *s);

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "jobs.h"
 #include "listen.h"
 #include "log.h"

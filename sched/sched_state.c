@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "log.h"
 #include "mapplan.h"
 #include "sched_internal.h"

@@ -45,7 +45,7 @@
 #include "conn.h"
 #include "dml_error.h"
 #include "job_internal.h"
-#include "link.h"
+#include "sched_link.h"
 #include "log.h"
 #include "mapplan.h"
 #include "optim.h"

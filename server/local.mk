@@ -10,4 +10,4 @@ server_dml_server_SOURCES = server/main.c server/server.c server/requests.c serv
 	server/ckpt_cut.c server/row_snapshot.c server/server_straggler.c server/bsp_step.c \
 	server/server_admit.c server/server_expire.c server/server_budget.c server/finite.c
 server_dml_server_LDADD = store/libdmltable.la store/libdmlstorelog.la shard/libdmlshard.la \
-	sched/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
+	proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "dml_error.h"
-#include "link.h"
+#include "sched_link.h"
 #include "log.h"
 #include "server_internal.h"
 #include "util.h"

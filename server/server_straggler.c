@@ -14,7 +14,7 @@
  */
 #include <inttypes.h>
 
-#include "link.h"
+#include "sched_link.h"
 #include "log.h"
 #include "server_internal.h"
 #include "util.h"

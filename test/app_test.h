@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "app.h"
-#include "job_conf.h"
+#include "job_spec.h"
 
 /** The job in text (a job file's contents), which must parse; free it. */
 Dml__JobSpec *app_test_spec(const char *text);

@@ -27,7 +27,7 @@
 #include "check_run.h"
 #include "data_synth_ratings.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "local_store.h"
 #include "tmpdir.h"
 

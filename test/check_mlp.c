@@ -34,7 +34,7 @@
 #include "check_run.h"
 #include "data_idx.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "tmpdir.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist/"

@@ -22,7 +22,7 @@
 #include "app.h"
 #include "check_run.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "local_store.h"
 #include "model_file.h"
 #include "table.h"

@@ -27,7 +27,7 @@
 #include "app_util.h"
 #include "check_run.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "local_store.h"
 #include "tmpdir.h"
 

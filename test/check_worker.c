@@ -41,7 +41,7 @@
 #include "cpu_limit.h"
 #include "dml_error.h"
 #include "harness.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "json.h"
 #include "listen.h"
 #include "profile.h"

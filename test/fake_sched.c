@@ -18,7 +18,7 @@
 #include "conn.h"
 #include "dml_error.h"
 #include "fake_sched.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "listen.h"
 #include "util.h"
 

@@ -148,9 +148,11 @@ test_check_sched_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # The scheduler's job table and job files, with a fake clock.
 check_PROGRAMS += test/check_jobs
 TESTS += test/check_jobs
-test_check_jobs_SOURCES = test/check_jobs.c
+test_check_jobs_SOURCES = test/check_jobs.c test/check_jobs.h test/check_job_files.c \
+	test/check_job_specs.c test/check_job_members.c test/check_job_progress.c \
+	test/check_job_ops.c test/check_job_batches.c test/check_job_records.c
 test_check_jobs_CFLAGS = $(TEST_CFLAGS)
-test_check_jobs_LDADD = sched/libdmljobs.la sched/libdmljobconf.la shard/libdmlshard.la store/libdmltable.la \
+test_check_jobs_LDADD = sched/libdmljobs.la proto/libdmljobspec.la shard/libdmlshard.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Shard maps planned over servers by capacity, and checked as received.
@@ -163,9 +165,11 @@ test_check_mapplan_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS
 # Integration: dml-sched's job handling with real servers and in-process peers.
 check_PROGRAMS += test/check_schedjobs
 TESTS += test/check_schedjobs
-test_check_schedjobs_SOURCES = test/check_schedjobs.c test/harness.c test/harness.h
+test_check_schedjobs_SOURCES = test/check_schedjobs.c test/check_schedjobs.h \
+	test/check_schedjobs_workers.c test/check_schedjobs_ckpt.c test/schedjobs_peer.c \
+	test/harness.c test/harness.h
 test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
-test_check_schedjobs_LDADD = sched/libdmljobconf.la store/libdmltable.la shard/libdmlshard.la \
+test_check_schedjobs_LDADD = proto/libdmljobspec.la store/libdmltable.la shard/libdmlshard.la \
 	worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: servers taking shard maps from a (scripted) scheduler and
@@ -176,7 +180,7 @@ test_check_remap_SOURCES = test/check_remap.c test/check_remap.h test/check_rema
 	test/check_remap_frames.c test/check_remap_faults.c test/raw_frame.c test/raw_frame.h \
 	test/fake_sched.c test/fake_sched.h test/harness.c test/harness.h
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
-test_check_remap_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
+test_check_remap_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Integration: job-wide checkpoints cut exactly on real servers (scripted scheduler).
@@ -185,7 +189,7 @@ TESTS += test/check_cut
 test_check_cut_SOURCES = test/check_cut.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_cut_CFLAGS = $(TEST_CFLAGS)
-test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
+test_check_cut_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
 	store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS) -lpthread
 
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
@@ -219,7 +223,7 @@ TESTS += test/check_follow
 test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
-test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la store/libdmltable.la \
+test_check_follow_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
 
 # Data readers: IDX files (Fashion-MNIST), gzipped or not, fuzzed.

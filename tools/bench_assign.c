@@ -27,7 +27,7 @@
 #include "bench_assign.h"
 #include "bench_util.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "jobs.h"
 #include "log.h"
 #include "util.h"

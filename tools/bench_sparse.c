@@ -34,7 +34,7 @@
 #include "bench_util.h"
 #include "data_synth_clicks.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "log.h"
 #include "util.h"
 

@@ -34,7 +34,7 @@
 #include "bench_train.h"
 #include "bench_util.h"
 #include "dml.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "local_store.h"
 #include "log.h"
 #include "util.h"

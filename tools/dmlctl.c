@@ -32,7 +32,7 @@
 #include "curve_svg.h"
 #include "dml_error.h"
 #include "dmlctl.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "log.h"
 #include "util.h"
 

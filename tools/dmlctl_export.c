@@ -28,7 +28,7 @@
 #include "dml.h"
 #include "dml_error.h"
 #include "dmlctl.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "model_file.h"
 #include "util.h"
 

@@ -15,7 +15,7 @@
 
 #include "dml_error.h"
 #include "dmlctl.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "table.h"
 #include "util.h"
 

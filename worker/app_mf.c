@@ -39,7 +39,7 @@
 #include "data_synth_ratings.h"
 #include "data_triplets.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100

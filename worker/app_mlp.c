@@ -36,7 +36,7 @@
 #include "app_util.h"
 #include "data_idx.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100

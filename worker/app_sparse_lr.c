@@ -36,7 +36,7 @@
 #include "data_libsvm.h"
 #include "data_synth_clicks.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100

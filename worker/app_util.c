@@ -14,7 +14,7 @@
 #include "app_util.h"
 #include "assign.h"
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 
 int dml_app_spec_check(const char *app, const Dml__JobSpec *spec, char *err, size_t errlen)
 {

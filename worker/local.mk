@@ -26,7 +26,7 @@ noinst_HEADERS += worker/app.h worker/app_util.h worker/walk.h worker/backend.h 
 	worker/data_synth_ratings.h
 EXTRA_DIST += worker/backend_cuda.cu
 # What links libdmlapps.a links too (after it).
-APPS_LIBS = worker/libdmlapps.a sched/libdmljobconf.la store/libdmltable.la \
+APPS_LIBS = worker/libdmlapps.a proto/libdmljobspec.la store/libdmltable.la \
 	proto/libdmlproto.la $(OPENBLAS_LIBS) $(ZLIB_LIBS) -lm
 if HAVE_CUDA
 worker_libdmlapps_a_LIBADD = worker/backend_cuda.o
@@ -46,7 +46,7 @@ endif
 bin_PROGRAMS += worker/dml-worker
 worker_dml_worker_SOURCES = worker/worker_main.c worker/worker.c worker/worker_conf.c \
 	worker/cpu_limit.c worker/cpu_limit.h
-worker_dml_worker_LDADD = worker/libdmlapps.a worker/libdml.la sched/libdmlschedlink.la \
+worker_dml_worker_LDADD = worker/libdmlapps.a worker/libdml.la proto/libdmlschedlink.la \
 	proto/libdmldaemon.la $(APPS_LIBS) -lpthread
 noinst_HEADERS += worker/worker.h worker/worker_conf.h
 EXTRA_DIST += conf/worker.conf conf/jobs/mlp.conf conf/jobs/softmax.conf conf/jobs/sparse_lr.conf \

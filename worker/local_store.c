@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "local_store.h"
 #include "table.h"
 #include "table_spec.h"

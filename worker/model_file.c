@@ -22,7 +22,7 @@
 #include <zlib.h>
 
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "model_file.h"
 #include "util.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "dml_error.h"
-#include "job_conf.h"
+#include "job_spec.h"
 #include "local_store.h"
 #include "log.h"
 #include "profile.h"

@@ -12,8 +12,8 @@
  * Must never: accept a spec that a server or worker would have to refuse
  * later (every name, bound and combination is checked here, once, for all).
  */
-#ifndef DML_SCHED_JOB_CONF_H
-#define DML_SCHED_JOB_CONF_H
+#ifndef DML_JOB_SPEC_H
+#define DML_JOB_SPEC_H
 
 #include <stddef.h>
 
@@ -42,7 +42,7 @@ int dml_job_file_parse_string(const char *name, const char *text, Dml__JobSpec *
 
 /**
  * Check a spec wherever it came from: DML_EINVAL with the reason in err
- * (no file name), else 0. See job_conf.c for the full list of rules.
+ * (no file name), else 0. See job_spec_check.c for the full list of rules.
  */
 int dml_job_spec_check(const Dml__JobSpec *spec, char *err, size_t errlen);
 

@@ -1,5 +1,5 @@
 /*
- * The scheduler link (see link.h): one connection to dml-sched, moved
+ * The scheduler link (see sched_link.h): one connection to dml-sched, moved
  * through IDLE -> CONNECTING -> REGISTERING -> REGISTERED by link_set_state()
  * alone. Every way back to IDLE goes through link_retry_later(), which logs
  * why; refusals the scheduler explains are logged where they arrive.
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "dml_error.h"
-#include "link.h"
+#include "sched_link.h"
 #include "log.h"
 #include "util.h"
 
