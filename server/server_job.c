@@ -328,41 +328,21 @@ static int spec_same_tables(const Dml__JobSpec *a, const Dml__JobSpec *b)
 	return 1;
 }
 
-/* protobuf-c allocations of the copies below fail only where dml_xmalloc
- * would: the copy of a message we just encoded always decodes. */
-static void *copy_alloc(void *data, size_t size)
-{
-	return dml_xmalloc(size);
-}
-
-static void copy_free(void *data, void *p)
-{
-	free(p);
-}
-
-static ProtobufCAllocator copy_allocator = { copy_alloc, copy_free, NULL };
-
 static Dml__JobSpec *spec_copy(const Dml__JobSpec *spec)
 {
-	size_t len = dml__job_spec__get_packed_size(spec);
-	uint8_t *buf = dml_xmalloc(len + 1);
-	Dml__JobSpec *c;
+	Dml__JobSpec *c = dml_msg_copy(&spec->base);
 
-	dml__job_spec__pack(spec, buf);
-	c = dml__job_spec__unpack(&copy_allocator, len, buf);
-	free(buf);
+	if (!c)
+		abort();   /* only memory can fail, fatal as in util.h */
 	return c;
 }
 
 static Dml__ShardMap *map_copy(const Dml__ShardMap *map)
 {
-	size_t len = dml__shard_map__get_packed_size(map);
-	uint8_t *buf = dml_xmalloc(len + 1);
-	Dml__ShardMap *c;
+	Dml__ShardMap *c = dml_msg_copy(&map->base);
 
-	dml__shard_map__pack(map, buf);
-	c = dml__shard_map__unpack(&copy_allocator, len, buf);
-	free(buf);
+	if (!c)
+		abort();   /* only memory can fail, fatal as in util.h */
 	return c;
 }
 
@@ -1051,7 +1031,7 @@ static void job_set_map(struct dml_server *s, const Dml__JobSpec *spec,
 			const Dml__ShardMap *map)
 {
 	if (s->job.spec)
-		dml__job_spec__free_unpacked(s->job.spec, &copy_allocator);
+		dml__job_spec__free_unpacked(s->job.spec, NULL);
 	s->job.spec = spec_copy(spec);
 	s->job.map = map_copy(map);
 	s->job.id = map->job;
@@ -1092,7 +1072,7 @@ static void remap(struct dml_server *s, const Dml__Meta *m)
 		parcel_free(q);
 	}
 	if (old)
-		dml__shard_map__free_unpacked(old, &copy_allocator);
+		dml__shard_map__free_unpacked(old, NULL);
 	dml_server_held_recheck(s);
 	dml_info("job %u: map v%llu: %s%s%s", s->job.id, (unsigned long long)s->job.version,
 		 rm.give.items ? line_text(&rm.give) : "giving nothing",
@@ -1228,7 +1208,7 @@ static void resume_move(struct dml_server *s, const Dml__Meta *m, const Dml__Sha
 		 "server's rows of v%llu and those that had moved in", base->job,
 		 (unsigned long long)base->version, (unsigned long long)m->shard_map->version,
 		 (unsigned long long)base->version);
-	dml__shard_map__free_unpacked(s->job.map, &copy_allocator);
+	dml__shard_map__free_unpacked(s->job.map, NULL);
 	s->job.map = NULL;
 	job_set_map(s, m->job_spec, base);
 	remap(s, m);
@@ -1262,7 +1242,7 @@ static void install_from(struct dml_server *s, const Dml__Meta *m, const Dml__Sh
 	s->tables = tables;
 	s->ntables = spec->n_tables;
 	if (s->job.map)
-		dml__shard_map__free_unpacked(s->job.map, &copy_allocator);
+		dml__shard_map__free_unpacked(s->job.map, NULL);
 	s->job.map = NULL;
 	job_set_map(s, spec, map);
 	s->job.remapping = 0;
@@ -1537,9 +1517,9 @@ void dml_server_job_free(struct dml_server *s)
 {
 	peers_take_back(s, NULL);
 	if (s->job.spec)
-		dml__job_spec__free_unpacked(s->job.spec, &copy_allocator);
+		dml__job_spec__free_unpacked(s->job.spec, NULL);
 	if (s->job.map)
-		dml__shard_map__free_unpacked(s->job.map, &copy_allocator);
+		dml__shard_map__free_unpacked(s->job.map, NULL);
 	s->job.spec = NULL;
 	s->job.map = NULL;
 }
