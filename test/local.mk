@@ -22,7 +22,8 @@ test_check_auth_SOURCES = test/check_auth.c
 test_check_auth_CFLAGS = $(TEST_CFLAGS)
 test_check_auth_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
-test_check_conf_SOURCES = test/check_conf.c
+test_check_conf_SOURCES = test/check_conf.c test/check_conf_parse.c test/check_conf_files.c \
+	test/check_conf_util.c test/check_conf.h
 test_check_conf_CFLAGS = $(TEST_CFLAGS)
 test_check_conf_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
