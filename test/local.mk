@@ -57,7 +57,9 @@ test_check_examples_LDADD = worker/libdml.la server/libdmlstore.la store/libdmls
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: real dml-server processes, real sockets.
-test_check_cluster_SOURCES = test/check_cluster.c $(HARNESS_SOURCES)
+test_check_cluster_SOURCES = test/check_cluster.c test/check_cluster_clock.c \
+	test/check_cluster_delivery.c test/check_cluster_abuse.c test/check_cluster_regress.c \
+	test/check_cluster_metrics.c test/check_cluster.h $(HARNESS_SOURCES)
 test_check_cluster_CFLAGS = $(TEST_CFLAGS)
 test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
