@@ -12,6 +12,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "harness_internal.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -34,8 +35,6 @@
 
 #include "frame.h"
 #include "util.h"
-
-#include "harness_internal.h"
 
 /* How much of a log is printed when something fails. */
 #define LOG_TAIL_BYTES 8192
