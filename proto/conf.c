@@ -1,6 +1,8 @@
 /*
  * The configuration parser of conf.h: one table of options drives parsing,
  * --help and the printing of the effective configuration (STYLE #10).
+ * This file parses; conf_value.c converts and describes values, conf_print.c
+ * prints the tables and conf_check.c holds the validators the daemons share.
  *
  * One pass over the text. A section header selects a section (a repeated one
  * appends a zeroed element to its array in root and applies that section's
@@ -35,25 +37,12 @@
 #include <unistd.h>
 
 #include "conf.h"
+#include "conf_internal.h"
 #include "dml_error.h"
 #include "util.h"
 
 #define CONF_LINE_MAX 4096         /* bytes per line, newline excluded */
 #define CONF_FILE_MAX (16u << 20)  /* a config file is small; refuse a huge one */
-#define CONF_HOST_MAX 256          /* DNS names are at most 253 bytes */
-#define CONF_QUOTE_MAX 64          /* bytes of file text echoed in one message */
-#define CONF_MSG_MAX 512
-
-/* A parsed value before it is stored; every member starts at its address, so
- * a pointer to it is a pointer to the field type for the validator. */
-union conf_value {
-	char *s;
-	uint64_t u64;
-	uint32_t u32;
-	int64_t i64;
-	double d;
-	int i;
-};
 
 struct conf_parser {
 	const struct dml_conf_schema *schema;
@@ -74,14 +63,6 @@ struct conf_parser {
 	const char *miss_sec;
 	size_t miss_elem;
 	size_t miss_line;
-};
-
-static const struct {
-	const char *word;
-	int value;
-} conf_bool_words[] = {
-	{ "yes", 1 }, { "no", 0 }, { "true", 1 }, { "false", 0 },
-	{ "on", 1 }, { "off", 0 }, { "1", 1 }, { "0", 0 },
 };
 
 /* Writes "prefix: message" into err; the prefix is "name:line" or "name". */
@@ -126,27 +107,6 @@ static int conf_fail(struct conf_parser *p, size_t line, const char *fmt, ...)
 	return DML_ECONF;
 }
 
-/*
- * Copies file text for a message: at most CONF_QUOTE_MAX bytes, control
- * bytes shown as '?', "..." when cut. Returns buf for use in an argument list.
- */
-static const char *conf_quote(const char *s, char *buf, size_t len)
-{
-	size_t n = 0;
-
-	while (*s && n < CONF_QUOTE_MAX && n + 4 < len) {
-		unsigned char c = (unsigned char)*s++;
-
-		buf[n++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	if (*s && n + 3 < len) {
-		memcpy(buf + n, "...", 3);
-		n += 3;
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
 static int conf_is_ident(const char *s)
 {
 	if (!s || !*s)
@@ -156,339 +116,6 @@ static int conf_is_ident(const char *s)
 			return 0;
 	}
 	return 1;
-}
-
-static int conf_is_numeric(enum dml_conf_type t)
-{
-	return t == DML_CONF_U64 || t == DML_CONF_U32 || t == DML_CONF_I64 ||
-	       t == DML_CONF_DOUBLE || t == DML_CONF_SIZE;
-}
-
-static int conf_is_string(enum dml_conf_type t)
-{
-	return t == DML_CONF_STRING || t == DML_CONF_HOSTPORT;
-}
-
-/*
- * The bounds of an unsigned option within a type of the given width. The
- * table holds doubles: min == max == 0 means the whole type, and a bound at
- * or past 2^bits (UINT64_MAX as a double is 2^64) clamps to the type's
- * maximum instead of overflowing the conversion.
- */
-static void conf_ubounds(const struct dml_conf_option *o, int bits, uint64_t *lo,
-			 uint64_t *hi)
-{
-	double cap = ldexp(1.0, bits);
-	uint64_t tmax = bits >= 64 ? UINT64_MAX : (UINT64_C(1) << bits) - 1;
-	double c = ceil(o->min), f = floor(o->max);
-
-	*lo = 0;
-	*hi = tmax;
-	if (o->min == 0 && o->max == 0)
-		return;
-	if (c > 0)
-		*lo = c >= cap ? tmax : (uint64_t)c;
-	if (f < cap)
-		*hi = f < 0 ? 0 : (uint64_t)f;
-}
-
-static void conf_ibounds(const struct dml_conf_option *o, int64_t *lo, int64_t *hi)
-{
-	const double cap = 0x1p63;
-	double c = ceil(o->min), f = floor(o->max);
-
-	*lo = INT64_MIN;
-	*hi = INT64_MAX;
-	if (o->min == 0 && o->max == 0)
-		return;
-	if (c > -cap)
-		*lo = c >= cap ? INT64_MAX : (int64_t)c;
-	if (f < cap)
-		*hi = f <= -cap ? INT64_MIN : (int64_t)f;
-}
-
-static void conf_dbounds(const struct dml_conf_option *o, double *lo, double *hi)
-{
-	*lo = o->min;
-	*hi = o->max;
-	if (o->min == 0 && o->max == 0) {
-		*lo = -DBL_MAX;
-		*hi = DBL_MAX;
-	}
-}
-
-/* A size with the largest suffix that keeps it exact, so it parses back. */
-static void conf_format_size(uint64_t v, char *buf, size_t len)
-{
-	static const char suffix[] = { 'G', 'M', 'K' };
-
-	for (int i = 0; i < 3 && v; i++) {
-		unsigned shift = 30u - 10u * (unsigned)i;
-
-		if ((v & ((UINT64_C(1) << shift) - 1)) == 0) {
-			snprintf(buf, len, "%" PRIu64 "%c", v >> shift, suffix[i]);
-			return;
-		}
-	}
-	snprintf(buf, len, "%" PRIu64, v);
-}
-
-/* The shortest %g form that reads back as the same double. */
-static void conf_format_double(double v, char *buf, size_t len)
-{
-	for (int prec = 15; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, v);
-		if (strtod(buf, NULL) == v)
-			return;
-	}
-}
-
-/* "lo..hi" for a numeric option, in the type's own notation. */
-static void conf_format_range(const struct dml_conf_option *o, char *buf, size_t len)
-{
-	char a[40], b[40];
-	uint64_t ulo, uhi;
-	int64_t ilo, ihi;
-	double dlo, dhi;
-
-	switch (o->type) {
-	case DML_CONF_U32:
-	case DML_CONF_U64:
-		conf_ubounds(o, o->type == DML_CONF_U32 ? 32 : 64, &ulo, &uhi);
-		snprintf(buf, len, "%" PRIu64 "..%" PRIu64, ulo, uhi);
-		return;
-	case DML_CONF_SIZE:
-		conf_ubounds(o, 64, &ulo, &uhi);
-		conf_format_size(ulo, a, sizeof(a));
-		conf_format_size(uhi, b, sizeof(b));
-		snprintf(buf, len, "%s..%s", a, b);
-		return;
-	case DML_CONF_I64:
-		conf_ibounds(o, &ilo, &ihi);
-		snprintf(buf, len, "%" PRId64 "..%" PRId64, ilo, ihi);
-		return;
-	case DML_CONF_DOUBLE:
-		conf_dbounds(o, &dlo, &dhi);
-		snprintf(buf, len, "%g..%g", dlo, dhi);
-		return;
-	default:
-		snprintf(buf, len, "?");
-		return;
-	}
-}
-
-static void conf_format_choices(const struct dml_conf_option *o, char *buf, size_t len)
-{
-	size_t n = 0;
-
-	buf[0] = '\0';
-	for (size_t i = 0; o->choices && o->choices[i] && n < len; i++) {
-		int w = snprintf(buf + n, len - n, "%s%s", i ? ", " : "", o->choices[i]);
-
-		if (w < 0)
-			break;
-		n += (size_t)w;
-	}
-}
-
-/* What a value of this option looks like: "u32, 1..256", "bool, yes/no"... */
-static void conf_describe(const struct dml_conf_option *o, char *buf, size_t len)
-{
-	static const char *const names[] = {
-		[DML_CONF_STRING] = "string", [DML_CONF_U64] = "u64",
-		[DML_CONF_U32] = "u32", [DML_CONF_I64] = "i64",
-		[DML_CONF_DOUBLE] = "double",
-		[DML_CONF_SIZE] = "size (K, M or G suffix)",
-		[DML_CONF_BOOL] = "bool, yes/no", [DML_CONF_ENUM] = "enum",
-		[DML_CONF_HOSTPORT] = "host:port",
-	};
-	char extra[CONF_MSG_MAX / 2];
-	const char *name = (unsigned)o->type < DML_ARRAY_LEN(names) ?
-			   names[o->type] : "?";
-
-	if (conf_is_numeric(o->type) && !(o->min == 0 && o->max == 0)) {
-		conf_format_range(o, extra, sizeof(extra));
-		snprintf(buf, len, "%s, %s", name, extra);
-	} else if (o->type == DML_CONF_ENUM) {
-		conf_format_choices(o, extra, sizeof(extra));
-		snprintf(buf, len, "%s, one of %s", name, extra);
-	} else {
-		snprintf(buf, len, "%s", name);
-	}
-}
-
-/* Why text is not a valid number for o, given the strict parser's code. */
-static void conf_number_why(const struct dml_conf_option *o, const char *text, int rc,
-			    char *why, size_t whylen)
-{
-	char q[CONF_QUOTE_MAX + 8], range[96];
-	uint64_t u;
-	double d;
-	int is_unsigned = o->type == DML_CONF_U64 || o->type == DML_CONF_U32 ||
-			  o->type == DML_CONF_SIZE;
-
-	conf_quote(text, q, sizeof(q));
-	/* "-1" for an unsigned option is a number, just below the range */
-	if (rc == DML_ERANGE ||
-	    (is_unsigned && text[0] == '-' &&
-	     (o->type == DML_CONF_SIZE ? dml_parse_size(text + 1, 0, UINT64_MAX, &u)
-				       : dml_parse_u64(text + 1, 0, UINT64_MAX, &u)) !=
-		     DML_EINVAL)) {
-		conf_format_range(o, range, sizeof(range));
-		snprintf(why, whylen, "%s is out of range %s", q, range);
-	} else if (o->type != DML_CONF_DOUBLE && strpbrk(text, ".eE") &&
-		   dml_parse_double(text, -DBL_MAX, DBL_MAX, &d) == 0) {
-		snprintf(why, whylen, "'%s' is not an integer", q);
-	} else if (o->type == DML_CONF_SIZE) {
-		snprintf(why, whylen, "'%s' is not a size "
-			 "(integer with optional K, M or G suffix)", q);
-	} else {
-		snprintf(why, whylen, "'%s' is not a number", q);
-	}
-}
-
-/* Converts text for o into v; 0, or DML_ECONF with the reason in why. */
-static int conf_value_parse(const struct dml_conf_option *o, const char *text,
-			    union conf_value *v, char *why, size_t whylen)
-{
-	char q[CONF_QUOTE_MAX + 8], desc[CONF_MSG_MAX / 2], host[CONF_HOST_MAX];
-	uint64_t ulo, uhi;
-	int64_t ilo, ihi;
-	double dlo, dhi;
-	uint16_t port;
-	int rc = 0;
-
-	memset(v, 0, sizeof(*v));
-	if (o->type == DML_CONF_STRING) {
-		v->s = dml_xstrdup(text);
-		return 0;
-	}
-	if (!*text) {
-		conf_describe(o, desc, sizeof(desc));
-		snprintf(why, whylen, "empty value, expected %s", desc);
-		return DML_ECONF;
-	}
-	switch (o->type) {
-	case DML_CONF_U64:
-	case DML_CONF_U32:
-		conf_ubounds(o, o->type == DML_CONF_U32 ? 32 : 64, &ulo, &uhi);
-		rc = dml_parse_u64(text, ulo, uhi, &v->u64);
-		if (!rc && o->type == DML_CONF_U32)
-			v->u32 = (uint32_t)v->u64;
-		break;
-	case DML_CONF_SIZE:
-		conf_ubounds(o, 64, &ulo, &uhi);
-		rc = dml_parse_size(text, ulo, uhi, &v->u64);
-		break;
-	case DML_CONF_I64:
-		conf_ibounds(o, &ilo, &ihi);
-		rc = dml_parse_i64(text, ilo, ihi, &v->i64);
-		break;
-	case DML_CONF_DOUBLE:
-		conf_dbounds(o, &dlo, &dhi);
-		rc = dml_parse_double(text, dlo, dhi, &v->d);
-		break;
-	case DML_CONF_BOOL:
-		for (size_t i = 0; i < DML_ARRAY_LEN(conf_bool_words); i++) {
-			if (strcasecmp(text, conf_bool_words[i].word) == 0) {
-				v->i = conf_bool_words[i].value;
-				return 0;
-			}
-		}
-		snprintf(why, whylen, "'%s' is not one of yes, no",
-			 conf_quote(text, q, sizeof(q)));
-		return DML_ECONF;
-	case DML_CONF_ENUM:
-		for (int i = 0; o->choices && o->choices[i]; i++) {
-			if (strcasecmp(text, o->choices[i]) == 0) {
-				v->i = i;
-				return 0;
-			}
-		}
-		conf_format_choices(o, desc, sizeof(desc));
-		snprintf(why, whylen, "'%s' is not one of %s",
-			 conf_quote(text, q, sizeof(q)), desc);
-		return DML_ECONF;
-	case DML_CONF_HOSTPORT:
-		if (dml_parse_hostport(text, host, sizeof(host), &port, 1)) {
-			snprintf(why, whylen, "'%s' is not host:port",
-				 conf_quote(text, q, sizeof(q)));
-			return DML_ECONF;
-		}
-		v->s = dml_xstrdup(text);
-		return 0;
-	default:
-		snprintf(why, whylen, "option has an unknown type %d", (int)o->type);
-		return DML_ECONF;
-	}
-	if (rc) {
-		conf_number_why(o, text, rc, why, whylen);
-		return DML_ECONF;
-	}
-	return 0;
-}
-
-static void *conf_field(void *base, const struct dml_conf_option *o)
-{
-	return (char *)base + o->offset;
-}
-
-/* Moves v into the field, freeing the string it replaces. */
-static void conf_value_store(const struct dml_conf_option *o, void *base,
-			     union conf_value *v)
-{
-	void *field = conf_field(base, o);
-	char *old;
-
-	switch (o->type) {
-	case DML_CONF_STRING:
-	case DML_CONF_HOSTPORT:
-		memcpy(&old, field, sizeof(old));
-		free(old);
-		memcpy(field, &v->s, sizeof(v->s));
-		break;
-	case DML_CONF_U64:
-	case DML_CONF_SIZE:
-		memcpy(field, &v->u64, sizeof(v->u64));
-		break;
-	case DML_CONF_U32:
-		memcpy(field, &v->u32, sizeof(v->u32));
-		break;
-	case DML_CONF_I64:
-		memcpy(field, &v->i64, sizeof(v->i64));
-		break;
-	case DML_CONF_DOUBLE:
-		memcpy(field, &v->d, sizeof(v->d));
-		break;
-	case DML_CONF_BOOL:
-	case DML_CONF_ENUM:
-		memcpy(field, &v->i, sizeof(v->i));
-		break;
-	}
-}
-
-/* Parses, validates and stores text into o's field of base: 0 or a reason. */
-static int conf_value_set(const struct dml_conf_option *o, void *base, const char *text,
-			  char *why, size_t whylen)
-{
-	union conf_value v;
-	char q[CONF_QUOTE_MAX + 8];
-
-	if (conf_value_parse(o, text, &v, why, whylen))
-		return DML_ECONF;
-	if (o->validate) {
-		why[0] = '\0';
-		if (o->validate(&v, why, whylen) != 0) {
-			if (!why[0])
-				snprintf(why, whylen, "invalid value '%s'",
-					 conf_quote(text, q, sizeof(q)));
-			if (conf_is_string(o->type))
-				free(v.s);
-			return DML_ECONF;
-		}
-	}
-	conf_value_store(o, base, &v);
-	return 0;
 }
 
 /* Applies the defaults of section si to base (root or a new element). */
@@ -502,7 +129,7 @@ static int conf_defaults_apply(struct conf_parser *p, size_t si, void *base)
 
 		if (p->opt_sec[i] != si || !o->def)
 			continue;
-		if (conf_value_set(o, base, o->def, why, sizeof(why))) {
+		if (dml_conf_value_set(o, base, o->def, why, sizeof(why))) {
 			conf_fail(p, 0, "bad default of %s in [%s]: %s", o->key,
 				  o->section, why);
 			return DML_EINVAL;
@@ -562,7 +189,7 @@ static void *conf_ptr_get(const void *root, size_t offset)
 	return v;
 }
 
-static size_t conf_count_get(const void *root, size_t offset)
+size_t dml_conf_count_get(const void *root, size_t offset)
 {
 	size_t n;
 
@@ -570,7 +197,7 @@ static size_t conf_count_get(const void *root, size_t offset)
 	return n;
 }
 
-static void *conf_elem(const void *root, const struct dml_conf_section *sec, size_t i)
+void *dml_conf_elem(const void *root, const struct dml_conf_section *sec, size_t i)
 {
 	return (char *)conf_ptr_get(root, sec->array_offset) + i * sec->elem_size;
 }
@@ -582,7 +209,7 @@ static int conf_elem_append(struct conf_parser *p, size_t si, size_t line)
 	const struct dml_conf_section *sec = &p->schema->sections[si];
 	char *root = p->root;
 	void *arr = conf_ptr_get(root, sec->array_offset);
-	size_t n = conf_count_get(root, sec->count_offset);
+	size_t n = dml_conf_count_get(root, sec->count_offset);
 
 	if (n >= p->capacity[si]) {
 		size_t cap = n ? 2 * n : 4;
@@ -649,7 +276,7 @@ static int conf_line_header(struct conf_parser *p, char *line, size_t lineno)
 	si = conf_section_find(p->schema, name);
 	if (si == SIZE_MAX)
 		return conf_fail(p, lineno, "unknown section [%s]",
-				 conf_quote(name, q, sizeof(q)));
+				 dml_conf_quote(name, q, sizeof(q)));
 	conf_instance_close(p);
 	p->cur = &p->schema->sections[si];
 	p->cur_sec = si;
@@ -663,7 +290,7 @@ static int conf_line_header(struct conf_parser *p, char *line, size_t lineno)
 	rc = conf_elem_append(p, si, lineno);
 	if (rc)
 		return rc;
-	return conf_defaults_apply(p, si, conf_elem(p->root, p->cur, p->cur_elem));
+	return conf_defaults_apply(p, si, dml_conf_elem(p->root, p->cur, p->cur_elem));
 }
 
 /* A trimmed line that is neither blank, a comment nor a header. */
@@ -690,12 +317,12 @@ static int conf_line_key(struct conf_parser *p, char *line, size_t lineno)
 	}
 	if (oi == s->noptions)
 		return conf_fail(p, lineno, "unknown key '%s' in [%s]",
-				 conf_quote(key, q, sizeof(q)), p->cur->name);
+				 dml_conf_quote(key, q, sizeof(q)), p->cur->name);
 	if (p->set_line[oi])
 		return conf_fail(p, lineno, "duplicate key '%s' (first set on line %zu)",
 				 key, p->set_line[oi]);
-	base = p->cur->repeated ? conf_elem(p->root, p->cur, p->cur_elem) : p->root;
-	if (conf_value_set(&s->options[oi], base, value, why, sizeof(why)))
+	base = p->cur->repeated ? dml_conf_elem(p->root, p->cur, p->cur_elem) : p->root;
+	if (dml_conf_value_set(&s->options[oi], base, value, why, sizeof(why)))
 		return conf_fail(p, lineno, "%s: %s", key, why);
 	p->set_line[oi] = lineno;
 	return 0;
@@ -890,8 +517,8 @@ int dml_conf_parse_string(const struct dml_conf_schema *schema, const char *name
 	return conf_run(schema, name, text, text ? strlen(text) : 0, root, err, errlen);
 }
 
-static int conf_option_in(const struct dml_conf_option *o,
-			  const struct dml_conf_section *sec)
+int dml_conf_option_in(const struct dml_conf_option *o,
+		       const struct dml_conf_section *sec)
 {
 	return o->section && sec->name && strcmp(o->section, sec->name) == 0;
 }
@@ -903,12 +530,12 @@ static void conf_strings_free(const struct dml_conf_schema *schema,
 		const struct dml_conf_option *o = &schema->options[i];
 		char *s = NULL;
 
-		if (!conf_option_in(o, sec) || !conf_is_string(o->type))
+		if (!dml_conf_option_in(o, sec) || !dml_conf_is_string(o->type))
 			continue;
-		memcpy(&s, conf_field(base, o), sizeof(s));
+		memcpy(&s, dml_conf_field(base, o), sizeof(s));
 		free(s);
 		s = NULL;
-		memcpy(conf_field(base, o), &s, sizeof(s));
+		memcpy(dml_conf_field(base, o), &s, sizeof(s));
 	}
 }
 
@@ -926,198 +553,11 @@ void dml_conf_free(const struct dml_conf_schema *schema, void *root)
 			conf_strings_free(schema, sec, root);
 			continue;
 		}
-		n = conf_count_get(root, sec->count_offset);
+		n = dml_conf_count_get(root, sec->count_offset);
 		for (size_t i = 0; i < n; i++)
-			conf_strings_free(schema, sec, conf_elem(root, sec, i));
+			conf_strings_free(schema, sec, dml_conf_elem(root, sec, i));
 		free(conf_ptr_get(root, sec->array_offset));
 		memcpy((char *)root + sec->array_offset, &null, sizeof(null));
 		memcpy((char *)root + sec->count_offset, &zero, sizeof(zero));
 	}
-}
-
-/*
- * The value of a non-string field in file notation; a string field is
- * printed by the caller. 0, or -1 for a value the file cannot express
- * (an enum index outside its choices).
- */
-static int conf_value_format(const struct dml_conf_option *o, const void *base,
-			     char *buf, size_t len)
-{
-	const void *field = (const char *)base + o->offset;
-	uint64_t u64;
-	uint32_t u32;
-	int64_t i64;
-	double d;
-	int i;
-
-	switch (o->type) {
-	case DML_CONF_U64:
-		memcpy(&u64, field, sizeof(u64));
-		snprintf(buf, len, "%" PRIu64, u64);
-		return 0;
-	case DML_CONF_SIZE:
-		memcpy(&u64, field, sizeof(u64));
-		conf_format_size(u64, buf, len);
-		return 0;
-	case DML_CONF_U32:
-		memcpy(&u32, field, sizeof(u32));
-		snprintf(buf, len, "%" PRIu32, u32);
-		return 0;
-	case DML_CONF_I64:
-		memcpy(&i64, field, sizeof(i64));
-		snprintf(buf, len, "%" PRId64, i64);
-		return 0;
-	case DML_CONF_DOUBLE:
-		memcpy(&d, field, sizeof(d));
-		conf_format_double(d, buf, len);
-		return 0;
-	case DML_CONF_BOOL:
-		memcpy(&i, field, sizeof(i));
-		snprintf(buf, len, "%s", i ? "yes" : "no");
-		return 0;
-	case DML_CONF_ENUM:
-		memcpy(&i, field, sizeof(i));
-		for (int k = 0; o->choices && o->choices[k]; k++) {
-			if (k == i) {
-				snprintf(buf, len, "%s", o->choices[k]);
-				return 0;
-			}
-		}
-		snprintf(buf, len, "%d", i);
-		return -1;
-	default:
-		return -1;
-	}
-}
-
-static void conf_instance_print(const struct dml_conf_schema *schema,
-				const struct dml_conf_section *sec, const void *base,
-				FILE *out)
-{
-	char buf[64];
-
-	fprintf(out, "\n[%s]\n", sec->name);
-	for (size_t i = 0; i < schema->noptions; i++) {
-		const struct dml_conf_option *o = &schema->options[i];
-		const char *s;
-
-		if (!conf_option_in(o, sec))
-			continue;
-		if (conf_is_string(o->type)) {
-			memcpy(&s, (const char *)base + o->offset, sizeof(s));
-			if (s)
-				fprintf(out, "%s = %s\n", o->key, s);
-			else
-				fprintf(out, "# %s is not set\n", o->key);
-		} else if (conf_value_format(o, base, buf, sizeof(buf)) == 0) {
-			fprintf(out, "%s = %s\n", o->key, buf);
-		} else {
-			fprintf(out, "# %s has the invalid value %s\n", o->key, buf);
-		}
-	}
-}
-
-void dml_conf_print(const struct dml_conf_schema *schema, const void *root, FILE *out)
-{
-	if (!schema || !root || !out || (schema->nsections && !schema->sections) ||
-	    (schema->noptions && !schema->options))
-		return;
-	fprintf(out, "# effective configuration of %s\n",
-		schema->program ? schema->program : "dml");
-	for (size_t si = 0; si < schema->nsections; si++) {
-		const struct dml_conf_section *sec = &schema->sections[si];
-		size_t n;
-
-		if (!sec->repeated) {
-			conf_instance_print(schema, sec, root, out);
-			continue;
-		}
-		n = conf_count_get(root, sec->count_offset);
-		for (size_t i = 0; i < n; i++)
-			conf_instance_print(schema, sec, conf_elem(root, sec, i), out);
-	}
-}
-
-void dml_conf_print_help(const struct dml_conf_schema *schema, FILE *out)
-{
-	char desc[CONF_MSG_MAX];
-
-	if (!schema || !out || (schema->nsections && !schema->sections) ||
-	    (schema->noptions && !schema->options))
-		return;
-	fprintf(out, "# configuration of %s\n"
-		"# `key = value` lines under [section] headers; a line starting\n"
-		"# with '#' or ';' is a comment; REQUIRED keys have no default\n",
-		schema->program ? schema->program : "dml");
-	for (size_t si = 0; si < schema->nsections; si++) {
-		const struct dml_conf_section *sec = &schema->sections[si];
-
-		fprintf(out, "\n[%s]%s\n", sec->name, sec->repeated ?
-			"   # may appear many times, one per element" : "");
-		if (sec->help)
-			fprintf(out, "# %s\n", sec->help);
-		for (size_t i = 0; i < schema->noptions; i++) {
-			const struct dml_conf_option *o = &schema->options[i];
-
-			if (!conf_option_in(o, sec))
-				continue;
-			conf_describe(o, desc, sizeof(desc));
-			fprintf(out, "%s = %s   # %s%s%s\n", o->key,
-				o->def ? o->def : "REQUIRED", desc, o->help ? ": " : "",
-				o->help ? o->help : "");
-		}
-	}
-}
-
-/* ---- checks shared by the daemons' option tables ------------------------- */
-
-const char *const dml_conf_log_levels[] = { "error", "warn", "info", "debug", NULL };
-
-static int check_hostport(const char *s, int allow_empty, int allow_port0, char *err,
-			  size_t errlen)
-{
-	char host[256];
-	uint16_t port;
-
-	if ((allow_empty && *s == '\0') ||
-	    dml_parse_hostport(s, host, sizeof(host), &port, allow_port0) == 0)
-		return 0;
-	snprintf(err, errlen, "'%s' is %shost:port%s", s,
-		 allow_empty ? "neither empty nor " : "not ",
-		 allow_port0 ? "" : " with a port 1..65535");
-	return DML_ECONF;
-}
-
-int dml_conf_check_dial(const void *field, char *err, size_t errlen)
-{
-	return check_hostport(*(const char *const *)field, 0, 0, err, errlen);
-}
-
-int dml_conf_check_dial_optional(const void *field, char *err, size_t errlen)
-{
-	return check_hostport(*(const char *const *)field, 1, 0, err, errlen);
-}
-
-int dml_conf_check_listen_optional(const void *field, char *err, size_t errlen)
-{
-	return check_hostport(*(const char *const *)field, 1, 1, err, errlen);
-}
-
-/* Zones name racks and clouds in logs, metrics and dmlctl tables. */
-int dml_conf_check_zone(const void *field, char *err, size_t errlen)
-{
-	const char *z = *(const char *const *)field;
-	size_t n = strlen(z);
-
-	if (n > 63) {
-		snprintf(err, errlen, "zone is %zu characters long, at most 63 allowed", n);
-		return DML_ECONF;
-	}
-	if (strspn(z, "abcdefghijklmnopqrstuvwxyz" "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-		   "0123456789-_.") != n) {
-		snprintf(err, errlen, "zone '%s': only letters, digits, '-', '_' and '.' are "
-			 "allowed", z);
-		return DML_ECONF;
-	}
-	return 0;
 }

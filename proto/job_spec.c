@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dml_error.h"
+#include "frame.h"
 #include "job_spec.h"
 #include "job_spec_internal.h"
 #include "util.h"
@@ -219,16 +220,10 @@ Dml__JobSpec *dml_job_spec_copy(const Dml__JobSpec *spec)
 {
 	Dml__JobSpec empty = DML__JOB_SPEC__INIT;
 	Dml__JobSpec *copy;
-	size_t len;
-	uint8_t *buf;
 
 	if (!spec)
 		spec = &empty;
-	len = dml__job_spec__get_packed_size(spec);
-	buf = dml_xmalloc(len ? len : 1);
-	dml__job_spec__pack(spec, buf);
-	copy = dml__job_spec__unpack(NULL, len, buf);
-	free(buf);
+	copy = dml_msg_copy(&spec->base);
 	/* Our own encoding always decodes: only memory can fail, and control
 	 * structures treat that as fatal (util.h). */
 	if (!copy)

@@ -18,6 +18,7 @@
 
 #include "assign.h"
 #include "dml_error.h"
+#include "frame.h"
 #include "handover.h"
 #include "job_spec.h"
 #include "jobs.h"
@@ -175,8 +176,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	Dml__WorkerStatus *ws, **wp;
 	Dml__Checkpoint *ck, **ckp;
 	char *events[DML_JOB_EVENTS];
-	size_t nev, len;
-	uint8_t *buf;
+	size_t nev;
 
 	if (!job)
 		return NULL;
@@ -244,11 +244,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	st.checkpoints = ckp;
 	/* one tree the caller frees with one call: encode the borrowed view,
 	 * decode it into fresh memory */
-	len = dml__job_status__get_packed_size(&st);
-	buf = dml_xmalloc(len ? len : 1);
-	dml__job_status__pack(&st, buf);
-	out = dml__job_status__unpack(NULL, len, buf);
-	free(buf);
+	out = dml_msg_copy(&st.base);
 	free(ws);
 	free(wp);
 	free(ck);

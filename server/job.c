@@ -44,6 +44,7 @@
 
 #include "conn.h"
 #include "dml_error.h"
+#include "frame.h"
 #include "job_internal.h"
 #include "sched_link.h"
 #include "log.h"
@@ -143,41 +144,21 @@ static int spec_same_tables(const Dml__JobSpec *a, const Dml__JobSpec *b)
 	return 1;
 }
 
-/* protobuf-c allocations of the copies below fail only where dml_xmalloc
- * would: the copy of a message we just encoded always decodes. */
-static void *copy_alloc(void *data, size_t size)
-{
-	return dml_xmalloc(size);
-}
-
-static void copy_free(void *data, void *p)
-{
-	free(p);
-}
-
-ProtobufCAllocator dml_server_copy_allocator = { copy_alloc, copy_free, NULL };
-
 Dml__JobSpec *dml_server_spec_copy(const Dml__JobSpec *spec)
 {
-	size_t len = dml__job_spec__get_packed_size(spec);
-	uint8_t *buf = dml_xmalloc(len + 1);
-	Dml__JobSpec *c;
+	Dml__JobSpec *c = dml_msg_copy(&spec->base);
 
-	dml__job_spec__pack(spec, buf);
-	c = dml__job_spec__unpack(&dml_server_copy_allocator, len, buf);
-	free(buf);
+	if (!c)
+		abort();   /* only memory can fail, fatal as in util.h */
 	return c;
 }
 
 Dml__ShardMap *dml_server_map_copy(const Dml__ShardMap *map)
 {
-	size_t len = dml__shard_map__get_packed_size(map);
-	uint8_t *buf = dml_xmalloc(len + 1);
-	Dml__ShardMap *c;
+	Dml__ShardMap *c = dml_msg_copy(&map->base);
 
-	dml__shard_map__pack(map, buf);
-	c = dml__shard_map__unpack(&dml_server_copy_allocator, len, buf);
-	free(buf);
+	if (!c)
+		abort();   /* only memory can fail, fatal as in util.h */
 	return c;
 }
 
@@ -323,7 +304,7 @@ static void resume_move(struct dml_server *s, const Dml__Meta *m, const Dml__Sha
 		 "server's rows of v%llu and those that had moved in", base->job,
 		 (unsigned long long)base->version, (unsigned long long)m->shard_map->version,
 		 (unsigned long long)base->version);
-	dml__shard_map__free_unpacked(s->job.map, &dml_server_copy_allocator);
+	dml__shard_map__free_unpacked(s->job.map, NULL);
 	s->job.map = NULL;
 	dml_server_job_set_map(s, m->job_spec, base);
 	dml_server_remap(s, m);
@@ -357,7 +338,7 @@ static void install_from(struct dml_server *s, const Dml__Meta *m, const Dml__Sh
 	s->tables = tables;
 	s->ntables = spec->n_tables;
 	if (s->job.map)
-		dml__shard_map__free_unpacked(s->job.map, &dml_server_copy_allocator);
+		dml__shard_map__free_unpacked(s->job.map, NULL);
 	s->job.map = NULL;
 	dml_server_job_set_map(s, spec, map);
 	s->job.remapping = 0;
@@ -543,9 +524,9 @@ void dml_server_job_free(struct dml_server *s)
 {
 	dml_server_peers_take_back(s, NULL);
 	if (s->job.spec)
-		dml__job_spec__free_unpacked(s->job.spec, &dml_server_copy_allocator);
+		dml__job_spec__free_unpacked(s->job.spec, NULL);
 	if (s->job.map)
-		dml__shard_map__free_unpacked(s->job.map, &dml_server_copy_allocator);
+		dml__shard_map__free_unpacked(s->job.map, NULL);
 	s->job.spec = NULL;
 	s->job.map = NULL;
 }

@@ -84,10 +84,7 @@ const Dml__ShardServer *dml_server_map_server(const Dml__ShardMap *map, uint32_t
 void dml_server_map_ranges(const Dml__ShardMap *map, uint32_t table, uint32_t server,
 			   struct key_ranges *out);
 
-/** Allocates the copies below; frees them with the protobuf-c free_unpacked calls. */
-extern ProtobufCAllocator dml_server_copy_allocator;
-
-/** Owned copies of a spec and a map (free with dml_server_copy_allocator). */
+/** Owned copies of a spec and a map (free_unpacked with a NULL allocator). */
 Dml__JobSpec *dml_server_spec_copy(const Dml__JobSpec *spec);
 Dml__ShardMap *dml_server_map_copy(const Dml__ShardMap *map);
 

@@ -344,7 +344,7 @@ void dml_server_job_set_map(struct dml_server *s, const Dml__JobSpec *spec,
 			    const Dml__ShardMap *map)
 {
 	if (s->job.spec)
-		dml__job_spec__free_unpacked(s->job.spec, &dml_server_copy_allocator);
+		dml__job_spec__free_unpacked(s->job.spec, NULL);
 	s->job.spec = dml_server_spec_copy(spec);
 	s->job.map = dml_server_map_copy(map);
 	s->job.id = map->job;
@@ -385,7 +385,7 @@ void dml_server_remap(struct dml_server *s, const Dml__Meta *m)
 		dml_server_parcel_free(q);
 	}
 	if (old)
-		dml__shard_map__free_unpacked(old, &dml_server_copy_allocator);
+		dml__shard_map__free_unpacked(old, NULL);
 	dml_server_held_recheck(s);
 	dml_info("job %u: map v%llu: %s%s%s", s->job.id, (unsigned long long)s->job.version,
 		 rm.give.items ? dml_server_line_text(&rm.give) : "giving nothing",

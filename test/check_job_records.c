@@ -15,6 +15,7 @@
 #include "assign.h"
 #include "check_jobs.h"
 #include "dml_error.h"
+#include "frame.h"
 #include "handover.h"
 #include "job_spec.h"
 #include "jobs.h"
@@ -25,15 +26,10 @@
 Dml__JobRecord *record_round_trip(const struct dml_job *job, uint64_t now)
 {
 	Dml__JobRecord *r = dml_job_record(job, now), *back;
-	size_t len = dml__job_record__get_packed_size(r);
-	uint8_t *buf = malloc(len + 1);
 
-	ck_assert_ptr_nonnull(buf);
-	dml__job_record__pack(r, buf);
-	back = dml__job_record__unpack(NULL, len, buf);
+	back = dml_msg_copy(&r->base);
 	ck_assert_ptr_nonnull(back);
 	dml_job_record_free(r);
-	free(buf);
 	return back;
 }
 

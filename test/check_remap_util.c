@@ -220,14 +220,8 @@ void raw_answer(struct raw *r, uint64_t id, struct answer *a)
 	if (rep->type == DML__MSG_TYPE__PULL_REPLY && pl)
 		memcpy(a->values, pl, rep->payload_bytes < sizeof(a->values)
 		       ? rep->payload_bytes : sizeof(a->values));
-	if (rep->stats) {
-		size_t n = dml__stats__get_packed_size(rep->stats);
-		uint8_t *buf = dml_xmalloc(n + 1);
-
-		dml__stats__pack(rep->stats, buf);
-		a->stats = dml__stats__unpack(NULL, n, buf);
-		free(buf);
-	}
+	if (rep->stats)
+		a->stats = dml_msg_copy(&rep->stats->base);
 	dml_meta_free(rep);
 	free(pl);
 }

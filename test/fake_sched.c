@@ -65,14 +65,7 @@ struct dml_fake_sched {
 
 static Dml__ShardMap *map_copy(const Dml__ShardMap *m)
 {
-	size_t len = dml__shard_map__get_packed_size(m);
-	uint8_t *buf = dml_xmalloc(len + 1);
-	Dml__ShardMap *c;
-
-	dml__shard_map__pack(m, buf);
-	c = dml__shard_map__unpack(NULL, len, buf);
-	free(buf);
-	return c;
+	return dml_msg_copy(&m->base);
 }
 
 /* Caller holds the mutex. */

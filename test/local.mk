@@ -3,6 +3,9 @@
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 TEST_LIBS = $(CHECK_LIBS) $(ZLIB_LIBS)
 noinst_HEADERS += test/check_run.h
+# The harness every integration test links, in its own objects per program.
+HARNESS_SOURCES = test/harness.c test/harness_daemon.c test/harness_net.c \
+	test/harness.h test/harness_internal.h
 
 check_PROGRAMS += test/check_frame test/check_auth test/check_conf \
 	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster \
@@ -11,7 +14,8 @@ TESTS += test/check_frame test/check_auth test/check_conf \
 	test/check_table test/check_shardmap test/check_ssp test/check_examples test/check_cluster \
 	test/check_metrics
 
-test_check_frame_SOURCES = test/check_frame.c
+test_check_frame_SOURCES = test/check_frame.c test/check_frame_roundtrip.c \
+	test/check_frame_malformed.c test/check_frame_fuzz.c test/check_frame.h
 test_check_frame_CFLAGS = $(TEST_CFLAGS)
 test_check_frame_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
@@ -19,7 +23,8 @@ test_check_auth_SOURCES = test/check_auth.c
 test_check_auth_CFLAGS = $(TEST_CFLAGS)
 test_check_auth_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
-test_check_conf_SOURCES = test/check_conf.c
+test_check_conf_SOURCES = test/check_conf.c test/check_conf_parse.c test/check_conf_files.c \
+	test/check_conf_util.c test/check_conf.h
 test_check_conf_CFLAGS = $(TEST_CFLAGS)
 test_check_conf_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
@@ -53,7 +58,9 @@ test_check_examples_LDADD = worker/libdml.la store/libdmltable.la store/libdmlst
 	proto/libdmlproto.la $(TEST_LIBS)
 
 # Integration: real dml-server processes, real sockets.
-test_check_cluster_SOURCES = test/check_cluster.c test/harness.c test/harness.h
+test_check_cluster_SOURCES = test/check_cluster.c test/check_cluster_clock.c \
+	test/check_cluster_delivery.c test/check_cluster_abuse.c test/check_cluster_regress.c \
+	test/check_cluster_metrics.c test/check_cluster.h $(HARNESS_SOURCES)
 test_check_cluster_CFLAGS = $(TEST_CFLAGS)
 test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -62,7 +69,7 @@ test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 check_PROGRAMS += test/check_limits
 TESTS += test/check_limits
 test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_raw.h test/raw_frame.c test/raw_frame.h \
-	test/harness.c test/harness.h server/finite.c
+	$(HARNESS_SOURCES) server/finite.c
 test_check_limits_CFLAGS = $(TEST_CFLAGS)
 test_check_limits_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -71,7 +78,7 @@ test_check_limits_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlprot
 check_PROGRAMS += test/check_memory
 TESTS += test/check_memory
 test_check_memory_SOURCES = test/check_memory.c test/limits_raw.c test/limits_raw.h test/raw_frame.c test/raw_frame.h \
-	test/harness.c test/harness.h
+	$(HARNESS_SOURCES)
 test_check_memory_CFLAGS = $(TEST_CFLAGS)
 test_check_memory_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -79,7 +86,7 @@ test_check_memory_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # stops, refused stores.
 check_PROGRAMS += test/check_durability
 TESTS += test/check_durability
-test_check_durability_SOURCES = test/check_durability.c test/harness.c test/harness.h
+test_check_durability_SOURCES = test/check_durability.c $(HARNESS_SOURCES)
 test_check_durability_CFLAGS = $(TEST_CFLAGS)
 test_check_durability_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -87,7 +94,7 @@ test_check_durability_LDADD = worker/libdml.la store/libdmltable.la proto/libdml
 # and the server are SIGKILLed at random points.
 check_PROGRAMS += test/check_exactly_once
 TESTS += test/check_exactly_once
-test_check_exactly_once_SOURCES = test/check_exactly_once.c test/harness.c test/harness.h
+test_check_exactly_once_SOURCES = test/check_exactly_once.c $(HARNESS_SOURCES)
 test_check_exactly_once_CFLAGS = $(TEST_CFLAGS)
 test_check_exactly_once_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -95,7 +102,7 @@ test_check_exactly_once_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIB
 # bounded (replayed bytes count, half a map is trimmed) and it serves on.
 check_PROGRAMS += test/check_restart_loop
 TESTS += test/check_restart_loop
-test_check_restart_loop_SOURCES = test/check_restart_loop.c test/harness.c test/harness.h
+test_check_restart_loop_SOURCES = test/check_restart_loop.c $(HARNESS_SOURCES)
 test_check_restart_loop_CFLAGS = $(TEST_CFLAGS)
 test_check_restart_loop_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -140,7 +147,7 @@ test_check_nodes_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 # Integration: dml-sched, dml-servers registering with it, dmlctl.
 check_PROGRAMS += test/check_sched
 TESTS += test/check_sched
-test_check_sched_SOURCES = test/check_sched.c test/harness.c test/harness.h test/json.c \
+test_check_sched_SOURCES = test/check_sched.c $(HARNESS_SOURCES) test/json.c \
 	test/json.h
 test_check_sched_CFLAGS = $(TEST_CFLAGS)
 test_check_sched_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
@@ -167,7 +174,7 @@ check_PROGRAMS += test/check_schedjobs
 TESTS += test/check_schedjobs
 test_check_schedjobs_SOURCES = test/check_schedjobs.c test/check_schedjobs.h \
 	test/check_schedjobs_workers.c test/check_schedjobs_ckpt.c test/schedjobs_peer.c \
-	test/harness.c test/harness.h
+	$(HARNESS_SOURCES)
 test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
 test_check_schedjobs_LDADD = proto/libdmljobspec.la store/libdmltable.la shard/libdmlshard.la \
 	worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
@@ -178,7 +185,7 @@ check_PROGRAMS += test/check_remap
 TESTS += test/check_remap
 test_check_remap_SOURCES = test/check_remap.c test/check_remap.h test/check_remap_util.c \
 	test/check_remap_frames.c test/check_remap_faults.c test/raw_frame.c test/raw_frame.h \
-	test/fake_sched.c test/fake_sched.h test/harness.c test/harness.h
+	test/fake_sched.c test/fake_sched.h $(HARNESS_SOURCES)
 test_check_remap_CFLAGS = $(TEST_CFLAGS)
 test_check_remap_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
@@ -187,7 +194,7 @@ test_check_remap_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltab
 check_PROGRAMS += test/check_cut
 TESTS += test/check_cut
 test_check_cut_SOURCES = test/check_cut.c test/fake_sched.c test/fake_sched.h \
-	test/harness.c test/harness.h
+	$(HARNESS_SOURCES)
 test_check_cut_CFLAGS = $(TEST_CFLAGS)
 test_check_cut_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
 	store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS) -lpthread
@@ -195,7 +202,7 @@ test_check_cut_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
 check_PROGRAMS += test/check_worker
 TESTS += test/check_worker
-test_check_worker_SOURCES = test/check_worker.c test/harness.c test/harness.h test/json.c \
+test_check_worker_SOURCES = test/check_worker.c $(HARNESS_SOURCES) test/json.c \
 	test/json.h test/app_test.c test/app_test.h worker/worker_conf.c worker/cpu_limit.c
 test_check_worker_CFLAGS = $(TEST_CFLAGS)
 test_check_worker_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
@@ -203,8 +210,8 @@ test_check_worker_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 # End to end: dml-sched, servers and workers from config files, dmlctl.
 check_PROGRAMS += test/check_e2e
 TESTS += test/check_e2e
-test_check_e2e_SOURCES = test/check_e2e.c test/cluster.c test/cluster.h test/harness.c \
-	test/harness.h test/json.c test/json.h
+test_check_e2e_SOURCES = test/check_e2e.c test/cluster.c test/cluster.h $(HARNESS_SOURCES) \
+	test/json.c test/json.h
 test_check_e2e_CFLAGS = $(TEST_CFLAGS)
 test_check_e2e_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
@@ -212,7 +219,7 @@ test_check_e2e_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 check_PROGRAMS += test/check_checkpoints
 TESTS += test/check_checkpoints
 test_check_checkpoints_SOURCES = test/check_checkpoints.c test/cluster.c test/cluster.h \
-	test/harness.c test/harness.h test/json.c test/json.h
+	$(HARNESS_SOURCES) test/json.c test/json.h
 test_check_checkpoints_CFLAGS = $(TEST_CFLAGS)
 test_check_checkpoints_LDADD = worker/libdml.la store/libdmlstorelog.la proto/libdmlproto.la \
 	$(LMDB_LIBS) $(TEST_LIBS)
@@ -221,7 +228,7 @@ test_check_checkpoints_LDADD = worker/libdml.la store/libdmlstorelog.la proto/li
 check_PROGRAMS += test/check_follow
 TESTS += test/check_follow
 test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
-	test/harness.c test/harness.h
+	$(HARNESS_SOURCES)
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
 test_check_follow_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
 	proto/libdmlproto.la $(TEST_LIBS) -lpthread
@@ -311,8 +318,8 @@ test_check_curve_LDADD = proto/libdmlproto.la $(TEST_LIBS) -lm
 # Integration: dmlctl export from a real cluster, read back.
 check_PROGRAMS += test/check_export
 TESTS += test/check_export
-test_check_export_SOURCES = test/check_export.c test/cluster.c test/cluster.h test/harness.c \
-	test/harness.h test/json.c test/json.h
+test_check_export_SOURCES = test/check_export.c test/cluster.c test/cluster.h $(HARNESS_SOURCES) \
+	test/json.c test/json.h
 test_check_export_CFLAGS = $(TEST_CFLAGS)
 test_check_export_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 
@@ -328,7 +335,7 @@ test_check_store_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIB
 # map, and neither daemon opens the other's store.
 check_PROGRAMS += test/check_store_refusals
 TESTS += test/check_store_refusals
-test_check_store_refusals_SOURCES = test/check_store_refusals.c test/harness.c test/harness.h
+test_check_store_refusals_SOURCES = test/check_store_refusals.c $(HARNESS_SOURCES)
 test_check_store_refusals_CFLAGS = $(TEST_CFLAGS)
 test_check_store_refusals_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la \
 	$(TEST_LIBS)

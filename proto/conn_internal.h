@@ -1,0 +1,88 @@
+/*
+ * What the files of the connection layer share (conn.c: state, teardown and
+ * construction; conn_send.c; conn_recv.c; conn_handshake.c): the connection
+ * itself and the steps one file calls in another. Not for anything outside
+ * proto/; everything here runs on the connection's event loop.
+ */
+#ifndef DML_CONN_INTERNAL_H
+#define DML_CONN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "auth.h"
+#include "conn.h"
+#include "dml.pb-c.h"
+#include "frame.h"
+
+/* Payloads at least this large are read straight into their destination. */
+#define DIRECT_READ_MIN (64u * 1024)
+
+struct dml_conn {
+	struct event_base *base;
+	struct bufferevent *bev;
+	int fd;
+	enum dml_conn_state state;
+	int acceptor;                 /* we accepted: we send CHALLENGE */
+	int got_challenge;            /* connector: CHALLENGE seen, HELLO sent */
+	struct dml_conn_conf conf;
+	const struct dml_conn_ops *ops;
+	void *arg;
+	char peer[64];
+	uint8_t my_nonce[DML_NONCE_LEN];
+	uint8_t peer_nonce[DML_NONCE_LEN];
+	Dml__Meta *peer_meta;         /* HELLO or WELCOME of the peer */
+
+	/* the frame being received */
+	int have_meta;
+	struct dml_frame_header hdr;
+	Dml__Meta *meta;
+	uint8_t *dest;
+	size_t got;
+	int direct;                   /* payload being read by direct_ev */
+	int lowat;                    /* SO_RCVLOWAT currently set */
+
+	uint8_t *rxbuf;               /* own payload buffer, reused */
+	size_t rxcap;
+	int trim;                     /* free rxbuf once the frame is handled */
+
+	struct event *handshake_timer;
+	struct event *resume_ev;      /* continue after the per-wake frame cap */
+	struct event *direct_ev;
+	struct event *free_ev;        /* deferred teardown */
+	struct event *flush_timer;
+	int closing;
+	int close_err;
+	int read_paused;              /* backpressure */
+	int held;                     /* on_frame held the current frame */
+	int corked;                   /* replies to a batch of frames go out together */
+	uint64_t bytes_in, bytes_out;
+};
+
+/* Moves c to state st and logs the change. */
+void dml_conn_set_state(struct dml_conn *c, enum dml_conn_state st);
+
+/* A protocol failure: log one line, tell the peer if possible, close. */
+void dml_conn_fail(struct dml_conn *c, int err, uint64_t request_id);
+
+/* Connected: names the peer and, as the acceptor, sends CHALLENGE. */
+void dml_conn_start_handshake(struct dml_conn *c);
+
+/* Returns 0 or an error; takes ownership of meta on success (kept). */
+int dml_conn_handle_handshake(struct dml_conn *c, Dml__Meta *meta, int *kept);
+
+/* The handshake's deadline passed (event callback; arg is the connection). */
+void dml_conn_handshake_timeout_cb(evutil_socket_t fd, short what, void *arg);
+
+/* The socket is readable for a payload read straight into its destination. */
+void dml_conn_direct_read_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Handles the frames that arrived, up to the per-wake-up cap; replies to them
+ * go out together. */
+void dml_conn_process_input(struct dml_conn *c);
+
+#endif /* DML_CONN_INTERNAL_H */

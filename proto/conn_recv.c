@@ -1,0 +1,255 @@
+/*
+ * The receive path of the connection layer (conn.h): frame heads checked
+ * against the limits before anything is allocated, payloads read into their
+ * destination (large ones straight from the socket), dispatch to the owner,
+ * a cap on frames per wake-up and holding frames for backpressure.
+ *
+ * Must never allocate from a length the peer sent before frame.h checked it.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "auth.h"
+#include "conn.h"
+#include "conn_internal.h"
+#include "dml_error.h"
+#include "log.h"
+#include "util.h"
+
+/* Most a direct read asks the kernel to gather before waking us. */
+#define DIRECT_LOWAT_MAX (512u * 1024)
+/* Largest metadata an unauthenticated peer may send. */
+#define PREAUTH_MAX_META 4096
+
+static void process_frames(struct dml_conn *c);
+
+/* Hand a complete frame to its consumer; returns 0 or an error (closes). */
+static int dispatch(struct dml_conn *c)
+{
+	Dml__Meta *meta = c->meta;
+	int rc, kept = 0;
+
+	c->meta = NULL;
+	c->have_meta = 0;
+	if (c->state == DML_CONN_READY) {
+		rc = c->ops->on_frame(c, meta, c->dest, c->hdr.payload_len, c->arg);
+		if (rc == DML_CONN_HOLD) {
+			/* Kept whole, payload included, for dml_conn_release. */
+			c->meta = meta;
+			c->have_meta = 1;
+			c->held = 1;
+			bufferevent_disable(c->bev, EV_READ);
+			return rc;
+		}
+		dml_meta_free(meta);
+	} else {
+		rc = dml_conn_handle_handshake(c, meta, &kept);
+		if (!kept)
+			dml_meta_free(meta);
+	}
+	c->dest = NULL;
+	c->got = 0;
+	if (c->trim) {
+		free(c->rxbuf);
+		c->rxbuf = NULL;
+		c->rxcap = 0;
+		c->trim = 0;
+	}
+	return rc;
+}
+
+void dml_conn_set_output_wm(struct dml_conn *c, size_t high_wm)
+{
+	c->conf.output_high_wm = high_wm;
+}
+
+void dml_conn_trim(struct dml_conn *c)
+{
+	c->trim = c->rxbuf != NULL;
+}
+
+static int choose_dest(struct dml_conn *c)
+{
+	size_t len = c->hdr.payload_len;
+
+	c->dest = NULL;
+	c->got = 0;
+	if (len == 0)
+		return 0;
+	if (c->state == DML_CONN_READY && c->ops->payload_dest)
+		c->dest = c->ops->payload_dest(c, c->meta, c->arg);
+	if (c->dest)
+		return 0;
+	if (c->rxcap < len) {
+		/* Payload buffers may be big: failure is an error, not fatal. */
+		uint8_t *p = malloc(len);
+
+		if (!p)
+			return DML_ENOMEM;
+		free(c->rxbuf);
+		c->rxbuf = p;
+		c->rxcap = len;
+	}
+	c->dest = c->rxbuf;
+	return 0;
+}
+
+/* Read the current frame's header and metadata; 1 when more bytes are needed. */
+static int read_head(struct dml_conn *c, struct evbuffer *in)
+{
+	uint8_t raw[DML_FRAME_HEADER_LEN];
+	size_t len = evbuffer_get_length(in), need;
+	int rc;
+
+	if (len < DML_FRAME_HEADER_LEN) {
+		bufferevent_setwatermark(c->bev, EV_READ, DML_FRAME_HEADER_LEN, 0);
+		return 1;
+	}
+	evbuffer_copyout(in, raw, sizeof(raw));
+	rc = dml_frame_header_decode(raw, &c->conf.limits, &c->hdr);
+	if (rc)
+		return rc;
+	/* Until the peer is authenticated it may send small handshakes only. */
+	if (c->state != DML_CONN_READY &&
+	    (c->hdr.payload_len > 0 || c->hdr.meta_len > PREAUTH_MAX_META))
+		return DML_ESTATE;
+	need = DML_FRAME_HEADER_LEN + c->hdr.meta_len;
+	if (len < need) {
+		bufferevent_setwatermark(c->bev, EV_READ, need, 0);
+		return 1;
+	}
+	rc = dml_frame_meta_decode(evbuffer_pullup(in, (ev_ssize_t)need) + DML_FRAME_HEADER_LEN,
+				   c->hdr.meta_len, &c->hdr, &c->conf.limits, &c->meta);
+	if (rc)
+		return rc;
+	evbuffer_drain(in, need);
+	c->bytes_in += need;
+	c->have_meta = 1;
+	return choose_dest(c);
+}
+
+/*
+ * While a big payload streams in, ask the kernel not to wake us for every
+ * segment: with SO_RCVLOWAT the socket becomes readable only once this much
+ * is queued (capped, so the receive buffer need not grow past reason).
+ */
+static void set_lowat(struct dml_conn *c, size_t remaining)
+{
+	int want = remaining > DIRECT_LOWAT_MAX ? (int)DIRECT_LOWAT_MAX : (int)remaining;
+
+	if (want < 1)
+		want = 1;
+	if (want != c->lowat &&
+	    setsockopt(c->fd, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0)
+		c->lowat = want;
+}
+
+void dml_conn_direct_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct dml_conn *c = arg;
+	size_t want = c->hdr.payload_len;
+
+	while (c->got < want) {
+		ssize_t n = recv(c->fd, c->dest + c->got, want - c->got, MSG_DONTWAIT);
+
+		if (n > 0) {
+			c->got += (size_t)n;
+			c->bytes_in += (uint64_t)n;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+			set_lowat(c, want - c->got);
+			return;
+		}
+		dml_warn("peer %s: %s", c->peer,
+			 n == 0 ? dml_strerror(DML_EFRAME_TRUNC) : strerror(errno));
+		dml_conn_abort(c, n == 0 ? DML_EFRAME_TRUNC : DML_ECONN);
+		return;
+	}
+	event_del(c->direct_ev);
+	c->direct = 0;
+	set_lowat(c, 1);
+	if (!c->read_paused && !c->held)
+		bufferevent_enable(c->bev, EV_READ);
+	dml_conn_process_input(c);
+}
+
+/* Write what a batch of frames queued, now rather than on the next loop turn. */
+static void uncork(struct dml_conn *c)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+
+	c->corked = 0;
+	if (!c->closing && evbuffer_get_length(out) > 0)
+		(void)evbuffer_write(out, c->fd);
+}
+
+void dml_conn_process_input(struct dml_conn *c)
+{
+	c->corked = 1;
+	process_frames(c);
+	uncork(c);
+}
+
+static void process_frames(struct dml_conn *c)
+{
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	int frames = 0, rc;
+
+	while (!c->closing && !c->direct && !c->held) {
+		if (!c->have_meta) {
+			rc = read_head(c, in);
+			if (rc == 1)
+				return;
+			if (rc) {
+				dml_conn_fail(c, rc, c->meta ? c->meta->request_id : 0);
+				return;
+			}
+		}
+		if (c->got < c->hdr.payload_len) {
+			size_t left = c->hdr.payload_len - c->got;
+			size_t take = evbuffer_get_length(in);
+
+			if (take > left)
+				take = left;
+			evbuffer_remove(in, c->dest + c->got, take);
+			c->got += take;
+			c->bytes_in += take;
+			left -= take;
+			if (left >= DIRECT_READ_MIN) {
+				c->direct = 1;
+				set_lowat(c, left);
+				bufferevent_disable(c->bev, EV_READ);
+				event_add(c->direct_ev, NULL);
+				return;
+			}
+			if (left > 0) {
+				bufferevent_setwatermark(c->bev, EV_READ, left, 0);
+				return;
+			}
+		}
+		bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+		rc = dispatch(c);
+		if (rc == DML_CONN_HOLD)
+			return;
+		if (rc) {
+			dml_conn_fail(c, rc, 0);
+			return;
+		}
+		if (++frames >= DML_CONN_FRAMES_PER_WAKE && evbuffer_get_length(in) > 0) {
+			event_active(c->resume_ev, EV_TIMEOUT, 0);
+			return;
+		}
+	}
+}

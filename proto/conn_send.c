@@ -1,0 +1,177 @@
+/*
+ * The send path of the connection layer (conn.h): frames built from a
+ * message and payload pieces, copied or referenced (pinned) into the
+ * bufferevent's output, and error replies.
+ *
+ * Must never block, or write to a connection that is closing.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "auth.h"
+#include "conn.h"
+#include "conn_internal.h"
+#include "dml_error.h"
+#include "log.h"
+#include "util.h"
+
+#define HEAD_STACK_BYTES 512
+
+struct pin_release {
+	dml_conn_release_fn fn;
+	void *token;
+};
+
+/*
+ * The one send path. flags as in dml_send_flags; with pin set, the payload
+ * (all of iov) is referenced rather than copied and pin->fn is called when
+ * the last referenced byte is written or dropped.
+ */
+static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
+		      int iovcnt, int flags, const struct pin_release *pin);
+
+int dml_conn_sendv(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
+		   int iovcnt, int flags)
+{
+	return send_frame(c, meta, iov, iovcnt, flags, NULL);
+}
+
+int dml_conn_send_pinned(struct dml_conn *c, Dml__Meta *meta, const void *payload,
+			 size_t len, dml_conn_release_fn release, void *token)
+{
+	struct iovec v = { .iov_base = (void *)payload, .iov_len = len };
+	struct pin_release pin = { release, token };
+
+	return send_frame(c, meta, &v, len ? 1 : 0, DML_SEND_REF, &pin);
+}
+
+static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
+		      int iovcnt, int flags, const struct pin_release *pin)
+{
+	int pinned = 0;   /* a reference now owns the release */
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+	uint8_t stack_head[HEAD_STACK_BYTES];
+	uint8_t *head = stack_head;
+	size_t head_cap = dml_frame_head_size(meta), head_len, payload = 0, done = 0;
+	int rc = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		payload += iov[i].iov_len;
+	if (c->closing) {
+		rc = DML_ECLOSED;
+		goto out;
+	}
+	if (payload > c->conf.limits.max_payload) {
+		rc = DML_EFRAME_PAYLOAD;
+		goto out;
+	}
+	if (head_cap > sizeof(stack_head))
+		head = dml_xmalloc(head_cap);
+	head_len = dml_frame_encode_head(meta, (uint32_t)payload, head, head_cap);
+	if (head_len == 0) {
+		rc = DML_EINVAL;
+		goto out;
+	}
+
+	/*
+	 * Fast path: nothing queued, so write straight from the caller's memory.
+	 * While a batch of input is handled, small frames are queued instead and
+	 * leave in one write at the end of the batch.
+	 */
+	if (c->state != DML_CONN_CONNECTING && evbuffer_get_length(out) == 0 &&
+	    (!c->corked || payload >= DIRECT_READ_MIN)) {
+		struct iovec v[9];
+		struct msghdr msg = { .msg_iov = v };
+		ssize_t n;
+
+		if (iovcnt <= 8) {
+			v[0].iov_base = head;
+			v[0].iov_len = head_len;
+			memcpy(&v[1], iov, sizeof(*iov) * (size_t)iovcnt);
+			msg.msg_iovlen = (size_t)iovcnt + 1;
+			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (n > 0)
+				done = (size_t)n;
+		}
+	}
+
+	/* Queue whatever the socket did not take. */
+	if (done < head_len && evbuffer_add(out, head + done, head_len - done) != 0) {
+		rc = DML_ENOMEM;
+		goto out;
+	}
+	done = done > head_len ? done - head_len : 0;
+	for (int i = 0; i < iovcnt; i++) {
+		const uint8_t *p = iov[i].iov_base;
+		size_t len = iov[i].iov_len;
+		int r;
+
+		if (done >= len) {
+			done -= len;
+			continue;
+		}
+		p += done;
+		len -= done;
+		done = 0;
+		if (pin && i == iovcnt - 1) {
+			r = evbuffer_add_reference(out, p, len, pin->fn, pin->token);
+			pinned = r == 0;
+		} else if (flags & DML_SEND_REF) {
+			r = evbuffer_add_reference(out, p, len, NULL, NULL);
+		} else {
+			r = evbuffer_add(out, p, len);
+		}
+		if (r != 0) {
+			rc = DML_ENOMEM;
+			goto out;
+		}
+	}
+	c->bytes_out += head_len + payload;
+	if (!c->read_paused && evbuffer_get_length(out) > c->conf.output_high_wm) {
+		/* The peer does not read its replies: stop reading its requests. */
+		c->read_paused = 1;
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_setwatermark(c->bev, EV_WRITE, c->conf.output_high_wm / 2, 0);
+	}
+out:
+	if (head != stack_head)
+		free(head);
+	if (pin && !pinned)
+		pin->fn(iovcnt ? iov[iovcnt - 1].iov_base : NULL,
+			iovcnt ? iov[iovcnt - 1].iov_len : 0, pin->token);
+	return rc;
+}
+
+int dml_conn_send(struct dml_conn *c, Dml__Meta *meta, const void *payload, size_t len,
+		  int flags)
+{
+	struct iovec v = { .iov_base = (void *)payload, .iov_len = len };
+
+	return dml_conn_sendv(c, meta, &v, len ? 1 : 0, flags);
+}
+
+int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
+			const char *message)
+{
+	Dml__Meta m = DML__META__INIT;
+	Dml__Error e = DML__ERROR__INIT;
+
+	m.type = DML__MSG_TYPE__ERROR;
+	m.request_id = request_id;
+	m.sender = c->conf.node_id;
+	e.code = code;
+	e.message = (char *)(message ? message : dml_strerror(code));
+	m.error = &e;
+	return dml_conn_send(c, &m, NULL, 0, DML_SEND_COPY);
+}
