@@ -45,10 +45,11 @@ endif
 
 # dml-worker: runs jobs the scheduler assigns (apps behind worker/app.h).
 bin_PROGRAMS += worker/dml-worker
-worker_dml_worker_SOURCES = worker/worker_main.c worker/worker.c worker/worker_conf.c \
+worker_dml_worker_SOURCES = worker/worker_main.c worker/worker.c worker/worker_run.c \
+	worker/worker_trainer.c worker/worker_conf.c \
 	worker/cpu_limit.c worker/cpu_limit.h
 worker_dml_worker_LDADD = worker/libdmlapps.a worker/libdml.la sched/libdmlschedlink.la \
 	proto/libdmldaemon.la $(APPS_LIBS) -lpthread
-noinst_HEADERS += worker/worker.h worker/worker_conf.h
+noinst_HEADERS += worker/worker.h worker/worker_internal.h worker/worker_conf.h
 EXTRA_DIST += conf/worker.conf conf/jobs/mlp.conf conf/jobs/softmax.conf conf/jobs/sparse_lr.conf \
 	conf/jobs/mf.conf
