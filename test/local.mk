@@ -56,6 +56,13 @@ test_check_cluster_SOURCES = test/check_cluster.c test/harness.c test/harness.h
 test_check_cluster_CFLAGS = $(TEST_CFLAGS)
 test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
+# libdml's log sink (dml_set_log).
+check_PROGRAMS += test/check_dml_log
+TESTS += test/check_dml_log
+test_check_dml_log_SOURCES = test/check_dml_log.c
+test_check_dml_log_CFLAGS = $(TEST_CFLAGS)
+test_check_dml_log_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # Integration: limits no peer can exhaust (idle handshakes, descriptors,
 # non-finite gradients, push sequence jumps).
 check_PROGRAMS += test/check_limits

@@ -17,6 +17,12 @@
  * newer map is known, or resent after a backoff while the new owner is still
  * receiving its range. Links to servers that left the map close when idle.
  *
+ * This file has the public calls (dml.h) but dml_connect and the options:
+ * requests, clocks, figures and the log sink. Parts and routing are in
+ * client_parts.c, server links in client_link.c, connect and close in
+ * client_connect.c, options in client_opts.c, scheduler maps in
+ * client_map.c.
+ *
  * Must never: modify a caller's push buffer, write a pull's output after the
  * request failed or was waited, spin while waiting (the event loop sleeps in
  * epoll until a reply, a timer or a reconnect is due), keep a part that no
@@ -298,6 +304,20 @@ int dml_progress(dml_t *d, int timeout_ms)
 	tv.tv_usec = (timeout_ms % 1000) * 1000;
 	event_base_loopexit(d->base, &tv);
 	return event_base_loop(d->base, 0) < 0 ? DML_EIO : 0;
+}
+
+/* dml.h's levels are log.h's: a sink gets them as the logger passes them. */
+_Static_assert(DML_LEVEL_ERROR == DML_LOG_ERROR && DML_LEVEL_WARN == DML_LOG_WARN &&
+	       DML_LEVEL_INFO == DML_LOG_INFO && DML_LEVEL_DEBUG == DML_LOG_DEBUG,
+	       "dml.h log levels differ from log.h's");
+
+int dml_set_log(dml_log_fn sink, void *arg, int level)
+{
+	if (level < DML_LEVEL_ERROR || level > DML_LEVEL_DEBUG)
+		return DML_EINVAL;
+	dml_log_set_sink(sink, arg);
+	dml_log_set_level(level);
+	return 0;
 }
 
 const char *dml_error_detail(const dml_t *d)
