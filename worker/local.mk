@@ -15,13 +15,14 @@ worker_dml_example_lsq_LDADD = worker/libdml.la
 # dml-bench, dmlctl and the tests. Static, so that the CUDA object (built by
 # nvcc, below) can join it.
 noinst_LIBRARIES += worker/libdmlapps.a
-worker_libdmlapps_a_SOURCES = worker/apps.c worker/app_util.c worker/walk.c worker/app_lsq.c worker/app_mlp.c \
+worker_libdmlapps_a_SOURCES = worker/apps.c worker/app_util.c worker/app_base.c worker/walk.c \
+	worker/app_lsq.c worker/app_mlp.c \
 	worker/backend.c worker/backend_cpu.c worker/blas_kernels.c worker/data_idx.c worker/local_store.c \
 	worker/model_file.c worker/profile.c worker/app_sparse_lr.c worker/data_libsvm.c \
 	worker/data_text.c worker/data_triplets.c \
 	worker/data_synth_clicks.c worker/app_mf.c worker/data_synth_ratings.c
 worker_libdmlapps_a_CFLAGS = $(AM_CFLAGS) $(ZLIB_CFLAGS)
-noinst_HEADERS += worker/app.h worker/app_util.h worker/walk.h worker/backend.h worker/blas_kernels.h worker/data_idx.h worker/local_store.h \
+noinst_HEADERS += worker/app.h worker/app_base.h worker/app_util.h worker/walk.h worker/backend.h worker/blas_kernels.h worker/data_idx.h worker/local_store.h \
 	worker/model_file.h worker/profile.h worker/data_libsvm.h worker/data_text.h \
 	worker/data_triplets.h worker/data_synth_clicks.h \
 	worker/data_synth_ratings.h
