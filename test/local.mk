@@ -196,8 +196,9 @@ test_check_cut_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstor
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
 check_PROGRAMS += test/check_worker
 TESTS += test/check_worker
-test_check_worker_SOURCES = test/check_worker.c test/harness.c test/harness.h test/json.c \
-	test/json.h test/app_test.c test/app_test.h worker/worker_conf.c worker/cpu_limit.c
+test_check_worker_SOURCES = test/check_worker.c test/check_worker_daemon.c test/check_worker.h \
+	test/harness.c test/harness.h test/json.c test/json.h test/app_test.c test/app_test.h \
+	worker/worker_conf.c worker/cpu_limit.c
 test_check_worker_CFLAGS = $(TEST_CFLAGS)
 test_check_worker_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 
