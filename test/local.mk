@@ -239,7 +239,8 @@ test_check_data_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 # against finite differences, data, partitions, learning.
 check_PROGRAMS += test/check_mlp
 TESTS += test/check_mlp
-test_check_mlp_SOURCES = test/check_mlp.c test/tmpdir.c test/tmpdir.h test/app_test.c \
+test_check_mlp_SOURCES = test/check_mlp.c test/check_mlp_backend.c test/check_mlp_data.c \
+	test/check_mlp_util.c test/check_mlp.h test/tmpdir.c test/tmpdir.h test/app_test.c \
 	test/app_test.h
 test_check_mlp_CFLAGS = $(TEST_CFLAGS)
 test_check_mlp_LDADD = $(APPS_LIBS) $(TEST_LIBS)
