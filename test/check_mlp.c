@@ -28,6 +28,7 @@
 #include "dml_error.h"
 #include "job_conf.h"
 #include "tmpdir.h"
+
 /* ---- the mlp: gradients -------------------------------------------------- */
 
 /*

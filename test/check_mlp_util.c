@@ -23,6 +23,7 @@
 #include "dml_error.h"
 #include "job_conf.h"
 #include "tmpdir.h"
+
 /* ---- helpers ------------------------------------------------------------- */
 
 static uint64_t g_rng = 1;

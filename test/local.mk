@@ -299,7 +299,8 @@ test_check_backend_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 # The in-process parameter store, model files (fuzzed) and dml-worker --eval.
 check_PROGRAMS += test/check_model
 TESTS += test/check_model
-test_check_model_SOURCES = test/check_model.c test/tmpdir.c test/tmpdir.h
+test_check_model_SOURCES = test/check_model.c test/check_model_file.c test/check_model.h \
+	test/tmpdir.c test/tmpdir.h
 test_check_model_CFLAGS = $(TEST_CFLAGS)
 test_check_model_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
