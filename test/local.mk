@@ -292,7 +292,8 @@ test_check_clicks_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 # a GPU), and the registry.
 check_PROGRAMS += test/check_backend
 TESTS += test/check_backend
-test_check_backend_SOURCES = test/check_backend.c test/app_test.c test/app_test.h
+test_check_backend_SOURCES = test/check_backend.c test/check_backend_ops.c test/check_backend.h \
+	test/app_test.c test/app_test.h
 test_check_backend_CFLAGS = $(TEST_CFLAGS)
 test_check_backend_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
