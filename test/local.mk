@@ -222,7 +222,8 @@ test_check_checkpoints_LDADD = worker/libdml.la store/libdmlstorelog.la proto/li
 # Integration: libdml's scheduler mode following shard maps (scripted scheduler).
 check_PROGRAMS += test/check_follow
 TESTS += test/check_follow
-test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
+test_check_follow_SOURCES = test/check_follow.c test/check_follow_fixture.c \
+	test/check_follow_sched.c test/check_follow.h test/fake_sched.c test/fake_sched.h \
 	test/harness.c test/harness.h
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
 test_check_follow_LDADD = worker/libdml.la sched/libdmljobconf.la server/libdmlstore.la \
