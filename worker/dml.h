@@ -22,9 +22,11 @@
  *
  * Conventions: every function returns 0 or a negative DML_E... code
  * (dml_strerror() explains it; dml_error_detail() has the last message a
- * server sent); each function's comment lists the codes it can return. A dml_t is not thread-safe: use one per thread. All network
- * progress happens inside library calls (dml_wait, dml_progress and the
- * request calls themselves); there is no hidden thread.
+ * server sent); each function's comment lists the codes it can return. A
+ * dml_t is not thread-safe: use one per thread. All network progress
+ * happens inside library calls (dml_wait, dml_progress and the request
+ * calls themselves); there is no hidden thread. Log messages go to stderr
+ * unless dml_set_log says otherwise.
  *
  * Buffers: the keys and values given to a push or pull must stay valid and
  * unmodified until dml_wait() returns for its handle; a pull writes its
@@ -278,7 +280,8 @@ int dml_progress(dml_t *d, int timeout_ms);
 /**
  * The last error message received from a server, or "". A request that
  * completed after being re-routed may leave the refusing server's message.
- * "" for d NULL; the string lives until the next call on d.
+ * "" for d NULL; the string lives as long as d, and a later call on d may
+ * change it.
  */
 const char *dml_error_detail(const dml_t *d);
 
@@ -304,9 +307,10 @@ typedef void (*dml_log_fn)(int level, const char *msg, void *arg);
 /**
  * Send libdml's log messages at level or more severe (DML_LEVEL_ERROR ..
  * DML_LEVEL_DEBUG; DML_LEVEL_INFO by default) to sink, NULL for stderr
- * (the default). The setting is the process's: it holds for every dml_t,
- * and is made before them; not thread-safe. 0 or DML_EINVAL (level out of
- * range; nothing changes).
+ * (the default). The setting is the process's: it holds for every dml_t
+ * and for any other dml code in the process that logs. Not thread-safe:
+ * set it before connecting. 0 or DML_EINVAL (level out of range; nothing
+ * changes).
  */
 int dml_set_log(dml_log_fn sink, void *arg, int level);
 
