@@ -64,6 +64,13 @@ test_check_cluster_SOURCES = test/check_cluster.c test/check_cluster_clock.c \
 test_check_cluster_CFLAGS = $(TEST_CFLAGS)
 test_check_cluster_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
+# libdml's log sink (dml_set_log).
+check_PROGRAMS += test/check_dml_log
+TESTS += test/check_dml_log
+test_check_dml_log_SOURCES = test/check_dml_log.c
+test_check_dml_log_CFLAGS = $(TEST_CFLAGS)
+test_check_dml_log_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # Integration: limits no peer can exhaust (idle handshakes, descriptors,
 # non-finite gradients, push sequence jumps).
 check_PROGRAMS += test/check_limits
@@ -202,8 +209,9 @@ test_check_cut_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable
 # dml-worker: the lsq app, profiles, config, and the daemon with dml-sched.
 check_PROGRAMS += test/check_worker
 TESTS += test/check_worker
-test_check_worker_SOURCES = test/check_worker.c $(HARNESS_SOURCES) test/json.c \
-	test/json.h test/app_test.c test/app_test.h worker/worker_conf.c worker/cpu_limit.c
+test_check_worker_SOURCES = test/check_worker.c test/check_worker_daemon.c test/check_worker.h \
+	$(HARNESS_SOURCES) test/json.c test/json.h test/app_test.c test/app_test.h \
+	worker/worker_conf.c worker/cpu_limit.c
 test_check_worker_CFLAGS = $(TEST_CFLAGS)
 test_check_worker_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 
@@ -227,7 +235,8 @@ test_check_checkpoints_LDADD = worker/libdml.la store/libdmlstorelog.la proto/li
 # Integration: libdml's scheduler mode following shard maps (scripted scheduler).
 check_PROGRAMS += test/check_follow
 TESTS += test/check_follow
-test_check_follow_SOURCES = test/check_follow.c test/fake_sched.c test/fake_sched.h \
+test_check_follow_SOURCES = test/check_follow.c test/check_follow_fixture.c \
+	test/check_follow_sched.c test/check_follow.h test/fake_sched.c test/fake_sched.h \
 	$(HARNESS_SOURCES)
 test_check_follow_CFLAGS = $(TEST_CFLAGS)
 test_check_follow_LDADD = worker/libdml.la proto/libdmljobspec.la store/libdmltable.la \
@@ -244,7 +253,8 @@ test_check_data_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 # against finite differences, data, partitions, learning.
 check_PROGRAMS += test/check_mlp
 TESTS += test/check_mlp
-test_check_mlp_SOURCES = test/check_mlp.c test/tmpdir.c test/tmpdir.h test/app_test.c \
+test_check_mlp_SOURCES = test/check_mlp.c test/check_mlp_backend.c test/check_mlp_data.c \
+	test/check_mlp_util.c test/check_mlp.h test/tmpdir.c test/tmpdir.h test/app_test.c \
 	test/app_test.h
 test_check_mlp_CFLAGS = $(TEST_CFLAGS)
 test_check_mlp_LDADD = $(APPS_LIBS) $(TEST_LIBS)
@@ -296,14 +306,16 @@ test_check_clicks_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 # a GPU), and the registry.
 check_PROGRAMS += test/check_backend
 TESTS += test/check_backend
-test_check_backend_SOURCES = test/check_backend.c test/app_test.c test/app_test.h
+test_check_backend_SOURCES = test/check_backend.c test/check_backend_ops.c test/check_backend.h \
+	test/app_test.c test/app_test.h
 test_check_backend_CFLAGS = $(TEST_CFLAGS)
 test_check_backend_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 
 # The in-process parameter store, model files (fuzzed) and dml-worker --eval.
 check_PROGRAMS += test/check_model
 TESTS += test/check_model
-test_check_model_SOURCES = test/check_model.c test/tmpdir.c test/tmpdir.h
+test_check_model_SOURCES = test/check_model.c test/check_model_file.c test/check_model.h \
+	test/tmpdir.c test/tmpdir.h
 test_check_model_CFLAGS = $(TEST_CFLAGS)
 test_check_model_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 

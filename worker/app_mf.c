@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "app_base.h"
 #include "app_util.h"
 #include "data_synth_ratings.h"
 #include "data_triplets.h"
@@ -43,10 +44,6 @@
 #include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
-/* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) ratings. */
-#define EVAL_TRAIN_MAX 10000
-/* test_data = synthetic: this many ratings of their own range. */
-#define SYNTH_TEST_EXAMPLES 10000
 /* Ratings scored at a time in evaluation. */
 #define EVAL_CHUNK 1000
 
@@ -56,9 +53,8 @@ enum { USERS, ITEMS, SIDES };
 
 /* Ratings: a file in memory, or synthetic ones made when read. */
 struct dataset {
-	uint64_t n;
+	struct dml_app_data d;     /* synthetic: rating i is generator rating d.base + i */
 	struct dml_triplets file;  /* file.users != NULL */
-	uint64_t base;             /* synthetic: rating i is generator rating base + i */
 };
 
 /*
@@ -79,17 +75,13 @@ struct side {
 };
 
 struct mf {
+	struct dml_app_base base;  /* walks the ratings it trains on */
 	uint64_t seed;
 	uint32_t k;
-	uint32_t batch;           /* examples per step */
-	uint32_t norm;            /* the spec's batch_size: gradients are sums / norm */
 	int metric_loss;           /* evaluate the loss, not the RMSE */
 	double mean;
 	struct dml_ratings gen;
 	struct dataset train, test;
-	const struct dataset *eval;
-	uint64_t eval_n;
-	struct dml_walk walk;      /* the ratings it trains on */
 	struct dml_app_table tables[SIDES];
 	struct side side[SIDES];
 	size_t rows;
@@ -110,7 +102,7 @@ static void rating_get(const struct mf *a, const struct dataset *d, uint64_t i, 
 		*r = d->file.ratings[i];
 		return;
 	}
-	dml_ratings_record(&a->gen, d->base + i, u, item, r);
+	dml_ratings_record(&a->gen, d->d.base + i, u, item, r);
 }
 
 /* ---- batches ------------------------------------------------------------- */
@@ -152,9 +144,12 @@ static int batch_reserve(struct mf *a, size_t rows)
  * distinct ids. A batch without ratings still pulls user 0: it keeps this
  * worker within the staleness bound instead of racing through its clocks.
  */
-static int batch_build(struct mf *a, const struct dataset *d, const uint64_t *recs,
+static int batch_build(void *state, const struct dml_app_data *data, const uint64_t *recs,
 		       size_t rows, char *err, size_t errlen)
 {
+	struct mf *a = state;
+	const struct dataset *d = (const struct dataset *)data;
+
 	if (batch_reserve(a, rows) != 0)
 		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch of %zu ratings",
 			    rows);
@@ -178,8 +173,9 @@ static int batch_build(struct mf *a, const struct dataset *d, const uint64_t *re
 }
 
 /* Pull both sides' rows (both requests in flight together) and wait. */
-static int batch_pull(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
+static int batch_pull(void *state, struct dml_app_io *io, char *err, size_t errlen)
 {
+	struct mf *a = state;
 	dml_handle_t h[SIDES] = { 0, 0 };
 	int rc = 0, failed = -1;
 
@@ -208,8 +204,9 @@ static int batch_pull(struct mf *a, struct dml_app_io *io, char *err, size_t err
 }
 
 /* e[r] = prediction - rating for every row; the sum of the halved squares. */
-static double batch_forward(struct mf *a)
+static double batch_forward(void *state)
 {
+	struct mf *a = state;
 	const struct side *u = &a->side[USERS], *v = &a->side[ITEMS];
 	double loss = 0;
 
@@ -228,6 +225,8 @@ static double batch_forward(struct mf *a)
 
 /* ---- the spec ------------------------------------------------------------ */
 
+static const struct dml_app_base_ops mf_ops;
+
 static void mf_destroy(void *state)
 {
 	struct mf *a = state;
@@ -236,7 +235,7 @@ static void mf_destroy(void *state)
 		return;
 	dml_triplets_free(&a->train.file);
 	dml_triplets_free(&a->test.file);
-	dml_walk_clear(&a->walk);
+	dml_walk_clear(&a->base.walk);
 	for (int t = 0; t < SIDES; t++)
 		side_free(&a->side[t]);
 	free(a->y);
@@ -244,67 +243,46 @@ static void mf_destroy(void *state)
 	free(a);
 }
 
-/* The ratings of a data text: synthetic (n ratings from base) or a file. */
-static int dataset_open(struct dataset *d, const char *text, uint64_t base, uint64_t n,
-			char *err, size_t errlen)
+/* A triplet file into d. */
+static int triplets_load(void *state, struct dml_app_data *d, const char *path, char *why,
+			 size_t whylen)
 {
-	char why[4400];
-	int rc;
+	struct dataset *ds = (struct dataset *)d;
+	int rc = dml_triplets_load(path, &ds->file, why, whylen);
 
-	if (strcmp(text, "synthetic") == 0) {
-		d->n = n;
-		d->base = base;
-		return 0;
-	}
-	rc = dml_triplets_load(text, &d->file, why, sizeof(why));
-	if (rc)
-		return fail(err, errlen, rc == DML_ENOMEM ? DML_ENOMEM : DML_EINVAL, "%s", why);
-	d->n = d->file.count;
-	return 0;
+	(void)state;
+	if (rc == 0)
+		d->n = ds->file.count;
+	return rc;
 }
 
 static int mf_data(struct mf *a, const Dml__JobSpec *spec, char *err, size_t errlen)
 {
-	const char *test = spec->test_data ? spec->test_data : "";
-	const char *data = spec->data ? spec->data : "";
 	int rc;
 
-	if ((rc = dataset_open(&a->train, data, 0, spec->examples, err, errlen)) != 0)
+	a->base.train = &a->train.d;
+	a->base.test = &a->test.d;
+	if ((rc = dml_app_base_data(&a->base, spec, DML_RATINGS_TEST_BASE, err, errlen)) != 0)
 		return rc;
 	a->mean = a->train.file.users ? a->train.file.mean : DML_RATINGS_MEAN;
-	a->eval = &a->train;
-	a->eval_n = a->train.n < EVAL_TRAIN_MAX ? a->train.n : EVAL_TRAIN_MAX;
-	if (test[0]) {
-		rc = dataset_open(&a->test, test, DML_RATINGS_TEST_BASE, SYNTH_TEST_EXAMPLES, err,
-				  errlen);
-		if (rc)
-			return rc;
-		a->eval = &a->test;
-		a->eval_n = a->test.n;
-	}
 	return 0;
 }
 
 static int mf_create(const Dml__JobSpec *spec, const struct dml_app_env *env, void **state,
 		     char *err, size_t errlen)
 {
+	struct dml_app_base *b;
 	struct mf *a;
 	int rc;
 
 	(void)env;
 	*state = NULL;
-	if (!spec)
-		return fail(err, errlen, DML_EINVAL, "no job spec");
-	/* The rules live in the job check (job_conf.c, check_app_mf). */
-	if ((rc = dml_app_spec_check("mf", spec, err, errlen)) != 0)
+	rc = dml_app_base_new("mf", &mf_ops, spec, sizeof(*a), STREAM_SHUFFLE, &b, err, errlen);
+	if (rc)
 		return rc;
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return fail(err, errlen, DML_ENOMEM, "out of memory");
+	a = (struct mf *)b;
 	a->seed = spec->seed;
-	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->k = spec->tables[0]->width;
-	a->batch = a->norm = spec->batch_size;
 	a->metric_loss = spec->metric && strcmp(spec->metric, "loss") == 0;
 	a->gen = (struct dml_ratings){ spec->seed, spec->users, spec->items };
 	for (int t = 0; t < SIDES; t++)
@@ -324,25 +302,12 @@ static size_t mf_tables(const void *state, const struct dml_app_table **out)
 	return SIDES;
 }
 
-static int mf_set_partitions(void *state, const uint32_t *parts, size_t n,
-			     uint32_t num_partitions, char *err, size_t errlen)
-{
-	struct mf *a = state;
-
-	return dml_walk_set(&a->walk, "mf", a->train.n, parts, n, num_partitions, err,
-			    errlen);
-}
-
-static struct dml_walk *mf_walk(void *state)
-{
-	return &((struct mf *)state)->walk;
-}
-
 /* ---- steps --------------------------------------------------------------- */
 
 /* Wait for the pushes of the last step still in flight; the first error. */
-static int push_land(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
+static int push_land(void *state, struct dml_app_io *io, char *err, size_t errlen)
 {
+	struct mf *a = state;
 	int rc = 0;
 
 	for (int t = 0; t < SIDES; t++) {
@@ -365,10 +330,14 @@ static int push_land(struct mf *a, struct dml_app_io *io, char *err, size_t errl
  * tables into the push buffers (the last pushes landed), and their pushes,
  * left in flight: d/dP[u] = e Q[i] / norm, d/dQ[i] = e P[u] / norm.
  */
-static int backward_push(struct mf *a, struct dml_app_io *io, char *err, size_t errlen)
+static int backward_push(void *state, struct dml_app_io *io, double *loss, char *err,
+			 size_t errlen)
 {
-	double inv = 1.0 / (double)a->norm;
+	struct mf *a = state;
+	double inv = 1.0 / (double)a->base.norm;
 	size_t k = a->k;
+
+	(void)loss;
 
 	for (int t = 0; t < SIDES; t++) {
 		struct side *s = &a->side[t];
@@ -406,79 +375,42 @@ static int backward_push(struct mf *a, struct dml_app_io *io, char *err, size_t 
 	return 0;
 }
 
-static int mf_drain(void *state, struct dml_app_io *io, char *err, size_t errlen)
-{
-	return push_land(state, io, err, errlen);
-}
-
-static int mf_step(void *state, struct dml_app_io *io, struct dml_app_step *out, char *err,
-		   size_t errlen)
-{
-	struct mf *a = state;
-	size_t rows = a->walk.total ? a->batch : 0;
-	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
-	double loss;
-	int rc;
-
-	out->examples = 0;
-	out->loss = NAN;
-	if (!recs)
-		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
-	rc = batch_build(a, &a->train, recs, rows, err, errlen);
-	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
-		return rc;
-	dml_walk_advance(&a->walk);
-	loss = batch_forward(a);
-	if ((rc = push_land(a, io, err, errlen)) != 0 ||
-	    (rc = backward_push(a, io, err, errlen)) != 0)
-		return rc;
-	out->examples = rows;
-	out->loss = loss / (double)rows;
-	return 0;
-}
-
-/* Its batch buffers grow as a batch needs. */
-static int mf_set_batch(void *state, uint32_t batch, char *err, size_t errlen)
-{
-	struct mf *a = state;
-
-	(void)err;
-	(void)errlen;
-	a->batch = batch;
-	return 0;
-}
-
 static int mf_evaluate(void *state, struct dml_app_io *io, double *value, char *err,
 		       size_t errlen)
 {
 	struct mf *a = state;
+	uint64_t eval_n = a->base.eval_n;
 	uint64_t recs[EVAL_CHUNK];
 	double sum = 0;
 	int rc = 0;
 
-	for (uint64_t pos = 0; pos < a->eval_n; pos += EVAL_CHUNK) {
-		size_t rows = (size_t)(a->eval_n - pos < EVAL_CHUNK ? a->eval_n - pos : EVAL_CHUNK);
+	for (uint64_t pos = 0; pos < eval_n; pos += EVAL_CHUNK) {
+		size_t rows = (size_t)(eval_n - pos < EVAL_CHUNK ? eval_n - pos : EVAL_CHUNK);
 
 		for (size_t r = 0; r < rows; r++)
 			recs[r] = pos + r;
-		if ((rc = batch_build(a, a->eval, recs, rows, err, errlen)) != 0 ||
+		if ((rc = batch_build(a, a->base.eval, recs, rows, err, errlen)) != 0 ||
 		    (rc = batch_pull(a, io, err, errlen)) != 0)
 			return rc;
 		sum += batch_forward(a);
 	}
-	if (!a->eval_n)
+	if (!eval_n)
 		*value = NAN;
 	else if (a->metric_loss)
-		*value = sum / (double)a->eval_n;
+		*value = sum / (double)eval_n;
 	else
-		*value = sqrt(2.0 * sum / (double)a->eval_n);
+		*value = sqrt(2.0 * sum / (double)eval_n);
 	return 0;
 }
 
-static uint64_t mf_data_examples(const void *state)
-{
-	return ((const struct mf *)state)->train.n;
-}
+static const struct dml_app_base_ops mf_ops = {
+	.load = triplets_load,
+	.build = batch_build,
+	.pull = batch_pull,
+	.forward = batch_forward,
+	.land = push_land,
+	.backward_push = backward_push,
+};
 
 const struct dml_app dml_app_mf = {
 	.name = "mf",
@@ -492,12 +424,12 @@ const struct dml_app dml_app_mf = {
 		       "optimizer = sgd\nlr = 0.1\n",
 	.create = mf_create,
 	.tables = mf_tables,
-	.set_partitions = mf_set_partitions,
-	.walk = mf_walk,
-	.set_batch = mf_set_batch,
-	.step = mf_step,
+	.set_partitions = dml_app_base_set_partitions,
+	.walk = dml_app_base_walk,
+	.set_batch = dml_app_base_set_batch,
+	.step = dml_app_base_step,
 	.evaluate = mf_evaluate,
-	.drain = mf_drain,
-	.data_examples = mf_data_examples,
+	.drain = dml_app_base_drain,
+	.data_examples = dml_app_base_data_examples,
 	.destroy = mf_destroy,
 };

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "app_base.h"
 #include "app_util.h"
 #include "data_libsvm.h"
 #include "data_synth_clicks.h"
@@ -40,10 +41,6 @@
 #include "walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
-/* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) records. */
-#define EVAL_TRAIN_MAX 10000
-/* test_data = synthetic: this many records of their own range. */
-#define SYNTH_TEST_EXAMPLES 10000
 #define SYNTH_TEST_BASE (UINT64_C(1) << 62)
 /* Records scored at a time in evaluation. */
 #define EVAL_CHUNK 1000
@@ -57,9 +54,8 @@ enum metric { METRIC_AUC, METRIC_LOSS, METRIC_ACCURACY };
 
 /* Records: a libsvm file in memory, or synthetic clicks made when read. */
 struct dataset {
-	uint64_t n;
+	struct dml_app_data d;    /* synthetic: record i is generator record d.base + i */
 	struct dml_libsvm file;   /* file.offsets != NULL */
-	uint64_t base;            /* synthetic: record i is generator record base + i */
 };
 
 /* One record: pointers into the file, or into the app's scratch. */
@@ -90,18 +86,14 @@ struct batch {
 };
 
 struct slr {
+	struct dml_app_base base; /* walks the records it trains on */
 	uint64_t seed, hkey;
 	uint32_t dim, width, classes;
-	uint32_t batch;           /* examples per step */
-	uint32_t norm;            /* the spec's batch_size: gradients are sums / norm */
 	enum metric metric;
 	struct dml_app_table table;
 	struct dml_clicks clicks; /* synthetic data */
 	int have_clicks;
 	struct dataset train, test;
-	const struct dataset *eval;
-	uint64_t eval_n;
-	struct dml_walk walk;        /* the records it trains on */
 	struct batch b;
 	/* The push of the last step, in flight while pushing != 0. */
 	uint64_t *pkeys;
@@ -134,7 +126,7 @@ static void record_get(struct slr *a, const struct dataset *d, uint64_t i, struc
 		r->label = d->file.labels[i];
 		return;
 	}
-	dml_clicks_record(&a->clicks, d->base + i, a->rid, a->rval, &r->nnz, &r->label);
+	dml_clicks_record(&a->clicks, d->d.base + i, a->rid, a->rval, &r->nnz, &r->label);
 	r->ids = a->rid;
 	r->vals = a->rval;
 }
@@ -187,9 +179,11 @@ static int batch_reserve(struct slr *a, struct batch *b, size_t rows, size_t ent
  * bias to each, sort and dedupe the keys (the bias key always among them,
  * so that a worker without data still pulls), index each entry's key.
  */
-static int batch_build(struct slr *a, const struct dataset *d, const uint64_t *recs,
+static int batch_build(void *state, const struct dml_app_data *data, const uint64_t *recs,
 		       size_t rows, char *err, size_t errlen)
 {
+	struct slr *a = state;
+	const struct dataset *d = (const struct dataset *)data;
 	struct batch *b = &a->b;
 	struct record r;
 	size_t entries = 1;
@@ -226,8 +220,9 @@ static int batch_build(struct slr *a, const struct dataset *d, const uint64_t *r
 }
 
 /* Pull the batch's keys into b->w and wait. */
-static int batch_pull(struct slr *a, struct dml_app_io *io, char *err, size_t errlen)
+static int batch_pull(void *state, struct dml_app_io *io, char *err, size_t errlen)
 {
+	struct slr *a = state;
 	dml_handle_t h = 0;
 	int rc = io->ops->pull(io->arg, 0, a->b.keys, a->b.nkeys, a->b.w, &h);
 
@@ -239,9 +234,13 @@ static int batch_pull(struct slr *a, struct dml_app_io *io, char *err, size_t er
 	return rc;
 }
 
-/* The logits of every row: z[k][c] = sum over its entries of w[key][c] x. */
-static void batch_forward(struct slr *a)
+/*
+ * The logits of every row: z[k][c] = sum over its entries of w[key][c] x.
+ * Returns 0: backward_push sums the loss.
+ */
+static double batch_forward(void *state)
 {
+	struct slr *a = state;
 	struct batch *b = &a->b;
 	size_t e = 0, w = a->width;
 
@@ -257,6 +256,7 @@ static void batch_forward(struct slr *a)
 				z[c] += (double)row[c] * b->eval[e];
 		}
 	}
+	return 0;
 }
 
 /* Unit c's target for label y: y itself (binary) or "is it class c". */
@@ -284,6 +284,8 @@ static double sigmoid(double z)
 
 /* ---- the spec ------------------------------------------------------------ */
 
+static const struct dml_app_base_ops slr_ops;
+
 static void slr_destroy(void *state)
 {
 	struct slr *a = state;
@@ -292,7 +294,7 @@ static void slr_destroy(void *state)
 		return;
 	dml_libsvm_free(&a->train.file);
 	dml_libsvm_free(&a->test.file);
-	dml_walk_clear(&a->walk);
+	dml_walk_clear(&a->base.walk);
 	if (a->have_clicks)
 		dml_clicks_free(&a->clicks);
 	batch_free(&a->b);
@@ -301,38 +303,32 @@ static void slr_destroy(void *state)
 	free(a);
 }
 
-/* A file's labels against the table's width. */
+/* A file's labels against the table's width; why says what is wrong. */
 static int labels_check(const struct slr *a, const struct dataset *d, const char *name,
-			char *err, size_t errlen)
+			char *why, size_t whylen)
 {
 	if (a->width == 1 && d->file.classes > 2)
-		return fail(err, errlen, DML_EINVAL, "%s: labels go up to %" PRIu32 ", but table "
+		return dml_fail(DML_EINVAL, why, whylen, "%s: labels go up to %" PRIu32 ", but table "
 			    "0 has width 1 (binary); give it width %" PRIu32 " for one-vs-rest",
 			    name, d->file.classes - 1, d->file.classes);
 	if (a->width > 1 && d->file.classes > a->width)
-		return fail(err, errlen, DML_EINVAL, "%s: label %" PRIu32 " is not below "
+		return dml_fail(DML_EINVAL, why, whylen, "%s: label %" PRIu32 " is not below "
 			    "classes %" PRIu32 " (table 0's width)", name,
 			    d->file.classes - 1, a->width);
 	return 0;
 }
 
-/* The records of a data text: synthetic (n records from base) or a file. */
-static int dataset_open(struct slr *a, struct dataset *d, const char *text, uint64_t base,
-			uint64_t n, char *err, size_t errlen)
+/* A libsvm file into d, its labels checked. */
+static int libsvm_load(void *state, struct dml_app_data *d, const char *path, char *why,
+		       size_t whylen)
 {
-	char why[4400];
-	int rc;
+	struct dataset *ds = (struct dataset *)d;
+	int rc = dml_libsvm_load(path, &ds->file, why, whylen);
 
-	if (strcmp(text, "synthetic") == 0) {
-		d->n = n;
-		d->base = base;
-		return 0;
-	}
-	rc = dml_libsvm_load(text, &d->file, why, sizeof(why));
 	if (rc)
-		return fail(err, errlen, rc == DML_ENOMEM ? DML_ENOMEM : DML_EINVAL, "%s", why);
-	d->n = d->file.count;
-	return labels_check(a, d, text, err, errlen);
+		return rc;
+	d->n = ds->file.count;
+	return labels_check(state, ds, path, why, whylen);
 }
 
 static int slr_data(struct slr *a, const Dml__JobSpec *spec, char *err, size_t errlen)
@@ -347,47 +343,35 @@ static int slr_data(struct slr *a, const Dml__JobSpec *spec, char *err, size_t e
 			return fail(err, errlen, rc, "synthetic data: %s", dml_strerror(rc));
 		a->have_clicks = 1;
 	}
-	if ((rc = dataset_open(a, &a->train, data, 0, spec->examples, err, errlen)) != 0)
+	a->base.train = &a->train.d;
+	a->base.test = &a->test.d;
+	if ((rc = dml_app_base_data(&a->base, spec, SYNTH_TEST_BASE, err, errlen)) != 0)
 		return rc;
-	a->eval = &a->train;
-	a->eval_n = a->train.n < EVAL_TRAIN_MAX ? a->train.n : EVAL_TRAIN_MAX;
-	if (test[0]) {
-		rc = dataset_open(a, &a->test, test, SYNTH_TEST_BASE, SYNTH_TEST_EXAMPLES, err,
-				  errlen);
-		if (rc)
-			return rc;
-		a->eval = &a->test;
-		a->eval_n = a->test.n;
-	}
-	if (a->eval_n > EVAL_FLOATS_MAX / a->width)
+	if (a->base.eval_n > EVAL_FLOATS_MAX / a->width)
 		return fail(err, errlen, DML_EINVAL, "%s: %" PRIu64 " records x %" PRIu32
 			    " classes are more scores than an evaluation keeps (%" PRIu64 ")",
-			    test[0] ? test : data, a->eval_n, a->width, EVAL_FLOATS_MAX);
+			    test[0] ? test : data, a->base.eval_n, a->width, EVAL_FLOATS_MAX);
 	return 0;
 }
 
 static int slr_create(const Dml__JobSpec *spec, const struct dml_app_env *env, void **state,
 		      char *err, size_t errlen)
 {
+	struct dml_app_base *b;
 	const char *m;
 	struct slr *a;
 	int rc;
 
 	*state = NULL;
-	if (!spec)
-		return fail(err, errlen, DML_EINVAL, "no job spec");
-	/* The rules live in the job check (job_conf.c, check_app_sparse_lr). */
-	if ((rc = dml_app_spec_check("sparse_lr", spec, err, errlen)) != 0)
+	rc = dml_app_base_new("sparse_lr", &slr_ops, spec, sizeof(*a), STREAM_SHUFFLE, &b,
+			      err, errlen);
+	if (rc)
 		return rc;
-	a = calloc(1, sizeof(*a));
-	if (!a)
-		return fail(err, errlen, DML_ENOMEM, "out of memory");
+	a = (struct slr *)b;
 	a->seed = spec->seed;
-	a->walk.key = spec->seed ^ STREAM_SHUFFLE;
 	a->hkey = dml_rng_mix64(spec->seed ^ STREAM_HASH);
 	a->dim = spec->dim;
 	a->width = spec->tables[0]->width;
-	a->batch = a->norm = spec->batch_size;
 	m = spec->metric ? spec->metric : "";
 	a->metric = strcmp(m, "loss") == 0 ? METRIC_LOSS :
 		    strcmp(m, "accuracy") == 0 ? METRIC_ACCURACY : METRIC_AUC;
@@ -406,25 +390,12 @@ static size_t slr_tables(const void *state, const struct dml_app_table **out)
 	return 1;
 }
 
-static int slr_set_partitions(void *state, const uint32_t *parts, size_t n,
-			      uint32_t num_partitions, char *err, size_t errlen)
-{
-	struct slr *a = state;
-
-	return dml_walk_set(&a->walk, "sparse_lr", a->train.n, parts, n, num_partitions, err,
-			    errlen);
-}
-
-static struct dml_walk *slr_walk(void *state)
-{
-	return &((struct slr *)state)->walk;
-}
-
 /* ---- steps --------------------------------------------------------------- */
 
 /* Wait for the push of the last step, if still in flight. */
-static int push_land(struct slr *a, struct dml_app_io *io, char *err, size_t errlen)
+static int push_land(void *state, struct dml_app_io *io, char *err, size_t errlen)
 {
+	struct slr *a = state;
 	dml_handle_t h = a->pushing;
 	int rc;
 
@@ -441,12 +412,13 @@ static int push_land(struct slr *a, struct dml_app_io *io, char *err, size_t err
  * buffers (the last push landed), and its push, left in flight. *loss:
  * the batch's summed log-loss.
  */
-static int backward_push(struct slr *a, struct dml_app_io *io, double *loss, char *err,
+static int backward_push(void *state, struct dml_app_io *io, double *loss, char *err,
 			 size_t errlen)
 {
+	struct slr *a = state;
 	struct batch *b = &a->b;
 	size_t w = a->width, e = 0;
-	double inv = 1.0 / (double)a->norm;
+	double inv = 1.0 / (double)a->base.norm;
 	int rc;
 
 	if (dml_app_reserve((void **)&a->pkeys, &a->pkcap, b->nkeys, sizeof(*a->pkeys)) != 0 ||
@@ -479,39 +451,6 @@ static int backward_push(struct slr *a, struct dml_app_io *io, double *loss, cha
 		snprintf(err, errlen, "push to table 0: %s", dml_strerror(rc));
 	}
 	return rc;
-}
-
-static int slr_drain(void *state, struct dml_app_io *io, char *err, size_t errlen)
-{
-	return push_land(state, io, err, errlen);
-}
-
-static int slr_step(void *state, struct dml_app_io *io, struct dml_app_step *out, char *err,
-		    size_t errlen)
-{
-	struct slr *a = state;
-	size_t rows = a->walk.total ? a->batch : 0;
-	const uint64_t *recs = dml_walk_batch(&a->walk, rows);
-	double loss = 0;
-	int rc;
-
-	out->examples = 0;
-	out->loss = NAN;
-	if (!recs)
-		return fail(err, errlen, DML_ENOMEM, "out of memory for a batch");
-	rc = batch_build(a, &a->train, recs, rows, err, errlen);
-	/* Even without data, pull (the bias): it keeps this worker within the
-	 * staleness bound instead of racing through its clocks. */
-	if (rc || (rc = batch_pull(a, io, err, errlen)) != 0 || !rows)
-		return rc;
-	dml_walk_advance(&a->walk);
-	batch_forward(a);
-	if ((rc = push_land(a, io, err, errlen)) != 0 ||
-	    (rc = backward_push(a, io, &loss, err, errlen)) != 0)
-		return rc;
-	out->examples = rows;
-	out->loss = loss / (double)rows;
-	return 0;
 }
 
 /* The metric of n records' logits (n x width) and labels. */
@@ -557,22 +496,11 @@ static double metric_of(const struct slr *a, const double *z, const float *y, si
 	return classes ? sum / (double)classes : NAN;
 }
 
-/* Its batch buffers grow as a batch needs. */
-static int slr_set_batch(void *state, uint32_t batch, char *err, size_t errlen)
-{
-	struct slr *a = state;
-
-	(void)err;
-	(void)errlen;
-	a->batch = batch;
-	return 0;
-}
-
 static int slr_evaluate(void *state, struct dml_app_io *io, double *value, char *err,
 			size_t errlen)
 {
 	struct slr *a = state;
-	size_t n = (size_t)a->eval_n, w = a->width;
+	size_t n = (size_t)a->base.eval_n, w = a->width;
 	double *z = malloc((n ? n : 1) * w * sizeof(*z));
 	float *y = malloc((n ? n : 1) * sizeof(*y));
 	float *col = malloc((n ? n : 1) * sizeof(*col));
@@ -587,7 +515,7 @@ static int slr_evaluate(void *state, struct dml_app_io *io, double *value, char 
 
 		for (size_t k = 0; k < rows; k++)
 			recs[k] = pos + k;
-		if ((rc = batch_build(a, a->eval, recs, rows, err, errlen)) != 0 ||
+		if ((rc = batch_build(a, a->base.eval, recs, rows, err, errlen)) != 0 ||
 		    (rc = batch_pull(a, io, err, errlen)) != 0)
 			break;
 		batch_forward(a);
@@ -603,10 +531,14 @@ static int slr_evaluate(void *state, struct dml_app_io *io, double *value, char 
 	return rc;
 }
 
-static uint64_t slr_data_examples(const void *state)
-{
-	return ((const struct slr *)state)->train.n;
-}
+static const struct dml_app_base_ops slr_ops = {
+	.load = libsvm_load,
+	.build = batch_build,
+	.pull = batch_pull,
+	.forward = batch_forward,
+	.land = push_land,
+	.backward_push = backward_push,
+};
 
 const struct dml_app dml_app_sparse_lr = {
 	.name = "sparse_lr",
@@ -618,12 +550,12 @@ const struct dml_app dml_app_sparse_lr = {
 		       "lr = 0.1\n",
 	.create = slr_create,
 	.tables = slr_tables,
-	.set_partitions = slr_set_partitions,
-	.walk = slr_walk,
-	.set_batch = slr_set_batch,
-	.step = slr_step,
+	.set_partitions = dml_app_base_set_partitions,
+	.walk = dml_app_base_walk,
+	.set_batch = dml_app_base_set_batch,
+	.step = dml_app_base_step,
 	.evaluate = slr_evaluate,
-	.drain = slr_drain,
-	.data_examples = slr_data_examples,
+	.drain = dml_app_base_drain,
+	.data_examples = dml_app_base_data_examples,
 	.destroy = slr_destroy,
 };

@@ -1,18 +1,23 @@
 /*
  * libdml internals shared by its source files (not installed): the options,
- * and the interface between the request machinery (client.c) and the shard
- * maps it routes by when a scheduler hands them out (client_map.c).
+ * the handle and its requests, parts and server links (client.c: the
+ * public request calls; client_parts.c: bookkeeping, sending, routing;
+ * client_link.c: connection events and housekeeping; client_connect.c:
+ * connect and close), and the interface to the shard maps it routes by
+ * when a scheduler hands them out (client_map.c).
  */
 #ifndef DML_CLIENT_INTERNAL_H
 #define DML_CLIENT_INTERNAL_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include <event2/event.h>
 
 #include "conf.h"
 #include "conn.h"
+#include "dml.h"
 #include "dml.pb-c.h"
 #include "shardmap.h"
 
@@ -42,6 +47,153 @@ struct dml_opts {
 };
 
 extern const struct dml_conf_schema dml_client_conf_schema;
+
+/* ---- the handle, its requests, parts and server links ------------------- */
+
+#define TICK_MS 50
+#define BACKOFF_MIN_MS 20
+#define BACKOFF_MAX_MS 2000
+#define CLOSE_WAIT_MS 10000
+/* Without request_timeout_ms, a part the servers keep refusing (DML_ERANGE)
+ * while the map does not change fails after this long. */
+#define BOUNCE_LIMIT_MS 30000
+/* A request sent this often without an answer, each time losing its
+ * connection, is what breaks the connection: fail it instead of looping. */
+#define MAX_SENDS 5
+/* How long dml_close waits for its BYEs after dml_interrupt. */
+#define CLOSE_INTERRUPTED_MS 1000
+
+enum part_kind { PART_PUSH, PART_PULL, PART_BYE };
+
+struct request;
+struct part;
+
+struct part_list {
+	struct part *head, *tail;
+};
+
+struct part {
+	struct part *prev, *next;      /* its list: a link's in-flight list, or parked */
+	struct part *hnext;            /* wire-id hash chain (only while on a link) */
+	struct request *req;
+	struct link *link;             /* NULL while parked */
+	enum part_kind kind;
+	uint64_t wire_id;
+	uint64_t seq;
+	float weight;                  /* push: Meta.weight, 0 for 1 */
+	unsigned sends;                /* times written to a connection */
+	uint32_t table, width;
+	int dense;
+	uint64_t begin, end;
+	uint32_t nkeys;
+	const uint64_t *keys;          /* borrowed from the caller, or keys_own */
+	const float *vals;             /* push: borrowed, or vals_own */
+	float *out;                    /* pull: destination of row 0 */
+	uint32_t *pos;                 /* pull: caller row of each reply row */
+	uint64_t *keys_own;
+	float *vals_own;
+	uint64_t map_version;          /* of the map it was routed by */
+	uint64_t bounced_ns;           /* first DML_ERANGE answer; 0 if none */
+	int waited;                    /* parked through one fetch already */
+};
+
+struct request {
+	struct request *hnext;
+	dml_handle_t id;
+	unsigned parts_left;
+	int result;
+	int pull;
+	uint64_t min_clock;
+	uint64_t held_ns;              /* the longest a server held a part */
+	uint64_t deadline_ns;
+};
+
+struct link {
+	struct dml *d;
+	uint32_t index;                /* standalone: position in the servers list */
+	uint32_t node_id;              /* with a scheduler: the server's node id */
+	char host[256];
+	uint16_t port;
+	struct dml_conn *conn;
+	int ready;
+	int failed;                    /* gave up: requests to it fail */
+	int fatal;                     /* handshake refused: do not retry */
+	int retired;                   /* not in the current map: close once idle */
+	int closing;                   /* retired and idle: close under way */
+	uint64_t next_seq;
+	uint64_t lost_since_ns;
+	uint64_t retry_at_ns;
+	uint32_t backoff_ms;
+	struct part_list q;
+	Dml__TableInfo **tables;       /* standalone: copied from WELCOME */
+	size_t ntables;
+};
+
+struct dml {
+	struct dml_client_conf conf;
+	struct event_base *base;
+	struct event *tick;
+	struct dml_conn_conf cc;
+	uint8_t *secret;
+	size_t secret_len;
+	struct link **links;           /* every open link, retired ones too */
+	uint32_t nlinks;
+	struct dml_shard_map map;      /* version 0 in standalone mode */
+	struct link **route;           /* map server index -> link */
+	uint32_t nroute;
+
+	struct dml_client_sched *sched; /* NULL in standalone mode */
+	struct part_list parked;       /* refused with DML_ERANGE, waiting for a map */
+	int connecting;                /* inside dml_connect */
+	int map_rc;                    /* the last fetch's error, for dml_connect */
+	char map_why[512];
+
+	uint64_t clock;
+	float push_weight;             /* of pushes from now on; 0 for 1 */
+	uint64_t last_min_clock;
+	uint64_t held_ns;              /* pulls waited for, held by their servers */
+	uint64_t bytes_closed;         /* moved over connections closed since */
+	uint64_t next_handle, next_wire;
+	struct request **reqs;         /* handle hash */
+	struct part **parts;           /* wire-id hash */
+	size_t nbuckets;               /* power of two, shared by both */
+	size_t nreqs;
+	int sticky_error;              /* first error of a handle-less request */
+	atomic_int interrupted;        /* dml_interrupt: waits return DML_EINTR */
+	char detail[512];
+};
+
+/* client_parts.c: requests and parts, sending and routing. */
+struct request *dml_client_find_request(struct dml *d, dml_handle_t id);
+struct request *dml_client_request_new(struct dml *d, int pull);
+void dml_client_request_unlink(struct dml *d, struct request *r);
+void dml_client_request_free(struct dml *d, struct request *r);
+struct part *dml_client_find_part(struct dml *d, uint64_t wire_id);
+void dml_client_part_finish(struct dml *d, struct part *p, int rc);
+int dml_client_part_send(struct dml *d, struct part *p);
+void dml_client_send_clock(struct link *l);
+int dml_client_part_submit(struct dml *d, struct part *p, struct link *l);
+const struct dml_shard_table *dml_client_lookup_table(struct dml *d, uint32_t table);
+struct part *dml_client_part_new(struct dml *d, enum part_kind kind,
+				 const struct dml_shard_table *t);
+int dml_client_part_route(struct dml *d, struct part *p);
+void dml_client_part_bounce(struct dml *d, struct part *p);
+void dml_client_parked_release(struct dml *d);
+
+/* client_link.c: server links, connection events, housekeeping. */
+void dml_client_link_fail_all(struct link *l, int rc);
+void dml_client_link_connect(struct link *l);
+struct link *dml_client_link_add(struct dml *d, const char *host, uint16_t port);
+void dml_client_link_free(struct link *l);
+void dml_client_housekeeping(struct dml *d);
+void dml_client_run_until(struct dml *d, int (*done)(struct dml *, void *), void *arg,
+			  uint64_t deadline_ns);
+int dml_client_request_done(struct dml *d, void *arg);
+int dml_client_nothing_in_flight(struct dml *d, void *arg);
+void dml_client_tick_cb(evutil_socket_t fd, short what, void *arg);
+
+/* client_connect.c: connect and close. */
+void dml_client_free_all(struct dml *d);
 
 /* ---- shard maps from a scheduler (client_map.c) --------------------------- */
 

@@ -222,14 +222,14 @@ int dml_text_parse_double(const char *b, const char *e, double *out)
 	size_t n = (size_t)(e - b);
 
 	if (n == 0 || n > DML_TEXT_TOKEN_MAX)
-		return -1;
+		return DML_EINVAL;
 	memcpy(buf, b, n);
 	buf[n] = '\0';
 	/* strtod would skip leading spaces; a token has none, but a NUL byte
 	 * inside it ends the copy early, which the length check catches. */
 	errno = 0;
 	*out = strtod(buf, &end);
-	return end == buf + n ? 0 : -1;
+	return end == buf + n ? 0 : DML_EINVAL;
 }
 
 int dml_text_parse_u64(const char *b, const char *e, uint64_t *out)
@@ -237,10 +237,10 @@ int dml_text_parse_u64(const char *b, const char *e, uint64_t *out)
 	uint64_t v = 0;
 
 	if (b == e)
-		return -1;
+		return DML_EINVAL;
 	for (; b < e; b++) {
 		if (*b < '0' || *b > '9' || v > (UINT64_MAX - (uint64_t)(*b - '0')) / 10)
-			return -1;
+			return DML_EINVAL;
 		v = v * 10 + (uint64_t)(*b - '0');
 	}
 	*out = v;

@@ -109,16 +109,16 @@ int dml_text_token(const char **p, const char *end, const char **b, const char *
  * The whole of [b, e) as a double, as strtod reads it (so "nan", "inf" and
  * out-of-range numbers parse: the caller checks what it can hold).
  *
- * @return 0; -1 if the token is empty, over DML_TEXT_TOKEN_MAX bytes, or
- * not a number all through.
+ * @return 0; DML_EINVAL if the token is empty, over DML_TEXT_TOKEN_MAX
+ * bytes, or not a number all through.
  */
 int dml_text_parse_double(const char *b, const char *e, double *out);
 
 /**
  * The whole of [b, e) as a decimal uint64: digits only, no sign.
  *
- * @return 0; -1 if the token is empty, holds anything but digits, or is
- * over UINT64_MAX.
+ * @return 0; DML_EINVAL if the token is empty, holds anything but digits,
+ * or is over UINT64_MAX.
  */
 int dml_text_parse_u64(const char *b, const char *e, uint64_t *out);
 

@@ -22,9 +22,11 @@
  *
  * Conventions: every function returns 0 or a negative DML_E... code
  * (dml_strerror() explains it; dml_error_detail() has the last message a
- * server sent). A dml_t is not thread-safe: use one per thread. All network
- * progress happens inside library calls (dml_wait, dml_progress and the
- * request calls themselves); there is no hidden thread.
+ * server sent); each function's comment lists the codes it can return. A
+ * dml_t is not thread-safe: use one per thread. All network progress
+ * happens inside library calls (dml_wait, dml_progress and the request
+ * calls themselves); there is no hidden thread. Log messages go to stderr
+ * unless dml_set_log says otherwise.
  *
  * Buffers: the keys and values given to a push or pull must stay valid and
  * unmodified until dml_wait() returns for its handle; a pull writes its
@@ -91,12 +93,25 @@ typedef uint64_t dml_handle_t;
  *   max_meta            largest frame metadata accepted (64K); a shard map
  *                       from the scheduler must fit
  *   spin_us             poll this long for a reply before sleeping (50)
- * dml_opts_set: DML_EINVAL for an unknown key, DML_ECONF for a bad value.
+ *
+ * dml_opts_new: every option at its default. 0 or DML_EINVAL (out NULL).
  */
 int dml_opts_new(dml_opts_t **out);
+/**
+ * Set one option from its text. 0, DML_EINVAL (opts, key or value NULL,
+ * an unknown key, or a value with a newline) or DML_ECONF (a bad value,
+ * logged as a warning).
+ */
 int dml_opts_set(dml_opts_t *opts, const char *key, const char *value);
-/** Load options from a config file's [client] section; err gets file:line. */
+/**
+ * Load options from a config file's [client] section, replacing every
+ * option (those the file leaves out go back to their defaults). 0,
+ * DML_EINVAL (opts or path NULL), DML_EIO (the file cannot be read) or
+ * DML_ECONF (bad content); err gets "file:line: message". opts is
+ * unchanged on failure.
+ */
 int dml_opts_load(dml_opts_t *opts, const char *path, char *err, size_t errlen);
+/** Free options; NULL is fine. A dml_t does not keep its opts: free them any time. */
 void dml_opts_free(dml_opts_t *opts);
 
 /**
@@ -108,22 +123,48 @@ void dml_opts_free(dml_opts_t *opts);
  * asked again until then. Returns DML_ECONN (a server or the scheduler
  * unreachable), DML_ETIMEDOUT, DML_EAUTH, DML_ECLUSTER, DML_ESECRET,
  * DML_ECONF (shard ranges inconsistent, or the scheduler's map is not
- * valid), DML_ENOTFOUND (the scheduler has no such job or no map for it) or
- * DML_EINVAL. On failure no handle is left: the reason is logged.
+ * valid), DML_ENOTFOUND (the scheduler has no such job or no map for it),
+ * DML_EINVAL (opts or out NULL, worker_id missing for role worker, both or
+ * neither of servers and scheduler, an address not host:port), DML_ENOMEM
+ * or DML_EIO (no event loop, no random incarnation). On failure *out is
+ * NULL and no handle is left: the reason is logged.
  */
 int dml_connect(const dml_opts_t *opts, dml_t **out);
 
 /**
  * Leave cleanly: wait (bounded by request_timeout_ms, or 10 s) for pushes in
  * flight to be acknowledged, tell servers this worker leaves, free all.
+ * NULL is fine. Requests not waited for end with it (their handles die).
  */
 void dml_close(dml_t *d);
 
-/** Floats per key of a table; DML_ENOTFOUND if no server holds it. */
+/**
+ * Floats per key of a table. 0, DML_EINVAL (d or width NULL) or
+ * DML_ENOTFOUND (no server holds the table).
+ */
 int dml_table_width(dml_t *d, uint32_t table, uint32_t *width);
-/** Dense tables: number of keys (0..n-1); sparse tables: 0. */
+/**
+ * Dense tables: number of keys (0..n-1); sparse tables: 0. 0, DML_EINVAL
+ * (d or keys NULL) or DML_ENOTFOUND (no server holds the table).
+ */
 int dml_table_size(dml_t *d, uint32_t table, uint64_t *keys);
 
+/*
+ * Push and pull return at once; what they return is only whether the
+ * request went out:
+ *   DML_EINVAL     d, keys or the buffer NULL; a pull without h; n 0 or
+ *                  over 2^32 - 1 keys; a range of a sparse table
+ *   DML_ENOTFOUND  no server holds the table
+ *   DML_ERANGE     a range that is empty or ends past the table's keys, a
+ *                  key outside a dense table, or a key no server of the map
+ *                  takes
+ *   DML_ECONN      a server it goes to was given up on (see dml_wait)
+ *   DML_ECLOSED, DML_EFRAME_PAYLOAD  sending failed: the connection is
+ *                  closing, or a part is over max_payload
+ *   DML_ENOMEM
+ * A push with h NULL is sent without a handle: its error, if any, shows in
+ * dml_wait_all. What the request came to is dml_wait's.
+ */
 /** Push gradients for n keys (vals: n * width floats). */
 int dml_push(dml_t *d, uint32_t table, const uint64_t *keys, size_t n,
 	     const float *vals, dml_handle_t *h);
@@ -141,11 +182,33 @@ int dml_pull_range(dml_t *d, uint32_t table, uint64_t begin, uint64_t end, float
  * Block until the request is done and return its result (0 or an error;
  * DML_EINTR after dml_interrupt, the handle then still unwaited).
  * Each handle is waited once; h == 0 waits for nothing and returns 0.
+ * Besides DML_EINVAL (d NULL) and DML_ENOTFOUND (no such handle, or it was
+ * waited already), a request can end with:
+ *   the code of a server's ERROR answer (DML_ESHAPE, DML_EROLE,
+ *     DML_ENOTFOUND, ...; DML_EIO for a code this library does not know)
+ *   DML_ECONN      its server was lost for longer than reconnect_timeout_ms,
+ *                  or it lost its connection 5 times without an answer (then
+ *                  the cause the connection closed with, when known)
+ *   DML_EAUTH, DML_ECLUSTER, DML_ECONF, ...  a reconnect was refused at
+ *                  the handshake (with that code)
+ *   DML_ETIMEDOUT  not answered within request_timeout_ms
+ *   DML_ERANGE     no server took its keys in time (scheduler mode), or a
+ *                  server refused them (fixed servers list)
+ *   DML_ESHAPE, DML_ENOTFOUND  a new shard map changed or dropped its table
+ *   a code of push and pull above: re-routing a piece failed
  */
 int dml_wait(dml_t *d, dml_handle_t h);
-/** Is the request done? Sets *done; does not block or consume the handle. */
+/**
+ * Is the request done? Sets *done; does not block or consume the handle.
+ * 0, DML_EINVAL (d or done NULL) or DML_ENOTFOUND (no such handle).
+ */
 int dml_test(dml_t *d, dml_handle_t h, int *done);
-/** Wait for every request in flight; returns the first error seen. */
+/**
+ * Wait for every request in flight; returns the first error seen (of
+ * requests without a handle first, then of those not yet waited for: the
+ * codes of dml_wait), DML_EINTR after dml_interrupt or DML_EINVAL (d
+ * NULL). Handles stay valid for dml_wait.
+ */
 int dml_wait_all(dml_t *d);
 
 /**
@@ -161,7 +224,8 @@ void dml_interrupt(dml_t *d);
 /**
  * End the current iteration: the clock advances by one and every server of
  * the current map is told (one that joins later learns it when connected).
- * Does not block. Returns an error if a server is gone for good.
+ * Does not block. 0, DML_EINVAL (d NULL), DML_EROLE (role control) or
+ * DML_ECONN (a server of the map is gone for good; the others were told).
  */
 int dml_clock(dml_t *d);
 /**
@@ -169,6 +233,7 @@ int dml_clock(dml_t *d);
  * server as dml_clock does: a worker that the job went on without (its
  * servers dropped it while it hung) takes up again at the job's clock
  * rather than holding the others back while it walks its missed clocks.
+ * The codes of dml_clock.
  */
 int dml_clock_to(dml_t *d, uint64_t clock);
 /**
@@ -182,6 +247,9 @@ int dml_clock_to(dml_t *d, uint64_t clock);
  * unless 0 < weight < inf.
  */
 int dml_push_weight(dml_t *d, float weight);
+/*
+ * The figures below return 0 for d NULL; they cannot fail.
+ */
 /** The caller's current clock (the clock option before the first dml_clock). */
 uint64_t dml_current_clock(const dml_t *d);
 /**
@@ -203,12 +271,17 @@ uint64_t dml_pulls_held_ns(const dml_t *d);
  */
 uint64_t dml_bytes(const dml_t *d);
 
-/** Drive the network for at most timeout_ms (0 = just what is ready). */
+/**
+ * Drive the network for at most timeout_ms (0 = just what is ready).
+ * 0, DML_EINVAL (d NULL, timeout_ms < 0) or DML_EIO (the event loop failed).
+ */
 int dml_progress(dml_t *d, int timeout_ms);
 
 /**
  * The last error message received from a server, or "". A request that
  * completed after being re-routed may leave the refusing server's message.
+ * "" for d NULL; the string lives as long as d, and a later call on d may
+ * change it.
  */
 const char *dml_error_detail(const dml_t *d);
 
@@ -218,7 +291,28 @@ const char *dml_error_detail(const dml_t *d);
  */
 int dml_map_version(const dml_t *d, uint64_t *version);
 
+/** Levels of libdml's log messages, most severe first (dml_set_log). */
+#define DML_LEVEL_ERROR 0
+#define DML_LEVEL_WARN 1
+#define DML_LEVEL_INFO 2
+#define DML_LEVEL_DEBUG 3
 
+/**
+ * Where a log message goes: level is a DML_LEVEL_..., msg one line as
+ * libdml would print it ("dml: warn: ...", newline included), arg the
+ * pointer given to dml_set_log. msg lives until the sink returns.
+ */
+typedef void (*dml_log_fn)(int level, const char *msg, void *arg);
+
+/**
+ * Send libdml's log messages at level or more severe (DML_LEVEL_ERROR ..
+ * DML_LEVEL_DEBUG; DML_LEVEL_INFO by default) to sink, NULL for stderr
+ * (the default). The setting is the process's: it holds for every dml_t
+ * and for any other dml code in the process that logs. Not thread-safe:
+ * set it before connecting. 0 or DML_EINVAL (level out of range; nothing
+ * changes).
+ */
+int dml_set_log(dml_log_fn sink, void *arg, int level);
 
 #ifdef __cplusplus
 }
