@@ -1,5 +1,5 @@
 /*
- * dml-bench helpers that its subcommands share, pushpull (bench.c), train
+ * dml-bench helpers that its subcommands share, pushpull (bench_pushpull.c), train
  * (bench_train.c) and the others: exit statuses and option handling,
  * interruption by signals, the machine's cores and load, paths, the
  * program's own build directory, private temporary directories, how a
