@@ -22,10 +22,10 @@
  * copies and their scoring are in bench_train_eval.c, the two runs in
  * bench_train_runs.c and the report in bench_train_report.c.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +35,7 @@
 #include "backend.h"
 #include "bench.h"
 #include "bench_cluster.h"
+#include "bench_opt.h"
 #include "bench_train.h"
 #include "bench_util.h"
 #include "dml.h"
@@ -45,6 +46,53 @@
 #include "bench_train_internal.h"
 /* ---- options --------------------------------------------------------- */
 
+static void train_threads_help(char *buf, size_t len)
+{
+	snprintf(buf, len, "single process: OpenBLAS threads (default: the\n"
+		 "online cores, %u here)", bench_cores());
+}
+
+#define T_FIELD(f) offsetof(struct train_opts, f)
+
+static const struct bench_opt train_opt_rows[] = {
+	{ .name = "job", .arg = "FILE", .parse = bench_opt_string, .offset = T_FIELD(job),
+	  .help = "job file (default conf/jobs/mlp.conf of the source\n"
+	          "tree: Fashion-MNIST MLP 784-256-10)" },
+	{ .name = "workers", .arg = "N", .parse = bench_opt_unsigned,
+	  .offset = T_FIELD(workers), .min = 1, .max = 256,
+	  .help = "cluster workers (default 2)" },
+	{ .name = "servers", .arg = "N", .parse = bench_opt_unsigned,
+	  .offset = T_FIELD(servers), .min = 1, .max = 64,
+	  .help = "cluster servers (default 2)" },
+	{ .name = "target", .arg = "ACC", .parse = bench_opt_double,
+	  .offset = T_FIELD(target), .min = 1e-6, .max = 1, .want = "an accuracy in (0, 1]",
+	  .help = "test accuracy to reach (default " BENCH_STR(TRAIN_REF_TARGET) ")" },
+	{ .name = "max-seconds", .arg = "S", .parse = bench_opt_double,
+	  .offset = T_FIELD(max_seconds), .min = 0.1, .max = 3600, .want = "0.1 to 3600",
+	  .help = "training time per run at most (default 60); the\n"
+	          "single process also stops after the job's\n"
+	          "max_epochs (" BENCH_STR(TRAIN_DEFAULT_EPOCHS) " when it sets none)" },
+	{ .name = "threads", .arg = "T", .parse = bench_opt_unsigned,
+	  .offset = T_FIELD(threads), .min = 1, .max = 1024,
+	  .help_fmt = train_threads_help },
+	{ .name = "build", .arg = "DIR", .parse = bench_opt_string,
+	  .offset = T_FIELD(build),
+	  .help = "the build tree (default: the one this program is\n"
+	          "in); the source tree is read from its Makefile" },
+	{ .name = "skip-cluster", .parse = bench_opt_flag, .offset = T_FIELD(skip_cluster),
+	  .help = "only the single process" },
+	{ .name = "skip-single", .parse = bench_opt_flag, .offset = T_FIELD(skip_single),
+	  .help = "only the cluster" },
+	{ .name = "keep", .parse = bench_opt_flag, .offset = T_FIELD(keep),
+	  .help = "keep the cluster's directory (configs, logs)" },
+	BENCH_OPT_VERBOSE(T_FIELD(verbose), "log informational messages; twice: debug"),
+	BENCH_OPT_HELP,
+};
+
+static const struct bench_opts_table train_table = {
+	"train", train_opt_rows, DML_ARRAY_LEN(train_opt_rows), 20
+};
+
 void bench_train_usage(FILE *out)
 {
 	fprintf(out,
@@ -52,24 +100,9 @@ void bench_train_usage(FILE *out)
 		"in a single process (the same app code on a local store, no servers)\n"
 		"and on the local cluster of tools/dml-local, in the same run, next to\n"
 		"the issue's PyTorch figures.\n"
-		"\n"
-		"  --job FILE        job file (default conf/jobs/mlp.conf of the source\n"
-		"                    tree: Fashion-MNIST MLP 784-256-10)\n"
-		"  --workers N       cluster workers (default 2)\n"
-		"  --servers N       cluster servers (default 2)\n"
-		"  --target ACC      test accuracy to reach (default %.2f)\n"
-		"  --max-seconds S   training time per run at most (default 60); the\n"
-		"                    single process also stops after the job's\n"
-		"                    max_epochs (%d when it sets none)\n"
-		"  --threads T       single process: OpenBLAS threads (default: the\n"
-		"                    online cores, %u here)\n"
-		"  --build DIR       the build tree (default: the one this program is\n"
-		"                    in); the source tree is read from its Makefile\n"
-		"  --skip-cluster    only the single process\n"
-		"  --skip-single     only the cluster\n"
-		"  --keep            keep the cluster's directory (configs, logs)\n"
-		"  -v, --verbose     log informational messages; twice: debug\n"
-		"  -h, --help        this text\n"
+		"\n");
+	bench_opts_help(&train_table, out);
+	fprintf(out,
 		"\n"
 		"The accuracy is that of copies of the model, scored after each run:\n"
 		"the single process copies it every tenth of an epoch with its clock\n"
@@ -79,41 +112,13 @@ void bench_train_usage(FILE *out)
 		"cluster worker takes batch_size examples per clock.\n"
 		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
 		"2 on bad usage, 130 when interrupted.\n",
-		TRAIN_REF_TARGET, TRAIN_DEFAULT_EPOCHS, bench_cores(), TRAIN_SNAP_MS);
-}
-
-static int train_usage_error(const char *opt, const char *value, const char *want)
-{
-	return bench_usage_error("train", opt, value, want);
-}
-
-static int train_parse_count(const char *opt, const char *a, unsigned min, unsigned max,
-			     unsigned *out)
-{
-	return bench_parse_unsigned("train", opt, a, min, max, out);
+		TRAIN_SNAP_MS);
 }
 
 /* Returns 0, or the exit status to end with (0 after --help). */
 static int train_opts_parse(int argc, char **argv, struct train_opts *o, int *help)
 {
-	enum { O_JOB = 256, O_WORKERS, O_SERVERS, O_TARGET, O_MAX_SECONDS, O_THREADS,
-	       O_BUILD, O_SKIP_CLUSTER, O_SKIP_SINGLE, O_KEEP };
-	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, O_JOB },
-		{ "workers", required_argument, NULL, O_WORKERS },
-		{ "servers", required_argument, NULL, O_SERVERS },
-		{ "target", required_argument, NULL, O_TARGET },
-		{ "max-seconds", required_argument, NULL, O_MAX_SECONDS },
-		{ "threads", required_argument, NULL, O_THREADS },
-		{ "build", required_argument, NULL, O_BUILD },
-		{ "skip-cluster", no_argument, NULL, O_SKIP_CLUSTER },
-		{ "skip-single", no_argument, NULL, O_SKIP_SINGLE },
-		{ "keep", no_argument, NULL, O_KEEP },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c, rc = 0;
+	int rc;
 
 	memset(o, 0, sizeof(*o));
 	o->workers = 2;
@@ -121,51 +126,7 @@ static int train_opts_parse(int argc, char **argv, struct train_opts *o, int *he
 	o->target = TRAIN_REF_TARGET;
 	o->max_seconds = 60;
 	o->threads = bench_cores();
-	bench_getopt_reset(help);
-	while (rc == 0 &&
-	       (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
-		const char *a = optarg;
-
-		switch (c) {
-		case O_JOB:
-			o->job = a;
-			break;
-		case O_BUILD:
-			o->build = a;
-			break;
-		case O_WORKERS:
-			rc = train_parse_count("--workers", a, 1, 256, &o->workers);
-			break;
-		case O_SERVERS:
-			rc = train_parse_count("--servers", a, 1, 64, &o->servers);
-			break;
-		case O_THREADS:
-			rc = train_parse_count("--threads", a, 1, 1024, &o->threads);
-			break;
-		case O_TARGET:
-			if (dml_parse_double(a, 1e-6, 1, &o->target))
-				rc = train_usage_error("--target", a,
-						       "an accuracy in (0, 1]");
-			break;
-		case O_MAX_SECONDS:
-			if (dml_parse_double(a, 0.1, 3600, &o->max_seconds))
-				rc = train_usage_error("--max-seconds", a, "0.1 to 3600");
-			break;
-		case O_SKIP_CLUSTER:
-			o->skip_cluster = 1;
-			break;
-		case O_SKIP_SINGLE:
-			o->skip_single = 1;
-			break;
-		case O_KEEP:
-			o->keep = 1;
-			break;
-		default:
-			return BENCH_EXIT_USAGE;
-		}
-	}
-	if (rc == 0)
-		rc = bench_getopt_end("train", argc, argv, *help);
+	rc = bench_opts_parse(&train_table, argc, argv, o, help);
 	if (rc || *help)
 		return rc;
 	if (o->skip_cluster && o->skip_single) {

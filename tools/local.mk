@@ -1,6 +1,7 @@
 # tools/: dml-bench and the operator scripts.
 bin_PROGRAMS += tools/dml-bench
 tools_dml_bench_SOURCES = tools/bench.c tools/bench_drive.c tools/bench.h tools/bench_raw.c \
+	tools/bench_opt.c tools/bench_opt.h \
 	tools/bench_pushpull.c tools/bench_pushpull.h tools/bench_pushpull_internal.h \
 	tools/bench_pushpull_opts.c tools/bench_pushpull_print.c tools/bench_train.c \
 	tools/bench_train.h tools/bench_train_internal.h tools/bench_train_eval.c \
