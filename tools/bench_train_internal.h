@@ -121,16 +121,29 @@ struct train_ctx {
 };
 /* ---- the model's copies and their scoring (bench_train_eval.c) ---------- */
 
+/** Where the dense tables lie in one copy; DML_EINVAL (logged): not copyable. */
 int train_layout_init(const Dml__JobSpec *spec, struct train_layout *l);
+/** An empty series of copies of `floats` each, one every `every` (examples or ns). */
 void train_series_init(struct train_series *s, size_t floats, uint64_t every);
+/** Free every copy. */
 void train_series_destroy(struct train_series *s);
+/** Room for a new copy at ns after examples: its values to fill in, or NULL (no memory). */
 float *train_series_add(struct train_series *s, uint64_t ns, double examples);
+/** Forget the last copy (its copy failed). */
 void train_series_drop_last(struct train_series *s);
+/** r with every figure unknown (NaN). */
 void train_result_init(struct train_result *r);
+/** Close what train_eval_open() opened; safe on a zeroed e. */
 void train_eval_close(struct train_eval *e);
+/** The app and local store that score copies; train_eval_close() is due either way. */
 int train_eval_open(struct train_eval *e, const Dml__JobSpec *spec,
 		    const struct dml_app_env *env, const struct train_layout *l);
+/** Copy every table of a local store into vals (layout l). */
 int train_store_copy(struct dml_local_store *s, const struct train_layout *l, float *vals);
+/**
+ * Score the copies taken at or after t0_ns in order until the first at or
+ * above target, then the last one, into r (see the definition for window).
+ */
 int train_series_evaluate(struct train_eval *e, const struct train_layout *l,
 			  const struct train_series *s, uint64_t t0_ns, double target,
 			  double window, struct train_result *r);
@@ -139,13 +152,19 @@ int train_series_evaluate(struct train_eval *e, const struct train_layout *l,
 
 /** The epochs the single process trains at most: the job's max_epochs, or a default. */
 double train_epoch_limit(const Dml__JobSpec *spec);
-
+/** The single process: train and copy into s, its figures into r. */
 int train_single(struct train_ctx *c, struct train_series *s, struct train_result *r);
+/**
+ * The cluster: start it, run the job, copy the model into s, score the
+ * copies into r, and take the cluster down whatever happened.
+ */
 int train_cluster(struct train_ctx *c, struct train_series *s, struct train_result *r);
 
 /* ---- the report (bench_train_report.c) ---------------------------------- */
 
+/** What runs where, before the runs; wthreads: OpenBLAS threads a worker uses. */
 void train_print_preface(const struct train_ctx *c, unsigned wthreads);
+/** Both runs' figures next to the issue's, their ratios and the targets. */
 void train_print_table(const struct train_ctx *c, const struct train_result *s,
 		       const struct train_result *k);
 
