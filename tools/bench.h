@@ -1,8 +1,9 @@
 /*
- * dml-bench internals shared by its two source files: latency statistics,
- * the windowed request driver that both the libdml path (bench.c) and the
- * raw-TCP baseline (bench_raw.c) run on, so that both are timed by exactly
- * the same code, and the baseline's entry point.
+ * dml-bench's timing core, shared by pushpull's two paths: latency
+ * statistics, the windowed request driver (bench_drive.c) that both the
+ * libdml path (bench_pushpull.c) and the raw-TCP baseline (bench_raw.c)
+ * run on, so that both are timed by exactly the same code, and the
+ * baseline's entry point.
  *
  * Nothing declared here may talk to a dml server or depend on libdml: the
  * baseline must measure plain sockets and nothing else.
@@ -59,6 +60,9 @@ struct bench_driver {
 	int (*submit)(void *ctx, unsigned slot);
 	int (*complete)(void *ctx, unsigned slot);
 };
+
+/** A slow measurement may run this many times its counted time to count enough. */
+#define BENCH_MAX_STRETCH 10
 
 /**
  * Run drivers[0..conns-1], each on its own thread keeping `window` requests

@@ -14,9 +14,9 @@
  * Must never: call a plan good that is not (every partition owned by a
  * live worker, the batches summing to the clock's examples).
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +25,7 @@
 #include "assign.h"
 #include "bench.h"
 #include "bench_assign.h"
+#include "bench_opt.h"
 #include "bench_util.h"
 #include "dml_error.h"
 #include "job_spec.h"
@@ -40,6 +41,23 @@ struct assign_opts {
 	int verbose;
 };
 
+#define A_FIELD(f) offsetof(struct assign_opts, f)
+
+static const struct bench_opt assign_opt_rows[] = {
+	{ .name = "workers", .arg = "N", .parse = bench_opt_unsigned,
+	  .offset = A_FIELD(workers), .min = 1, .max = 1000000,
+	  .help = "simulated workers (default 10000)" },
+	{ .name = "parts", .arg = "N", .parse = bench_opt_unsigned,
+	  .offset = A_FIELD(parts), .min = 1, .max = 1000,
+	  .help = "partitions a worker (default 8)" },
+	BENCH_OPT_VERBOSE(A_FIELD(verbose), "log informational messages; twice: debug"),
+	BENCH_OPT_HELP,
+};
+
+static const struct bench_opts_table assign_table = {
+	"assign", assign_opt_rows, DML_ARRAY_LEN(assign_opt_rows), 20
+};
+
 void bench_assign_usage(FILE *out)
 {
 	fprintf(out,
@@ -48,11 +66,9 @@ void bench_assign_usage(FILE *out)
 		"plan of a job whose batches follow speeds, a report of a drifted rate\n"
 		"from every worker (every hundredth one lost instead), a rebalance by\n"
 		"them, and every live worker's assignment as the scheduler builds it.\n"
-		"\n"
-		"  --workers N       simulated workers (default 10000)\n"
-		"  --parts N         partitions a worker (default 8)\n"
-		"  -v, --verbose     log informational messages; twice: debug\n"
-		"  -h, --help        this text\n"
+		"\n");
+	bench_opts_help(&assign_table, out);
+	fprintf(out,
 		"\n"
 		"Target (the issue's): a plan for 10,000 workers within %.0f ms.\n"
 		"Exit status: 0 when it ran (even if the target failed), 1 on an error\n"
@@ -61,34 +77,10 @@ void bench_assign_usage(FILE *out)
 
 static int assign_opts_parse(int argc, char **argv, struct assign_opts *o, int *help)
 {
-	enum { O_WORKERS = 256, O_PARTS };
-	static const struct option longopts[] = {
-		{ "workers", required_argument, NULL, O_WORKERS },
-		{ "parts", required_argument, NULL, O_PARTS },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c, rc = 0;
-
 	memset(o, 0, sizeof(*o));
 	o->workers = 10000;
 	o->parts = 8;
-	bench_getopt_reset(help);
-	while (rc == 0 && (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
-		switch (c) {
-		case O_WORKERS:
-			rc = bench_parse_unsigned("assign", "--workers", optarg, 1, 1000000,
-						  &o->workers);
-			break;
-		case O_PARTS:
-			rc = bench_parse_unsigned("assign", "--parts", optarg, 1, 1000, &o->parts);
-			break;
-		default:
-			return BENCH_EXIT_USAGE;
-		}
-	}
-	return rc ? rc : bench_getopt_end("assign", argc, argv, *help);
+	return bench_opts_parse(&assign_table, argc, argv, o, help);
 }
 
 static double assign_ms(uint64_t from_ns)

@@ -10,9 +10,9 @@
  * NAME.tmp and renames it when complete, and removes it on failure.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +22,7 @@
 #include "app_util.h"
 #include "bench.h"
 #include "bench_clicks.h"
+#include "bench_opt.h"
 #include "bench_util.h"
 #include "data_synth_clicks.h"
 #include "dml_error.h"
@@ -41,84 +42,64 @@ struct clicks_opts {
 	int verbose;
 };
 
+static void clicks_examples_help(char *buf, size_t len)
+{
+	snprintf(buf, len, "training records (1..%" PRIu64 ")", CLICKS_MAX_EXAMPLES);
+}
+
+static void clicks_vocab_help(char *buf, size_t len)
+{
+	snprintf(buf, len, "distinct feature ids (default %" PRIu64 ", the app's)",
+		 DML_CLICKS_VOCAB);
+}
+
+#define C_FIELD(f) offsetof(struct clicks_opts, f)
+
+static const struct bench_opt clicks_opt_rows[] = {
+	{ .name = "examples", .arg = "N", .parse = bench_opt_u64, .offset = C_FIELD(examples),
+	  .min = 1, .max = CLICKS_MAX_EXAMPLES, .help_fmt = clicks_examples_help },
+	{ .name = "out", .arg = "FILE", .parse = bench_opt_string, .offset = C_FIELD(out),
+	  .help = "where to write them" },
+	{ .name = "seed", .arg = "S", .parse = bench_opt_u64, .offset = C_FIELD(seed),
+	  .max = UINT64_MAX, .want = "an integer >= 0",
+	  .help = "generator seed (default 1); the sparse_lr job's seed" },
+	{ .name = "vocab", .arg = "V", .parse = bench_opt_u64, .offset = C_FIELD(vocab),
+	  .min = 4 * DML_CLICKS_MAX_NNZ_DEFAULT, .max = (uint64_t)1 << 40,
+	  .want = "160 to 2^40", .help_fmt = clicks_vocab_help },
+	{ .name = "test", .arg = "N2", .parse = bench_opt_u64, .offset = C_FIELD(test),
+	  .min = 1, .max = CLICKS_MAX_EXAMPLES,
+	  .help = "also write N2 test records (same hidden model)" },
+	{ .name = "test-out", .arg = "FILE2", .parse = bench_opt_string,
+	  .offset = C_FIELD(test_out), .help = "... here (required with --test)" },
+	BENCH_OPT_VERBOSE(C_FIELD(verbose), "more log output"),
+	BENCH_OPT_HELP,
+};
+
+static const struct bench_opts_table clicks_table = {
+	"gen-clicks", clicks_opt_rows, DML_ARRAY_LEN(clicks_opt_rows), 21
+};
+
 void bench_gen_clicks_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: dml-bench gen-clicks --examples N --out FILE [options]\n"
 		"  Write N click-like records (Zipf feature ids, binary features, labels\n"
 		"  from a hidden logistic model) as libsvm text, gzipped when FILE ends\n"
-		"  in .gz; print the hidden model's AUC on them and the rate.\n"
-		"  --examples N       training records (1..%" PRIu64 ")\n"
-		"  --out FILE         where to write them\n"
-		"  --seed S           generator seed (default 1); the sparse_lr job's seed\n"
-		"  --vocab V          distinct feature ids (default %" PRIu64 ", the app's)\n"
-		"  --test N2          also write N2 test records (same hidden model)\n"
-		"  --test-out FILE2   ... here (required with --test)\n"
-		"  -v, --verbose      more log output\n",
-		CLICKS_MAX_EXAMPLES, DML_CLICKS_VOCAB);
-}
-
-static int clicks_usage_error(const char *opt, const char *value, const char *want)
-{
-	return bench_usage_error("gen-clicks", opt, value, want);
+		"  in .gz; print the hidden model's AUC on them and the rate.\n");
+	bench_opts_help(&clicks_table, out);
 }
 
 /* Returns 0, or the exit status to end with (0 after --help). */
 static int clicks_opts_parse(int argc, char **argv, struct clicks_opts *o, int *help)
 {
-	enum { O_EXAMPLES = 256, O_OUT, O_SEED, O_VOCAB, O_TEST, O_TEST_OUT };
-	static const struct option longopts[] = {
-		{ "examples", required_argument, NULL, O_EXAMPLES },
-		{ "out", required_argument, NULL, O_OUT },
-		{ "seed", required_argument, NULL, O_SEED },
-		{ "vocab", required_argument, NULL, O_VOCAB },
-		{ "test", required_argument, NULL, O_TEST },
-		{ "test-out", required_argument, NULL, O_TEST_OUT },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	char want[64];
-	int c;
+	int rc;
 
 	memset(o, 0, sizeof(*o));
 	o->seed = 1;
 	o->vocab = DML_CLICKS_VOCAB;
-	snprintf(want, sizeof(want), "1 to %" PRIu64, CLICKS_MAX_EXAMPLES);
-	bench_getopt_reset(help);
-	while ((c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
-		switch (c) {
-		case O_EXAMPLES:
-			if (dml_parse_u64(optarg, 1, CLICKS_MAX_EXAMPLES, &o->examples))
-				return clicks_usage_error("--examples", optarg, want);
-			break;
-		case O_TEST:
-			if (dml_parse_u64(optarg, 1, CLICKS_MAX_EXAMPLES, &o->test))
-				return clicks_usage_error("--test", optarg, want);
-			break;
-		case O_SEED:
-			if (dml_parse_u64(optarg, 0, UINT64_MAX, &o->seed))
-				return clicks_usage_error("--seed", optarg, "an integer >= 0");
-			break;
-		case O_VOCAB:
-			if (dml_parse_u64(optarg, 4 * DML_CLICKS_MAX_NNZ_DEFAULT,
-					  (uint64_t)1 << 40, &o->vocab))
-				return clicks_usage_error("--vocab", optarg, "160 to 2^40");
-			break;
-		case O_OUT:
-			o->out = optarg;
-			break;
-		case O_TEST_OUT:
-			o->test_out = optarg;
-			break;
-		default:
-			return BENCH_EXIT_USAGE;
-		}
-	}
-	if (*help)
-		return 0;
-	if (bench_getopt_end("gen-clicks", argc, argv, *help))
-		return BENCH_EXIT_USAGE;
+	rc = bench_opts_parse(&clicks_table, argc, argv, o, help);
+	if (rc || *help)
+		return rc;
 	if (!o->examples || !o->out) {
 		dml_err("gen-clicks: --examples and --out are required "
 			"(see dml-bench gen-clicks --help)");

@@ -39,10 +39,10 @@
  * the job files live in a directory of ours, removed at the end.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +51,7 @@
 #include "bench.h"
 #include "bench_cluster.h"
 #include "bench_hetero.h"
+#include "bench_opt.h"
 #include "bench_train.h"
 #include "bench_util.h"
 #include "curve_svg.h"
@@ -78,6 +79,61 @@ struct hetero_opts {
 	int keep, verbose, skip_slowdown;
 };
 
+#define H_FIELD(f) offsetof(struct hetero_opts, f)
+
+static const struct bench_opt hetero_opt_rows[] = {
+	{ .name = "job", .arg = "FILE", .parse = bench_opt_string, .offset = H_FIELD(job),
+	  .help = "job file (default conf/jobs/mlp.conf of the source tree)" },
+	{ .name = "cpus", .arg = "LIST", .parse = bench_opt_string, .offset = H_FIELD(cpus),
+	  .help = "each worker's quota in cores (default 0.6,0.6,0.15)" },
+	{ .name = "batch", .arg = "N", .parse = bench_opt_unsigned, .offset = H_FIELD(batch),
+	  .min = 1, .max = 1u << 20, .help = "batch_size of every worker (default 1024)" },
+	{ .name = "servers", .arg = "N", .parse = bench_opt_unsigned, .offset = H_FIELD(servers),
+	  .min = 1, .max = 64, .help = "servers (default 1)" },
+	{ .name = "target", .arg = "ACC", .parse = bench_opt_double, .offset = H_FIELD(target),
+	  .min = 1e-6, .max = 1, .help = "test accuracy to reach (default 0.87)" },
+	{ .name = "floor", .arg = "ACC", .parse = bench_opt_double, .offset = H_FIELD(floor),
+	  .max = 1, .help = "least final accuracy of the slowdown job (default 0.85)" },
+	{ .name = "max-epochs", .arg = "E", .parse = bench_opt_double,
+	  .offset = H_FIELD(max_epochs), .min = 0.01, .max = 1e6,
+	  .help = "each job's max_epochs (default 30)" },
+	{ .name = "max-seconds", .arg = "S", .parse = bench_opt_double,
+	  .offset = H_FIELD(max_seconds), .min = 1, .max = 3600,
+	  .help = "training time per run at most (default 120)" },
+	{ .name = "hold-ms", .arg = "MS", .parse = bench_opt_unsigned,
+	  .offset = H_FIELD(hold_ms), .min = 1, .max = 600000,
+	  .help = "rebalance_hold_ms of (b), (c) (default 1000)" },
+	{ .name = "threshold", .arg = "T", .parse = bench_opt_double,
+	  .offset = H_FIELD(threshold), .min = 0.01, .max = 100,
+	  .help = "rebalance_threshold of (b), (c) (default 0.1, which\n"
+		  "follows the fleet closely; a job's default is 0.25)" },
+	{ .name = "slow-at", .arg = "S", .parse = bench_opt_double, .offset = H_FIELD(slow_at),
+	  .max = 3600, .help = "seconds of training before the slowdown (default 2.5)" },
+	{ .name = "rounds", .arg = "N", .parse = bench_opt_unsigned, .offset = H_FIELD(rounds),
+	  .min = 1, .max = HETERO_ROUNDS_MAX,
+	  .help = "rounds of (a) to (d), in turn; each shows the run\n"
+		  "with its median time (default 5, at most " BENCH_STR(HETERO_ROUNDS_MAX) ")" },
+	{ .name = "smooth", .arg = "E", .parse = bench_opt_double, .offset = H_FIELD(smooth),
+	  .max = 100,
+	  .help = "the target counts as reached when the mean accuracy\n"
+		  "of the copies within the last E epochs reaches it\n"
+		  "(default 0.5; 0: when one copy does)" },
+	{ .name = "picture", .arg = "FILE", .parse = bench_opt_string, .offset = H_FIELD(picture),
+	  .help = "the slowdown's picture (default hetero-slowdown.svg)" },
+	{ .name = "skip-slowdown", .parse = bench_opt_flag, .offset = H_FIELD(skip_slowdown),
+	  .help = "only (a) to (d)" },
+	{ .name = "build", .arg = "DIR", .parse = bench_opt_string, .offset = H_FIELD(build),
+	  .help = "the build tree (default: the one this program is in)" },
+	{ .name = "keep", .parse = bench_opt_flag, .offset = H_FIELD(keep),
+	  .help = "keep each cluster's directory (configs, logs)" },
+	BENCH_OPT_VERBOSE(H_FIELD(verbose), "log informational messages; twice: debug"),
+	BENCH_OPT_HELP,
+};
+
+static const struct bench_opts_table hetero_table = {
+	"hetero", hetero_opt_rows, DML_ARRAY_LEN(hetero_opt_rows), 20
+};
+
 void bench_hetero_usage(FILE *out)
 {
 	fprintf(out,
@@ -88,30 +144,9 @@ void bench_hetero_usage(FILE *out)
 		"the fleet without its slowest worker (every one with clock_batch =\n"
 		"batch x the fleet's workers: the same examples a clock); then a job\n"
 		"whose worker slows down part way, drawn as an SVG picture.\n"
-		"\n"
-		"  --job FILE        job file (default conf/jobs/mlp.conf of the source tree)\n"
-		"  --cpus LIST       each worker's quota in cores (default 0.6,0.6,0.15)\n"
-		"  --batch N         batch_size of every worker (default 1024)\n"
-		"  --servers N       servers (default 1)\n"
-		"  --target ACC      test accuracy to reach (default 0.87)\n"
-		"  --floor ACC       least final accuracy of the slowdown job (default 0.85)\n"
-		"  --max-epochs E    each job's max_epochs (default 30)\n"
-		"  --max-seconds S   training time per run at most (default 120)\n"
-		"  --hold-ms MS      rebalance_hold_ms of (b), (c) (default 1000)\n"
-		"  --threshold T     rebalance_threshold of (b), (c) (default 0.1, which\n"
-		"                    follows the fleet closely; a job's default is 0.25)\n"
-		"  --slow-at S       seconds of training before the slowdown (default 2.5)\n"
-		"  --rounds N        rounds of (a) to (d), in turn; each shows the run\n"
-		"                    with its median time (default 5, at most 9)\n"
-		"  --smooth E        the target counts as reached when the mean accuracy\n"
-		"                    of the copies within the last E epochs reaches it\n"
-		"                    (default 0.5; 0: when one copy does)\n"
-		"  --picture FILE    the slowdown's picture (default hetero-slowdown.svg)\n"
-		"  --skip-slowdown   only (a) to (d)\n"
-		"  --build DIR       the build tree (default: the one this program is in)\n"
-		"  --keep            keep each cluster's directory (configs, logs)\n"
-		"  -v, --verbose     log informational messages; twice: debug\n"
-		"  -h, --help        this text\n"
+		"\n");
+	bench_opts_help(&hetero_table, out);
+	fprintf(out,
 		"\n"
 		"Needs writable cgroups (root). Start: from the first update until every\n"
 		"worker trained (the slowest one loading its data); the time to the\n"
@@ -128,47 +163,9 @@ static int hetero_usage_error(const char *opt, const char *value, const char *wa
 	return bench_usage_error("hetero", opt, value, want);
 }
 
-static int hetero_parse_num(const char *opt, const char *a, double lo, double hi, double *out)
-{
-	return bench_parse_number("hetero", opt, a, lo, hi, out);
-}
-
-static int hetero_parse_count(const char *opt, const char *a, unsigned lo, unsigned hi,
-			      unsigned *out)
-{
-	return bench_parse_unsigned("hetero", opt, a, lo, hi, out);
-}
-
 /* Returns 0, or the exit status to end with (0 after --help). */
 static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *help)
 {
-	enum { O_JOB = 256, O_CPUS, O_BATCH, O_SERVERS, O_TARGET, O_FLOOR, O_MAX_EPOCHS,
-	       O_MAX_SECONDS, O_HOLD, O_THRESHOLD, O_SLOW_AT, O_PICTURE, O_SKIP_SLOW,
-	       O_BUILD, O_KEEP, O_ROUNDS, O_SMOOTH };
-	static const struct option longopts[] = {
-		{ "job", required_argument, NULL, O_JOB },
-		{ "cpus", required_argument, NULL, O_CPUS },
-		{ "batch", required_argument, NULL, O_BATCH },
-		{ "servers", required_argument, NULL, O_SERVERS },
-		{ "target", required_argument, NULL, O_TARGET },
-		{ "floor", required_argument, NULL, O_FLOOR },
-		{ "max-epochs", required_argument, NULL, O_MAX_EPOCHS },
-		{ "max-seconds", required_argument, NULL, O_MAX_SECONDS },
-		{ "hold-ms", required_argument, NULL, O_HOLD },
-		{ "threshold", required_argument, NULL, O_THRESHOLD },
-		{ "slow-at", required_argument, NULL, O_SLOW_AT },
-		{ "picture", required_argument, NULL, O_PICTURE },
-		{ "skip-slowdown", no_argument, NULL, O_SKIP_SLOW },
-		{ "rounds", required_argument, NULL, O_ROUNDS },
-		{ "smooth", required_argument, NULL, O_SMOOTH },
-		{ "build", required_argument, NULL, O_BUILD },
-		{ "keep", no_argument, NULL, O_KEEP },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c, rc = 0;
-
 	memset(o, 0, sizeof(*o));
 	o->cpus = "0.6,0.6,0.15";
 	o->picture = "hetero-slowdown.svg";
@@ -183,42 +180,7 @@ static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *
 	o->slow_at = 2.5;
 	o->rounds = 5;
 	o->smooth = 0.5;
-	bench_getopt_reset(help);
-	while (rc == 0 && (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
-		const char *a = optarg;
-
-		switch (c) {
-		case O_JOB: o->job = a; break;
-		case O_CPUS: o->cpus = a; break;
-		case O_PICTURE: o->picture = a; break;
-		case O_BUILD: o->build = a; break;
-		case O_BATCH: rc = hetero_parse_count("--batch", a, 1, 1u << 20, &o->batch); break;
-		case O_SERVERS: rc = hetero_parse_count("--servers", a, 1, 64, &o->servers); break;
-		case O_HOLD: rc = hetero_parse_count("--hold-ms", a, 1, 600000, &o->hold_ms); break;
-		case O_ROUNDS:
-			rc = hetero_parse_count("--rounds", a, 1, HETERO_ROUNDS_MAX, &o->rounds);
-			break;
-		case O_TARGET: rc = hetero_parse_num("--target", a, 1e-6, 1, &o->target); break;
-		case O_FLOOR: rc = hetero_parse_num("--floor", a, 0, 1, &o->floor); break;
-		case O_MAX_EPOCHS:
-			rc = hetero_parse_num("--max-epochs", a, 0.01, 1e6, &o->max_epochs);
-			break;
-		case O_MAX_SECONDS:
-			rc = hetero_parse_num("--max-seconds", a, 1, 3600, &o->max_seconds);
-			break;
-		case O_THRESHOLD:
-			rc = hetero_parse_num("--threshold", a, 0.01, 100, &o->threshold);
-			break;
-		case O_SLOW_AT: rc = hetero_parse_num("--slow-at", a, 0, 3600, &o->slow_at); break;
-		case O_SMOOTH: rc = hetero_parse_num("--smooth", a, 0, 100, &o->smooth); break;
-		case O_SKIP_SLOW: o->skip_slowdown = 1; break;
-		case O_KEEP: o->keep = 1; break;
-		default: return BENCH_EXIT_USAGE;
-		}
-	}
-	if (rc == 0)
-		rc = bench_getopt_end("hetero", argc, argv, *help);
-	return rc;
+	return bench_opts_parse(&hetero_table, argc, argv, o, help);
 }
 
 /* ---- the fleet ----------------------------------------------------------- */

@@ -18,8 +18,8 @@
  * Must never leave the server running or its directory behind (unless
  * --keep), nor call a model recovered that differs in any bit.
  */
-#include <getopt.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +27,7 @@
 
 #include "app_util.h"
 #include "bench.h"
+#include "bench_opt.h"
 #include "bench_recovery.h"
 #include "bench_server.h"
 #include "bench_util.h"
@@ -50,6 +51,28 @@ struct recovery_opts {
 	int keep, verbose;
 };
 
+#define R_FIELD(f) offsetof(struct recovery_opts, f)
+
+static const struct bench_opt recovery_opt_rows[] = {
+	{ .name = "model-mb", .arg = "N", .parse = bench_opt_u64, .offset = R_FIELD(model_mb),
+	  .min = 1, .max = 4096, .help = "the table's size in MB (default 100)" },
+	{ .name = "pushes", .arg = "N", .parse = bench_opt_u64, .offset = R_FIELD(pushes),
+	  .min = 1, .max = 10000000,
+	  .help = "pushes of 4 KiB logged before the crash (default\n10000)" },
+	{ .name = "server", .arg = "PATH", .parse = bench_opt_string, .offset = R_FIELD(server),
+	  .help = "dml-server to run (default: $DML_SERVER, else one\n"
+		  "next to this program)" },
+	{ .name = "keep", .parse = bench_opt_flag, .offset = R_FIELD(keep),
+	  .help = "keep the server's directory (config, log, store)" },
+	BENCH_OPT_VERBOSE(R_FIELD(verbose),
+			  "log libdml's informational messages; twice: debug"),
+	BENCH_OPT_HELP,
+};
+
+static const struct bench_opts_table recovery_table = {
+	"recovery", recovery_opt_rows, DML_ARRAY_LEN(recovery_opt_rows), 20
+};
+
 void bench_recovery_usage(FILE *out)
 {
 	fprintf(out,
@@ -59,15 +82,9 @@ void bench_recovery_usage(FILE *out)
 		"on its store; prints the time\n"
 		"from the new process's start to serving with full state and to a\n"
 		"whole-model pull, and checks the model came back bit for bit.\n"
-		"\n"
-		"  --model-mb N      the table's size in MB (default 100)\n"
-		"  --pushes N        pushes of 4 KiB logged before the crash (default\n"
-		"                    10000)\n"
-		"  --server PATH     dml-server to run (default: $DML_SERVER, else one\n"
-		"                    next to this program)\n"
-		"  --keep            keep the server's directory (config, log, store)\n"
-		"  -v, --verbose     log libdml's informational messages; twice: debug\n"
-		"  -h, --help        this text\n"
+		"\n");
+	bench_opts_help(&recovery_table, out);
+	fprintf(out,
 		"\n"
 		"Target: serving again within %.0f s. Exit status: 0 when it ran (even\n"
 		"if the target failed), 1 on an error or a model that differs, 2 on\n"
@@ -76,43 +93,10 @@ void bench_recovery_usage(FILE *out)
 
 static int recovery_opts_parse(int argc, char **argv, struct recovery_opts *o, int *help)
 {
-	enum { O_MODEL = 256, O_PUSHES, O_SERVER, O_KEEP };
-	static const struct option longopts[] = {
-		{ "model-mb", required_argument, NULL, O_MODEL },
-		{ "pushes", required_argument, NULL, O_PUSHES },
-		{ "server", required_argument, NULL, O_SERVER },
-		{ "keep", no_argument, NULL, O_KEEP },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c, rc = 0;
-
 	memset(o, 0, sizeof(*o));
 	o->model_mb = 100;
 	o->pushes = 10000;
-	bench_getopt_reset(help);
-	while (rc == 0 && (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
-		switch (c) {
-		case O_MODEL:
-			rc = bench_parse_count("recovery", "--model-mb", optarg, 1, 4096,
-					       &o->model_mb);
-			break;
-		case O_PUSHES:
-			rc = bench_parse_count("recovery", "--pushes", optarg, 1, 10000000,
-					       &o->pushes);
-			break;
-		case O_SERVER:
-			o->server = optarg;
-			break;
-		case O_KEEP:
-			o->keep = 1;
-			break;
-		default:
-			return BENCH_EXIT_USAGE;
-		}
-	}
-	return rc ? rc : bench_getopt_end("recovery", argc, argv, *help);
+	return bench_opts_parse(&recovery_table, argc, argv, o, help);
 }
 
 static uint64_t model_keys(const struct recovery_opts *o)

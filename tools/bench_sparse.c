@@ -18,10 +18,10 @@
  * well the model did.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +30,7 @@
 #include "app_util.h"
 #include "bench.h"
 #include "bench_cluster.h"
+#include "bench_opt.h"
 #include "bench_sparse.h"
 #include "bench_util.h"
 #include "data_synth_clicks.h"
@@ -66,6 +67,34 @@ struct sparse_opts {
 	int keep, verbose;
 };
 
+#define S_FIELD(f) offsetof(struct sparse_opts, f)
+
+static const struct bench_opt sparse_opt_rows[] = {
+	{ .name = "examples", .arg = "N", .parse = bench_opt_u64, .offset = S_FIELD(examples),
+	  .min = 1, .max = UINT64_C(1) << 40, .help = "training records (default 10000000)" },
+	{ .name = "hash-bits", .arg = "B", .parse = bench_opt_unsigned,
+	  .offset = S_FIELD(hash_bits), .min = 4, .max = 31,
+	  .help = "hashed feature space 2^B keys, B 4..31 (default 24)" },
+	{ .name = "workers", .arg = "N", .parse = bench_opt_unsigned, .offset = S_FIELD(workers),
+	  .min = 1, .max = 256, .help = "cluster workers (default 2)" },
+	{ .name = "servers", .arg = "N", .parse = bench_opt_unsigned, .offset = S_FIELD(servers),
+	  .min = 1, .max = 64, .help = "cluster servers (default 2)" },
+	{ .name = "max-seconds", .arg = "T", .parse = bench_opt_double,
+	  .offset = S_FIELD(max_seconds), .min = 1, .max = 86400, .want = "1 to 86400",
+	  .help = "stop after T s of training if the epoch is not done\n(default 120)" },
+	{ .name = "build", .arg = "DIR", .parse = bench_opt_string, .offset = S_FIELD(build),
+	  .help = "the build tree (default: the one this program is\n"
+		  "in); the source tree is read from its Makefile" },
+	{ .name = "keep", .parse = bench_opt_flag, .offset = S_FIELD(keep),
+	  .help = "keep the cluster's directory (job file, configs, logs)" },
+	BENCH_OPT_VERBOSE(S_FIELD(verbose), "log informational messages; twice: debug"),
+	BENCH_OPT_HELP,
+};
+
+static const struct bench_opts_table sparse_table = {
+	"sparse", sparse_opt_rows, DML_ARRAY_LEN(sparse_opt_rows), 20
+};
+
 void bench_sparse_usage(FILE *out)
 {
 	fprintf(out,
@@ -76,96 +105,29 @@ void bench_sparse_usage(FILE *out)
 		"staleness %d, one epoch. Prints the cluster's examples/s, the epochs\n"
 		"done, the job's last test AUC and the hidden true model's AUC on the\n"
 		"same %d test records, and their ratio.\n"
-		"\n"
-		"  --examples N      training records (default 10000000)\n"
-		"  --hash-bits B     hashed feature space 2^B keys, B 4..31 (default 24)\n"
-		"  --workers N       cluster workers (default 2)\n"
-		"  --servers N       cluster servers (default 2)\n"
-		"  --max-seconds T   stop after T s of training if the epoch is not done\n"
-		"                    (default 120)\n"
-		"  --build DIR       the build tree (default: the one this program is\n"
-		"                    in); the source tree is read from its Makefile\n"
-		"  --keep            keep the cluster's directory (job file, configs, logs)\n"
-		"  -v, --verbose     log informational messages; twice: debug\n"
-		"  -h, --help        this text\n"
+		"\n",
+		DML_CLICKS_VOCAB, SPARSE_LR, SPARSE_BATCH, SPARSE_STALENESS,
+		SPARSE_TEST_EXAMPLES);
+	bench_opts_help(&sparse_table, out);
+	fprintf(out,
 		"\n"
 		"The job evaluates about %d times an epoch and every worker once at its\n"
 		"last clock; stopped by --max-seconds, the AUC shown is the last one the\n"
 		"job made. Exit status: 0 when it ran, 1 on an error, 2 on bad usage,\n"
 		"130 when interrupted.\n",
-		DML_CLICKS_VOCAB, SPARSE_LR, SPARSE_BATCH, SPARSE_STALENESS,
-		SPARSE_TEST_EXAMPLES, SPARSE_EVALS);
+		SPARSE_EVALS);
 }
 
 /* Returns 0, or the exit status to end with (0 after --help). */
 static int sparse_opts_parse(int argc, char **argv, struct sparse_opts *o, int *help)
 {
-	enum { O_EXAMPLES = 256, O_HASH_BITS, O_WORKERS, O_SERVERS, O_MAX_SECONDS,
-	       O_BUILD, O_KEEP };
-	static const struct option longopts[] = {
-		{ "examples", required_argument, NULL, O_EXAMPLES },
-		{ "hash-bits", required_argument, NULL, O_HASH_BITS },
-		{ "workers", required_argument, NULL, O_WORKERS },
-		{ "servers", required_argument, NULL, O_SERVERS },
-		{ "max-seconds", required_argument, NULL, O_MAX_SECONDS },
-		{ "build", required_argument, NULL, O_BUILD },
-		{ "keep", no_argument, NULL, O_KEEP },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
-	};
-	uint64_t v = 0;
-	int c, rc = 0;
-
 	memset(o, 0, sizeof(*o));
 	o->examples = 10000000;
 	o->hash_bits = 24;
 	o->workers = 2;
 	o->servers = 2;
 	o->max_seconds = 120;
-	bench_getopt_reset(help);
-	while (rc == 0 &&
-	       (c = bench_getopt(argc, argv, longopts, &o->verbose, help)) != -1) {
-		const char *a = optarg;
-
-		switch (c) {
-		case O_EXAMPLES:
-			rc = bench_parse_count("sparse", "--examples", a, 1,
-					       UINT64_C(1) << 40, &o->examples);
-			break;
-		case O_HASH_BITS:
-			if ((rc = bench_parse_count("sparse", "--hash-bits", a, 4, 31,
-						    &v)) == 0)
-				o->hash_bits = (unsigned)v;
-			break;
-		case O_WORKERS:
-			if ((rc = bench_parse_count("sparse", "--workers", a, 1, 256,
-						    &v)) == 0)
-				o->workers = (unsigned)v;
-			break;
-		case O_SERVERS:
-			if ((rc = bench_parse_count("sparse", "--servers", a, 1, 64,
-						    &v)) == 0)
-				o->servers = (unsigned)v;
-			break;
-		case O_MAX_SECONDS:
-			if (dml_parse_double(a, 1, 86400, &o->max_seconds))
-				rc = bench_usage_error("sparse", "--max-seconds", a,
-						       "1 to 86400");
-			break;
-		case O_BUILD:
-			o->build = a;
-			break;
-		case O_KEEP:
-			o->keep = 1;
-			break;
-		default:
-			return BENCH_EXIT_USAGE;
-		}
-	}
-	if (rc == 0)
-		rc = bench_getopt_end("sparse", argc, argv, *help);
-	return rc;
+	return bench_opts_parse(&sparse_table, argc, argv, o, help);
 }
 
 /* ---- the job ------------------------------------------------------------ */

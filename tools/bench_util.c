@@ -1,6 +1,6 @@
 /*
- * dml-bench helpers shared by its subcommands (see bench_util.h): option
- * handling and exit statuses, the interruption flag its signal handlers
+ * dml-bench helpers shared by its subcommands (see bench_util.h): usage
+ * errors and exit statuses, the interruption flag its signal handlers
  * set, the machine's cores and load, paths and private temporary
  * directories, and the logging of what a child left behind.
  *
@@ -10,7 +10,6 @@
 #define _GNU_SOURCE /* nftw */
 #include <errno.h>
 #include <ftw.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -67,37 +66,7 @@ void bench_signals_install(void)
 	signal(SIGPIPE, SIG_IGN);
 }
 
-/* ---- options and exit statuses ---------------------------------------- */
-
-void bench_getopt_reset(int *help)
-{
-	*help = 0;
-	optind = 1;
-	opterr = 1;
-}
-
-int bench_getopt(int argc, char **argv, const struct option *longopts, int *verbose,
-		 int *help)
-{
-	int c;
-
-	while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) == 'v')
-		++*verbose;
-	if (c == 'h') {
-		*help = 1;
-		return -1;
-	}
-	return c;
-}
-
-int bench_getopt_end(const char *cmd, int argc, char **argv, int help)
-{
-	if (!help && optind < argc) {
-		dml_err("%s: unexpected argument '%s'", cmd, argv[optind]);
-		return BENCH_EXIT_USAGE;
-	}
-	return 0;
-}
+/* ---- usage and exit statuses ------------------------------------------ */
 
 int bench_usage_error(const char *cmd, const char *opt, const char *value,
 		      const char *want)
@@ -105,39 +74,6 @@ int bench_usage_error(const char *cmd, const char *opt, const char *value,
 	dml_err("%s: bad %s '%s': %s (see dml-bench %s --help)", cmd, opt, value, want,
 		cmd);
 	return BENCH_EXIT_USAGE;
-}
-
-int bench_parse_count(const char *cmd, const char *opt, const char *a, uint64_t min,
-		      uint64_t max, uint64_t *out)
-{
-	char want[64];
-
-	if (dml_parse_u64(a, min, max, out) == 0)
-		return 0;
-	snprintf(want, sizeof(want), "%" PRIu64 " to %" PRIu64, min, max);
-	return bench_usage_error(cmd, opt, a, want);
-}
-
-int bench_parse_unsigned(const char *cmd, const char *opt, const char *a, unsigned min,
-			 unsigned max, unsigned *out)
-{
-	uint64_t v;
-	int rc = bench_parse_count(cmd, opt, a, min, max, &v);
-
-	if (rc == 0)
-		*out = (unsigned)v;
-	return rc;
-}
-
-int bench_parse_number(const char *cmd, const char *opt, const char *a, double min,
-		       double max, double *out)
-{
-	char want[64];
-
-	if (dml_parse_double(a, min, max, out) == 0)
-		return 0;
-	snprintf(want, sizeof(want), "a number from %g to %g", min, max);
-	return bench_usage_error(cmd, opt, a, want);
 }
 
 int bench_cmd_begin(int parse_rc, int help, void (*usage)(FILE *out), int verbose)

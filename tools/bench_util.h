@@ -1,7 +1,8 @@
 /*
- * dml-bench helpers that its subcommands share, pushpull (bench.c), train
- * (bench_train.c) and the others: exit statuses and option handling,
- * interruption by signals, the machine's cores and load, paths, the
+ * dml-bench helpers that its subcommands share, pushpull
+ * (bench_pushpull.c), train (bench_train.c) and the others: exit statuses,
+ * usage errors and the start of a subcommand (its options are parsed by
+ * the tables of bench_opt.h), interruption by signals, the machine's cores and load, paths, the
  * program's own build directory, private temporary directories, how a
  * child process ended, daemon logs shown through the logger, and libdml
  * options set from a table.
@@ -19,8 +20,6 @@
 
 #include "dml.h"
 
-struct option;
-
 /* Exit statuses of every subcommand. */
 #define BENCH_EXIT_ERROR 1
 #define BENCH_EXIT_USAGE 2
@@ -37,47 +36,11 @@ void bench_signals_install(void);
 void bench_signals_child(pid_t pid);
 
 /**
- * Start a subcommand's option parsing: *help = 0 and getopt rewound, so that
- * the parse works on any argv however often it runs.
- */
-void bench_getopt_reset(int *help);
-
-/**
- * getopt_long() with "vh": -v/--verbose (++*verbose) and -h/--help (*help
- * = 1) are handled here and never returned. Returns the next other option
- * (getopt's '?' included: bad usage), or -1 when none is left or after
- * --help.
- */
-int bench_getopt(int argc, char **argv, const struct option *longopts, int *verbose,
-		 int *help);
-
-/**
- * After bench_getopt() returned -1 for subcommand cmd: 0 after --help or
- * when every argument was an option, else BENCH_EXIT_USAGE (logged).
- */
-int bench_getopt_end(const char *cmd, int argc, char **argv, int help);
-
-/**
  * Log "CMD: bad OPT 'VALUE': WANT" and a pointer to `dml-bench CMD --help`.
  * Returns BENCH_EXIT_USAGE.
  */
 int bench_usage_error(const char *cmd, const char *opt, const char *value,
 		      const char *want);
-
-/**
- * Parse option opt's value a as an integer in [min, max] into *out. Returns
- * 0, or bench_usage_error()'s status ("MIN to MAX" wanted).
- */
-int bench_parse_count(const char *cmd, const char *opt, const char *a, uint64_t min,
-		      uint64_t max, uint64_t *out);
-
-/** bench_parse_count() into an unsigned. */
-int bench_parse_unsigned(const char *cmd, const char *opt, const char *a, unsigned min,
-			 unsigned max, unsigned *out);
-
-/** The same for a number in [min, max] ("a number from MIN to MAX" wanted). */
-int bench_parse_number(const char *cmd, const char *opt, const char *a, double min,
-		       double max, double *out);
 
 /**
  * After a subcommand parsed its options into parse_rc and help: print its

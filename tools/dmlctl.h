@@ -1,9 +1,10 @@
 /*
  * dmlctl internals shared by its source files: the global options (struct
  * ctl) and exit statuses, the session with the scheduler
- * (dmlctl_session.c), the printers of its answers (dmlctl_print.c), the
- * argument helpers of the commands (dmlctl.c) and the commands that live in
- * files of their own (dmlctl_export.c).
+ * (dmlctl_session.c), the printers of its answers (dmlctl_print.c,
+ * dmlctl_json.c), the argument helpers of the commands (dmlctl.c) and the
+ * commands, which live in files of their own (dmlctl_submit.c,
+ * dmlctl_jobs.c, dmlctl_export.c, dmlctl_ckpt.c).
  *
  * Nothing declared here is a library for other programs: these functions
  * print what went wrong themselves, to the stream they are given, and
@@ -21,6 +22,10 @@
 
 /** How long one connection attempt or one answer may take. */
 #define CTL_TIMEOUT_MS 5000
+/** submit --wait polls the job this often. */
+#define CTL_WAIT_POLL_MS 500
+/** Characters of the progress bar in submit --wait's line and top. */
+#define CTL_PROGRESS_BAR 20
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_INTERRUPTED = 130 };
 
@@ -130,7 +135,7 @@ int ctl_ask_job_control(struct ctl_session *s, uint32_t id, int action, uint64_t
 /** The job id in a JOBS_REPLY, or NULL. */
 const Dml__JobStatus *ctl_find_job(const Dml__Meta *r, uint32_t id);
 
-/* ---- printing (dmlctl_print.c) ------------------------------------------------ */
+/* ---- printing (dmlctl_print.c, JSON in dmlctl_json.c) ----------------------- */
 
 /**
  * A compact JSON writer: each call writes one member (key given) or array
@@ -170,6 +175,10 @@ void ctl_print_shard_map(FILE *out, const Dml__ShardMap *map, const Dml__JobSpec
 void ctl_fmt_progress(const Dml__JobStatus *st, int bar_width, char *buf, size_t len);
 
 const char *ctl_action_name(int action);
+/** A node's role (worker, server, ...) as a word. */
+const char *ctl_role_name(uint32_t role);
+/** A node's state (alive, suspect, dead) as a word. */
+const char *ctl_node_state_name(uint32_t state);
 /** DONE, FAILED or STOPPED. */
 int ctl_job_ended(int state);
 /** v once examples were trained on (a rate or a loss means nothing before), else NaN. */
@@ -186,12 +195,31 @@ const char *ctl_metric_name(const Dml__JobSpec *sp, char *buf, size_t len);
 /** What a peer sent, made harmless for a terminal, into buf (truncated). */
 const char *ctl_clean(const char *s, char *buf, size_t len);
 
-/* ---- commands (dmlctl.c, dmlctl_export.c, dmlctl_ckpt.c) ---------------------- */
+/* ---- commands (dmlctl.c and the files named above) ----------------------------- */
 
 /** A job id argument; prints the usage error. EXIT_OK or EXIT_USAGE. */
 int ctl_parse_job_id(const char *cmd, const char *s, uint32_t *id);
 /** Prints the error for an extra argument; returns EXIT_USAGE. */
 int ctl_too_many(const char *cmd, const char *arg);
+
+/**
+ * dmlctl submit JOB.conf [--wait [--curve FILE.svg]] (dmlctl_submit.c).
+ * Returns an exit status.
+ */
+int ctl_cmd_submit(struct ctl *ctl, int argc, char **argv);
+
+/*
+ * The job commands (dmlctl_jobs.c); each returns an exit status. status
+ * [JOB]: the jobs, or one in detail; stop, pause, resume and rebalance JOB;
+ * shardmap [JOB]: which server holds which keys; top [--once]: the live view.
+ */
+int ctl_cmd_status(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_stop(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_pause(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_resume(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_rebalance(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_shardmap(struct ctl *ctl, int argc, char **argv);
+int ctl_cmd_top(struct ctl *ctl, int argc, char **argv);
 
 /**
  * dmlctl export JOB FILE: the job's tables, pulled from its servers, into a

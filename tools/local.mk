@@ -1,8 +1,12 @@
 # tools/: dml-bench and the operator scripts.
 bin_PROGRAMS += tools/dml-bench
-tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h tools/bench_train.c \
-	tools/bench_train.h tools/bench_util.c tools/bench_util.h tools/bench_clicks.c \
-	tools/bench_clicks.h tools/bench_cluster.c tools/bench_cluster.h \
+tools_dml_bench_SOURCES = tools/bench.c tools/bench_drive.c tools/bench.h tools/bench_raw.c \
+	tools/bench_opt.c tools/bench_opt.h \
+	tools/bench_pushpull.c tools/bench_pushpull.h tools/bench_pushpull_internal.h \
+	tools/bench_pushpull_opts.c tools/bench_pushpull_print.c tools/bench_train.c \
+	tools/bench_train.h tools/bench_train_internal.h tools/bench_train_eval.c \
+	tools/bench_train_runs.c tools/bench_train_report.c tools/bench_util.c tools/bench_util.h \
+	tools/bench_clicks.c tools/bench_clicks.h tools/bench_cluster.c tools/bench_cluster.h \
 	tools/bench_sparse.c tools/bench_sparse.h tools/bench_server.c tools/bench_server.h \
 	tools/bench_recovery.c tools/bench_recovery.h tools/bench_hetero.c \
 	tools/bench_hetero.h tools/bench_assign.c tools/bench_assign.h tools/curve_svg.c \
@@ -10,8 +14,9 @@ tools_dml_bench_SOURCES = tools/bench.c tools/bench_raw.c tools/bench.h tools/be
 tools_dml_bench_LDADD = sched/libdmljobs.la worker/libdml.la store/libdmlstorelog.la shard/libdmlshard.la \
 	$(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
-tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_session.c \
-	tools/dmlctl_print.c tools/dmlctl_export.c tools/dmlctl_ckpt.c tools/curve_svg.c tools/curve_svg.h
+tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_submit.c tools/dmlctl_jobs.c \
+	tools/dmlctl_session.c \
+	tools/dmlctl_print.c tools/dmlctl_json.c tools/dmlctl_export.c tools/dmlctl_ckpt.c tools/curve_svg.c tools/curve_svg.h
 tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local
 # Sourced by dml-local, test/check_fleet.sh and test/check_links.sh.
