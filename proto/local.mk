@@ -24,3 +24,14 @@ proto_libdmldaemon_la_SOURCES = proto/daemon.c
 proto_libdmldaemon_la_CFLAGS = $(AM_CFLAGS) $(SYSTEMD_CFLAGS)
 proto_libdmldaemon_la_LIBADD = $(SYSTEMD_LIBS)
 noinst_HEADERS += proto/daemon.h
+
+# Manual pages of the files every program reads: dml.conf(5) (the daemons'
+# and libdml's keys) and dml-job(5) (job files), their keys written from the
+# option tables by tools/dml-mankeys.
+nodist_man_MANS += proto/dml.conf.5 proto/dml-job.5
+EXTRA_DIST += proto/dml.conf.5.in proto/dml-job.5.in
+CLEANFILES += proto/dml.conf.5 proto/dml-job.5
+proto/dml.conf.5: proto/dml.conf.5.in tools/dml-mankeys$(EXEEXT)
+	$(DML_MAN_GEN)
+proto/dml-job.5: proto/dml-job.5.in tools/dml-mankeys$(EXEEXT)
+	$(DML_MAN_GEN)
