@@ -18,3 +18,5 @@ server_dml_server_SOURCES = server/main.c server/server.c server/ssp.c \
 	server/server_admit.c server/server_expire.c server/server_budget.c
 server_dml_server_LDADD = server/libdmlstore.la store/libdmlstorelog.la shard/libdmlshard.la \
 	sched/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
+
+dist_man_MANS += server/dml-server.8

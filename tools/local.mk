@@ -28,3 +28,6 @@ tools_dml_mankeys_LDADD = worker/libdml.la store/libdmlstorelog.la $(APPS_LIBS)
 # that option table.
 DML_MAN_GEN = $(AM_V_GEN)$(MKDIR_P) $(@D) && tools/dml-mankeys$(EXEEXT) $< >$@.tmp && \
 	mv $@.tmp $@
+
+# Manual pages: dmlctl(1) and dml-bench(1).
+dist_man_MANS += tools/dmlctl.1 tools/dml-bench.1
