@@ -5,7 +5,7 @@
  *
  * Numeric bounds are constants shared with the file's option table
  * (job_spec_internal.h). Table kinds, initializers and optimizers are the
- * names of server/table.h, so a job cannot name one the servers lack; the
+ * names of proto/table_spec.h, so a job cannot name one the servers lack; the
  * optimizer rules mirror what the servers' dml_optim_validate() refuses,
  * checked here on the float values the servers will hold.
  *

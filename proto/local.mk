@@ -39,3 +39,14 @@ noinst_HEADERS += proto/sched_link.h
 noinst_LTLIBRARIES += proto/libdmljobspec.la
 proto_libdmljobspec_la_SOURCES = proto/job_spec.c proto/job_file.c proto/job_spec_check.c
 noinst_HEADERS += proto/job_spec.h proto/job_spec_internal.h
+
+# Manual pages of the files every program reads: dml.conf(5) (the daemons'
+# and libdml's keys) and dml-job(5) (job files), their keys written from the
+# option tables by tools/dml-mankeys.
+nodist_man_MANS += proto/dml.conf.5 proto/dml-job.5
+EXTRA_DIST += proto/dml.conf.5.in proto/dml-job.5.in
+CLEANFILES += proto/dml.conf.5 proto/dml-job.5
+proto/dml.conf.5: proto/dml.conf.5.in tools/dml-mankeys$(EXEEXT)
+	$(DML_MAN_GEN)
+proto/dml-job.5: proto/dml-job.5.in tools/dml-mankeys$(EXEEXT)
+	$(DML_MAN_GEN)

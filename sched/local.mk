@@ -17,3 +17,5 @@ sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_c
 sched_dml_sched_LDADD = sched/libdmljobs.la proto/libdmljobspec.la shard/libdmlshard.la \
 	store/libdmlstorelog.la \
 	proto/libdmldaemon.la proto/libdmlproto.la
+
+dist_man_MANS += sched/dml-sched.8

@@ -11,3 +11,5 @@ server_dml_server_SOURCES = server/main.c server/server.c server/requests.c serv
 	server/server_admit.c server/server_expire.c server/server_budget.c server/finite.c
 server_dml_server_LDADD = store/libdmltable.la store/libdmlstorelog.la shard/libdmlshard.la \
 	proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
+
+dist_man_MANS += server/dml-server.8

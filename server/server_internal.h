@@ -422,7 +422,7 @@ int dml_server_serves(const struct table_entry *te, int dense, uint64_t begin, u
 		      const uint64_t *keys, size_t n);
 
 /**
- * The scheduler link's frame handler (sched/link.h): installs SHARDMAPs,
+ * The scheduler link's frame handler (proto/sched_link.h): installs SHARDMAPs,
  * arg is the server.
  */
 void dml_server_job_on_sched(struct dml_sched_link *l, const Dml__Meta *m, void *arg);

@@ -1,7 +1,7 @@
 /*
  * dml-server's registration with dml-sched: describe this server (role SERVER,
  * node id, zone, the address others should dial, its shard and a profile of
- * the machine) and hand it to the scheduler link (sched/link.h), which
+ * the machine) and hand it to the scheduler link (proto/sched_link.h), which
  * registers, heartbeats and reconnects on the server's own loop. What the
  * scheduler sends back (SHARDMAP) is handled by job.c.
  *

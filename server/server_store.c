@@ -19,9 +19,9 @@
  * The store keeps the map its rows are of (the log's first, each
  * checkpoint's), so a server that joined at a version replays its log at
  * it, and one that died in the middle of a move rebuilds the rows of the
- * older map and resumes the move (server_job.c).
+ * older map and resumes the move (migrate.c).
  *
- * Under BSP with bsp_step = clock (server_step.c) a push to a dense table
+ * Under BSP with bsp_step = clock (bsp_step.c) a push to a dense table
  * is logged and acknowledged as it arrives but applied at its clock's
  * step: the log marks it deferred and each step appends a step record,
  * so a replay sums the same pushes and applies them at the same points;
@@ -297,7 +297,7 @@ static void commit_after_trim(struct dml_server *s)
 
 /* ---- checkpoints ----------------------------------------------------------- */
 
-/* A checkpoint whose rows are being copied (server_snap.c). */
+/* A checkpoint whose rows are being copied (row_snapshot.c). */
 struct pending_ckpt {
 	struct dml_server *s;
 	struct dml_ckpt_info info;

@@ -1,6 +1,6 @@
 /*
  * dml-bench assign: what the scheduler's placement costs for a large fleet,
- * through the scheduler's own job table (sched/jobs.c), no daemons. A job
+ * through the scheduler's own job table (sched/job_table.c), no daemons. A job
  * with batches split by speed starts on --workers simulated workers
  * (default 10,000) with --parts partitions each, their profile rates spread
  * over 100 to 1000 examples/s: the first plan. Then every worker reports,

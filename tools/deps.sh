@@ -1,11 +1,12 @@
 # Sourced by tools/check and tools/quickstart: installs the Debian packages
 # the build and the tests need (dataset-fashion-mnist: the data set the
-# readers and, later, the MLP app are tested on), when they are missing.
+# readers and, later, the MLP app are tested on; man-db and groff-base: the
+# manual pages rendered by tools/check), when they are missing.
 # Needs root (or sudo) only when something is actually missing.
 
 DML_DEPS="build-essential autoconf automake libtool pkg-config libevent-dev
 libprotobuf-c-dev protobuf-c-compiler liblmdb-dev libopenblas-dev check
-zlib1g-dev libssl-dev libsystemd-dev systemd dataset-fashion-mnist"
+zlib1g-dev libssl-dev libsystemd-dev systemd dataset-fashion-mnist man-db groff-base"
 
 dml_install_deps() {
 	local missing=() pkg sudo=

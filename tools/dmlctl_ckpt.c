@@ -2,7 +2,7 @@
  * dmlctl's job-wide checkpoints: `checkpoint JOB` takes one and waits for
  * it, `checkpoint JOB delete CLOCK` deletes one, `checkpoints JOB` lists
  * them. The scheduler coordinates; every server of the job writes its rows
- * to its own store (dml-sched.c's sched_ckpt.c, dml-server's server_cut.c).
+ * to its own store (dml-sched's sched_ckpt.c, dml-server's ckpt_cut.c).
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -21,3 +21,18 @@ tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local
 # Sourced by dml-local, test/check_fleet.sh and test/check_links.sh.
 EXTRA_DIST += tools/fleet.sh
+
+# dml-mankeys writes the option tables into the manual pages at build time
+# (proto/conf_man.c), so that their key sections never drift from the
+# parsers. The daemons' tables are linked as their daemons compile them.
+noinst_PROGRAMS += tools/dml-mankeys
+tools_dml_mankeys_SOURCES = tools/mankeys.c proto/conf_man.c proto/conf_man.h \
+	server/server_conf.c sched/sched_conf.c worker/worker_conf.c
+tools_dml_mankeys_LDADD = worker/libdml.la store/libdmlstorelog.la $(APPS_LIBS)
+# The recipe of a page made from PAGE.in: each "@KEYS name@" line becomes
+# that option table.
+DML_MAN_GEN = $(AM_V_GEN)$(MKDIR_P) $(@D) && tools/dml-mankeys$(EXEEXT) $< >$@.tmp && \
+	mv $@.tmp $@
+
+# Manual pages: dmlctl(1) and dml-bench(1).
+dist_man_MANS += tools/dmlctl.1 tools/dml-bench.1

@@ -26,7 +26,7 @@ int dml_app_base_new(const char *name, const struct dml_app_base_ops *ops,
 	*out = NULL;
 	if (!spec)
 		return dml_app_fail(err, errlen, DML_EINVAL, name, "no job spec");
-	/* The rules live in the job check (job_conf.c, check_app_NAME). */
+	/* The rules live in the job check (proto/job_spec_check.c, check_app_NAME). */
 	if ((rc = dml_app_spec_check(name, spec, err, errlen)) != 0)
 		return rc;
 	a = calloc(1, size);

@@ -190,7 +190,7 @@ static int source_build(const struct lsq *a, struct source *s, uint64_t n,
 #define fail(err, errlen, rc, ...) dml_app_fail(err, errlen, rc, "lsq", __VA_ARGS__)
 
 /*
- * What this app needs of a spec: the scheduler's check (job_conf.c holds
+ * What this app needs of a spec: the scheduler's check (proto/job_spec_check.c holds
  * the lsq rules: synthetic data, the loss metric, batches it can hold, w in
  * dense table 0), made again here for specs that did not come through it,
  * and a backend it runs on.

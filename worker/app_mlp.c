@@ -360,7 +360,7 @@ static int layer_backward(const struct mlp *a, size_t l, size_t rows)
 
 /*
  * The layer sizes (sizes[0] = dim ... sizes[*n-1] = classes). The rules of
- * an mlp spec live in the job check (job_conf.c, check_app_mlp), which the
+ * an mlp spec live in the job check (proto/job_spec_check.c, check_app_mlp), which the
  * scheduler made already; made again here for specs that did not come
  * through it.
  */

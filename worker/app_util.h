@@ -17,7 +17,7 @@
 #include "dml.pb-c.h"
 
 /**
- * The job check (job_conf.c: the scheduler's, app rules included) made by
+ * The job check (proto/job_spec_check.c: the scheduler's, app rules included) made by
  * an app on a spec it is given: 0, or DML_EINVAL with err starting "app
  * NAME: " as app.h wants.
  */

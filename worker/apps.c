@@ -3,7 +3,7 @@
  * --eval, the profile and dml-bench look apps up in.
  *
  * Must never: list an app the scheduler's job check does not know
- * (sched/job_conf.c), or the other way round.
+ * (proto/job_spec_check.c), or the other way round.
  */
 #include <string.h>
 

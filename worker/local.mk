@@ -54,3 +54,6 @@ worker_dml_worker_LDADD = worker/libdmlapps.a worker/libdml.la proto/libdmlsched
 noinst_HEADERS += worker/worker.h worker/worker_internal.h worker/worker_conf.h
 EXTRA_DIST += conf/worker.conf conf/jobs/mlp.conf conf/jobs/softmax.conf conf/jobs/sparse_lr.conf \
 	conf/jobs/mf.conf
+
+# Manual pages: dml-worker(8), and libdml(3) for worker/dml.h.
+dist_man_MANS += worker/dml-worker.8 worker/libdml.3

@@ -1,6 +1,6 @@
 /*
  * An in-process stand-in for the parameter servers: a job's tables
- * (server/table.h, built from the JobSpec's TableSpecs with the job's
+ * (store/table.h, built from the JobSpec's TableSpecs with the job's
  * initializer and optimizer; dense tables over their whole key range,
  * sparse ones creating rows on first use) behind a struct dml_app_io whose
  * push applies the optimizer and whose pull copies, just as dml-server
