@@ -31,10 +31,10 @@
 #include <openssl/evp.h>
 #include <openssl/params.h>
 
-#include "auth.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* Room for the largest secret, an "\r\n" and one byte to detect more. */
 #define SECRET_READ_MAX (DML_SECRET_MAX + 3)

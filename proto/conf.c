@@ -36,10 +36,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "conf.h"
-#include "conf_internal.h"
-#include "dml_error.h"
-#include "util.h"
+#include "proto/conf.h"
+#include "proto/conf_internal.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 #define CONF_LINE_MAX 4096         /* bytes per line, newline excluded */
 #define CONF_FILE_MAX (16u << 20)  /* a config file is small; refuse a huge one */

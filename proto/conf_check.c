@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "conf.h"
-#include "dml_error.h"
-#include "util.h"
+#include "proto/conf.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 const char *const dml_conf_log_levels[] = { "error", "warn", "info", "debug", NULL };
 

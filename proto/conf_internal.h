@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 #define CONF_QUOTE_MAX 64          /* bytes of file text echoed in one message */
 #define CONF_MSG_MAX 512

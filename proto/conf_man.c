@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conf_man.h"
-#include "dml_error.h"
+#include "proto/conf_man.h"
+#include "proto/dml_error.h"
 
 /* Text as roff reads it: backslashes escaped, no line taken for a request. */
 static void man_text(FILE *out, const char *s)

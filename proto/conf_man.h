@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 /**
  * Write every section of schema as a .SS heading (its help, and whether it

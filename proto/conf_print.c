@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "conf.h"
-#include "conf_internal.h"
+#include "proto/conf.h"
+#include "proto/conf_internal.h"
 
 /*
  * The value of a non-string field in file notation; a string field is

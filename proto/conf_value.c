@@ -16,10 +16,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "conf.h"
-#include "conf_internal.h"
-#include "dml_error.h"
-#include "util.h"
+#include "proto/conf.h"
+#include "proto/conf_internal.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 #define CONF_HOST_MAX 256          /* DNS names are at most 253 bytes */
 

@@ -22,12 +22,12 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "conn_internal.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/conn_internal.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* How long a closing connection may take to flush its output. */
 #define CLOSE_FLUSH_MS 2000

@@ -31,8 +31,8 @@
 
 #include <event2/event.h>
 
-#include "dml.pb-c.h"
-#include "frame.h"
+#include "proto/dml.pb-c.h"
+#include "proto/frame.h"
 
 #define DML_CONN_FRAMES_PER_WAKE 64
 

@@ -14,10 +14,10 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "dml.pb-c.h"
-#include "frame.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/dml.pb-c.h"
+#include "proto/frame.h"
 
 /* Payloads at least this large are read straight into their destination. */
 #define DIRECT_READ_MIN (64u * 1024)

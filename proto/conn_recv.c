@@ -20,12 +20,12 @@
 #include <event2/event.h>
 #include <event2/util.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "conn_internal.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/conn_internal.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* Most a direct read asks the kernel to gather before waking us. */
 #define DIRECT_LOWAT_MAX (512u * 1024)

@@ -13,10 +13,10 @@
 #include <systemd/sd-daemon.h>
 #endif
 
-#include "daemon.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "proto/daemon.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 struct running {
 	const struct dml_daemon *d;

@@ -14,7 +14,7 @@
 
 #include <event2/event.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 struct dml_daemon {
 	const char *name;                      /* "dml-server": log ident, usage */

@@ -1,7 +1,7 @@
 /*
  * Text for every DML_E... code. Keep in step with error.h.
  */
-#include "dml_error.h"
+#include "proto/dml_error.h"
 
 static const char *const messages[] = {
 	[0] = "success",

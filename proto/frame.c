@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "frame.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 #define DML_F32_SIZE 4u
 #define DML_KEY_SIZE 8u

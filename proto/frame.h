@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 #define DML_FRAME_MAGIC 0x314c4d44u /* bytes 'D' 'M' 'L' '1' */
 #define DML_PROTOCOL_VERSION 1

@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "job_spec_internal.h"
-#include "table_spec.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "proto/job_spec_internal.h"
+#include "proto/table_spec.h"
+#include "proto/util.h"
 
 #define MAX_U32 4294967295.0
 

@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "frame.h"
-#include "job_spec.h"
-#include "job_spec_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/job_spec.h"
+#include "proto/job_spec_internal.h"
+#include "proto/util.h"
 
 const char *const dml_rebalance_names[] = { "auto", "off", NULL };
 const char *const dml_batch_split_names[] = { "auto", "equal", "rate", NULL };

@@ -17,8 +17,8 @@
 
 #include <stddef.h>
 
-#include "conf.h"
-#include "dml.pb-c.h"
+#include "proto/conf.h"
+#include "proto/dml.pb-c.h"
 
 /* Longest job name, bytes without the NUL; names are [A-Za-z0-9_.-]. */
 #define DML_JOB_NAME_MAX 63

@@ -21,11 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "job_spec_internal.h"
-#include "table_spec.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "proto/job_spec_internal.h"
+#include "proto/table_spec.h"
+#include "proto/util.h"
 
 /* What dml-worker's apps can hold in one batch: 1 GiB of floats. */
 #define APP_BATCH_FLOATS_MAX (UINT64_C(1) << 28)

@@ -15,10 +15,10 @@
 
 #include <event2/util.h>
 
-#include "dml_error.h"
-#include "listen.h"
-#include "log.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/listen.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 struct dml_listener {
 	struct evconnlistener *lev;

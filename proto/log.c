@@ -7,8 +7,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "log.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
 
 int dml_log_level_current = DML_LOG_INFO;
 

@@ -22,11 +22,11 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
-#include "dml_error.h"
-#include "listen.h"
-#include "log.h"
-#include "metrics.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/listen.h"
+#include "proto/log.h"
+#include "proto/metrics.h"
+#include "proto/util.h"
 
 /* An HTTP client gets this long to send its request and take the reply. */
 #define HTTP_TIMEOUT_S 10

@@ -5,9 +5,9 @@
  */
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "peers.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/peers.h"
 
 void dml_peers_init(struct dml_peers *ps, struct event_base *base, size_t max)
 {

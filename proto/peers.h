@@ -12,7 +12,7 @@
 
 #include <event2/event.h>
 
-#include "conn.h"
+#include "proto/conn.h"
 
 struct dml_peer {
 	struct dml_peer *prev, *next;

@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "sched_link.h"
-#include "log.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/sched_link.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define BACKOFF_MIN_MS 20
 #define BACKOFF_MAX_MS 2000

@@ -21,8 +21,8 @@
 
 #include <event2/event.h>
 
-#include "conn.h"
-#include "dml.pb-c.h"
+#include "proto/conn.h"
+#include "proto/dml.pb-c.h"
 
 struct dml_sched_link;
 

@@ -10,8 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "table_spec.h"
+#include "proto/dml_error.h"
+#include "proto/table_spec.h"
 
 const char *const dml_table_kind_names[] = { "dense", "sparse", NULL };
 const char *const dml_init_kind_names[] = { "zeros", "uniform", "normal", NULL };

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 enum dml_table_kind { DML_TABLE_DENSE = 0, DML_TABLE_SPARSE = 1 };
 enum dml_init_kind { DML_INIT_ZEROS = 0, DML_INIT_UNIFORM = 1, DML_INIT_NORMAL = 2 };

@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 static void out_of_memory(size_t n)
 {

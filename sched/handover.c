@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "assign.h"
-#include "handover.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "sched/handover.h"
+#include "proto/util.h"
 
 void dml_handover_init(struct dml_handover *h, uint64_t npart)
 {

@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 struct dml_handover {
 	uint64_t npart;

@@ -24,13 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "assign.h"
-#include "dml_error.h"
-#include "handover.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "jobs_internal.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "proto/dml_error.h"
+#include "sched/handover.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "sched/jobs_internal.h"
+#include "proto/util.h"
 
 void num_list_add(struct num_list *l, uint64_t v)
 {

@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 #define DML_JOB_REASON_MAX 191
 #define DML_JOB_EVENTS 16          /* newest events kept per job */

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "handover.h"
-#include "jobs.h"
+#include "sched/handover.h"
+#include "sched/jobs.h"
 
 #define RATE_ALPHA 0.3             /* weight of a new report in the rate average */
 #define SPEED_SAMPLE_S 0.05        /* seconds of work a measure of speed spans */

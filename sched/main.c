@@ -3,9 +3,9 @@
  */
 #include <stddef.h>
 
-#include "daemon.h"
-#include "sched.h"
-#include "sched_conf.h"
+#include "proto/daemon.h"
+#include "sched/sched.h"
+#include "sched/sched_conf.h"
 
 static int start(const void *conf, struct event_base *base, void **state)
 {

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "nodes.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "sched/nodes.h"
+#include "proto/util.h"
 
 struct dml_nodes {
 	struct dml_node **nodes;   /* sorted by (role, node_id) */

@@ -33,7 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 /* Longest strings a node may report, in bytes without the final NUL. */
 #define DML_NODE_ZONE_MAX 63

@@ -31,16 +31,16 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "dml_error.h"
-#include "listen.h"
-#include "log.h"
-#include "nodes.h"
-#include "peers.h"
-#include "sched.h"
-#include "sched_internal.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "proto/listen.h"
+#include "proto/log.h"
+#include "sched/nodes.h"
+#include "proto/peers.h"
+#include "sched/sched.h"
+#include "sched/sched_internal.h"
+#include "proto/util.h"
 
 #define SHUTDOWN_GRACE_S 3
 #define TICK_MIN_MS 10

@@ -13,7 +13,7 @@
 
 #include <event2/event.h>
 
-#include "sched_conf.h"
+#include "sched/sched_conf.h"
 
 struct dml_sched;
 

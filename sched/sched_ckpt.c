@@ -29,9 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "sched_internal.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "sched/sched_internal.h"
 
 #define ROUND_TIMEOUT_MS 60000
 /* After a failed round the next periodic one waits this long, doubled

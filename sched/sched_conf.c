@@ -5,9 +5,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "dml_error.h"
-#include "sched_conf.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "sched/sched_conf.h"
+#include "proto/util.h"
 
 #define S(field) offsetof(struct dml_sched_conf, field)
 #define DAY_MS 86400000.0

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 struct dml_sched_conf {
 	/* [sched] */

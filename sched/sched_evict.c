@@ -25,8 +25,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "log.h"
-#include "sched_internal.h"
+#include "proto/log.h"
+#include "sched/sched_internal.h"
 
 /* EVICT of worker to one server of the active job; 0 when sent. */
 static int evict_send(struct dml_sched *s, const struct dml_job *job, uint32_t server,

@@ -17,13 +17,13 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "conn.h"
-#include "dml.pb-c.h"
-#include "jobs.h"
-#include "metrics.h"
-#include "nodes.h"
-#include "peers.h"
-#include "sched.h"
+#include "proto/conn.h"
+#include "proto/dml.pb-c.h"
+#include "sched/jobs.h"
+#include "proto/metrics.h"
+#include "sched/nodes.h"
+#include "proto/peers.h"
+#include "sched/sched.h"
 
 struct session {
 	struct dml_peer peer;      /* first: the set's list walks sessions */

@@ -10,11 +10,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
-#include "jobs.h"
-#include "mapplan.h"
-#include "nodes.h"
-#include "sched_internal.h"
+#include "proto/dml.pb-c.h"
+#include "sched/jobs.h"
+#include "shard/mapplan.h"
+#include "sched/nodes.h"
+#include "sched/sched_internal.h"
 
 /* ---- sched_job_io.c --------------------------------------------------- */
 

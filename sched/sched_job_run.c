@@ -24,16 +24,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "frame.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "log.h"
-#include "mapplan.h"
-#include "nodes.h"
-#include "sched_internal.h"
-#include "sched_job_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "proto/log.h"
+#include "shard/mapplan.h"
+#include "sched/nodes.h"
+#include "sched/sched_internal.h"
+#include "sched/sched_job_internal.h"
+#include "proto/util.h"
 
 /* ---- the job's life ----------------------------------------------------- */
 

@@ -7,15 +7,15 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "listen.h"
-#include "log.h"
-#include "metrics.h"
-#include "nodes.h"
-#include "sched_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "proto/listen.h"
+#include "proto/log.h"
+#include "proto/metrics.h"
+#include "sched/nodes.h"
+#include "sched/sched_internal.h"
+#include "proto/util.h"
 
 static const char *const req_names[SREQ_KINDS] = {
 	"register", "heartbeat", "nodes", "bye", "submit", "jobs", "job_control",

@@ -27,14 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "log.h"
-#include "mapplan.h"
-#include "sched_internal.h"
-#include "sched_store.h"
-#include "store.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "proto/log.h"
+#include "shard/mapplan.h"
+#include "sched/sched_internal.h"
+#include "store/sched_store.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 #define FIGURES_SAVE_MS 1000
 

@@ -28,10 +28,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "server_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
+#include "proto/util.h"
 
 /* The pushes of one table since the last step. */
 struct step_acc {

@@ -32,12 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "dml_error.h"
-#include "sched_link.h"
-#include "log.h"
-#include "server_internal.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "proto/sched_link.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
+#include "proto/util.h"
 
 #define PREPARE_TIMEOUT_MS 10000
 /* As long as the scheduler waits for a round (sched_ckpt.c). */

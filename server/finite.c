@@ -5,7 +5,7 @@
  */
 #include <stdint.h>
 
-#include "finite.h"
+#include "server/finite.h"
 
 /* Values looked at between two early-exit checks. */
 #define BLOCK 4096

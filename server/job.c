@@ -42,18 +42,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "job_internal.h"
-#include "sched_link.h"
-#include "log.h"
-#include "mapplan.h"
-#include "optim.h"
-#include "shardmap.h"
-#include "table.h"
-#include "table_spec.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "server/job_internal.h"
+#include "proto/sched_link.h"
+#include "proto/log.h"
+#include "shard/mapplan.h"
+#include "store/optim.h"
+#include "shard/shardmap.h"
+#include "store/table.h"
+#include "proto/table_spec.h"
+#include "proto/util.h"
 
 /* Pending ranges that see no rows for this long are reported (again). */
 #define STALL_WARN_S 10

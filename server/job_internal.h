@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server_internal.h"
+#include "server/server_internal.h"
 
 /* A line built piece by piece, naming at most LOG_ITEMS ranges. */
 struct line {

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "job_internal.h"
-#include "shardmap.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "server/job_internal.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 /* Ranges named in one log line before "and N more". */
 #define LOG_ITEMS 16

@@ -3,9 +3,9 @@
  */
 #include <stddef.h>
 
-#include "daemon.h"
-#include "server.h"
-#include "server_conf.h"
+#include "proto/daemon.h"
+#include "server/server.h"
+#include "server/server_conf.h"
 
 static int start(const void *conf, struct event_base *base, void **state)
 {

@@ -15,17 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "dml_error.h"
-#include "job_internal.h"
-#include "sched_link.h"
-#include "log.h"
-#include "mapplan.h"
-#include "optim.h"
-#include "shardmap.h"
-#include "table.h"
-#include "table_spec.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "server/job_internal.h"
+#include "proto/sched_link.h"
+#include "proto/log.h"
+#include "shard/mapplan.h"
+#include "store/optim.h"
+#include "shard/shardmap.h"
+#include "store/table.h"
+#include "proto/table_spec.h"
+#include "proto/util.h"
 
 /* Rows per MIGRATE frame: about this many bytes of them. */
 #define PARCEL_BYTES ((size_t)4 << 20)

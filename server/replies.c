@@ -10,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "dml_error.h"
-#include "log.h"
-#include "server_internal.h"
-#include "ssp.h"
-#include "table.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
+#include "server/ssp.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* ---- replies ------------------------------------------------------------ */
 

@@ -17,15 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
-#include "dml_error.h"
-#include "log.h"
-#include "row_snapshot.h"
-#include "server_internal.h"
-#include "shardmap.h"
-#include "ssp.h"
-#include "table.h"
-#include "util.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "server/row_snapshot.h"
+#include "server/server_internal.h"
+#include "shard/shardmap.h"
+#include "server/ssp.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* ---- request handlers --------------------------------------------------- */
 

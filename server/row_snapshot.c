@@ -20,12 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "row_snapshot.h"
-#include "server_internal.h"
-#include "shardmap.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "server/row_snapshot.h"
+#include "server/server_internal.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 /* A chunk (a record of the checkpoint): this many rows, this many bytes. */
 #define SNAP_CHUNK_ROWS 4096u

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "ckpt_writer.h"
+#include "store/ckpt_writer.h"
 
 struct dml_server;
 

@@ -19,17 +19,17 @@
 #include <event2/listener.h>
 #include <event2/util.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "dml_error.h"
-#include "listen.h"
-#include "log.h"
-#include "row_snapshot.h"
-#include "server_internal.h"
-#include "shardmap.h"
-#include "ssp.h"
-#include "table.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "proto/listen.h"
+#include "proto/log.h"
+#include "server/row_snapshot.h"
+#include "server/server_internal.h"
+#include "shard/shardmap.h"
+#include "server/ssp.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 #define TICK_MS 100
 #define SHUTDOWN_GRACE_S 3

@@ -10,7 +10,7 @@
 
 #include <event2/event.h>
 
-#include "server_conf.h"
+#include "server/server_conf.h"
 
 struct dml_server;
 

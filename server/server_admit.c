@@ -29,10 +29,10 @@
  */
 #include <inttypes.h>
 
-#include "dml_error.h"
-#include "finite.h"
-#include "log.h"
-#include "server_internal.h"
+#include "proto/dml_error.h"
+#include "server/finite.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
 
 int dml_server_seq_check(const struct dml_ssp_worker *w, uint64_t seq)
 {

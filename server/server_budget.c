@@ -21,10 +21,10 @@
  * (nothing would ever release it), or close a slow reader while nobody
  * waits for the memory it holds.
  */
-#include "dml_error.h"
-#include "server_internal.h"
-#include "log.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "server/server_internal.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* Pulls whose reply is smaller are never held: they cannot matter much. */
 #define DML_BUDGET_PULL_MIN (1u << 20)

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "server_conf.h"
-#include "store.h"
-#include "table.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "server/server_conf.h"
+#include "store/store.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 #define S(field) offsetof(struct dml_server_conf, field)
 #define T(field) offsetof(struct dml_server_table_conf, field)

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 struct dml_server_table_conf {
 	uint32_t id;

@@ -17,10 +17,10 @@
  * Must never: forget a worker with a connection, or leave a session
  * pointing at a moved entry.
  */
-#include "server_internal.h"
-#include "log.h"
-#include "store.h"
-#include "util.h"
+#include "server/server_internal.h"
+#include "proto/log.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 static int keep_worker(const struct dml_ssp_worker *w, void *arg)
 {

@@ -16,12 +16,12 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "conn.h"
-#include "metrics.h"
-#include "peers.h"
-#include "server.h"
-#include "ssp.h"
-#include "table.h"
+#include "proto/conn.h"
+#include "proto/metrics.h"
+#include "proto/peers.h"
+#include "server/server.h"
+#include "server/ssp.h"
+#include "store/table.h"
 
 struct dml_sched_link;
 struct mig_peer;

@@ -5,11 +5,11 @@
  */
 #include <stdio.h>
 
-#include "dml_error.h"
-#include "listen.h"
-#include "log.h"
-#include "server_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/listen.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
+#include "proto/util.h"
 
 static const char *const req_names[REQ_KINDS] = {
 	"push", "pull", "clock", "stats", "heartbeat", "bye"

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "sched_link.h"
-#include "log.h"
-#include "server_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/sched_link.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
+#include "proto/util.h"
 
 #define HOSTPORT_MAX 300
 

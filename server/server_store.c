@@ -42,578 +42,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "server_internal.h"
-#include "shardmap.h"
-#include "ckpt_writer.h"
-#include "row_snapshot.h"
-#include "store.h"
-#include "util.h"
-
-/* An ACK that waits for the commit of its push. */
-struct deferred_ack {
-	struct session *ss;        /* NULL once its connection closed */
-	uint64_t request_id;
-};
-
-/* A worker's push sequence as the log left it. */
-struct restored_seq {
-	uint32_t worker;
-	uint64_t incarnation, seq;
-};
-
-struct server_store {
-	struct dml_store *store;
-	enum dml_durability mode;
-	struct event *commit_ev;   /* sync: commit once this turn of the loop ends */
-	struct event *timer;       /* batch: commit every batch_ms */
-	struct deferred_ack *acks;
-	size_t nacks, acks_cap;
-	struct restored_seq *seqs;
-	size_t nseqs;
-	uint64_t logged;           /* bytes logged since the last checkpoint, replayed
-				    * ones too: a server restarted often still
-				    * checkpoints */
-	struct dml_ckpt_writer *writer; /* writes checkpoints on a thread */
-	struct event *written_ev;  /* its results */
-	int full_wait;             /* the batch did not fit: it waits for the
-				    * checkpoint being written to trim the log */
-	int full_trim;             /* the map grew: checkpoint at once */
-};
-
-/* Job-wide checkpoints a server keeps beyond the job's checkpoint_keep. */
-#define CKPT_ORPHANS_KEPT 8
-
-/* ---- committing ----------------------------------------------------------- */
-
-static void checkpoint_now(struct dml_server *s);
-
-/*
- * Whether the log has grown to a checkpoint. Not while rows move (the
- * ranges held are not settled), nor while one is being written (the next
- * commit asks again), nor while pushes wait for their BSP step (the step
- * asks again).
- */
-static int checkpoint_due(const struct dml_server *s)
-{
-	const struct server_store *st = s->store;
-	uint64_t used, map_size;
-
-	if (s->job.remapping || s->snap || dml_ckpt_writer_writes(st->writer) ||
-	    dml_server_step_pending(s) || st->full_wait)
-		return 0;
-	if (st->full_trim ||
-	    (s->conf->checkpoint_log && st->logged >= s->conf->checkpoint_log))
-		return 1;
-	/* Whatever checkpoint_log says, a log half its map's size is trimmed
-	 * before it fills the map and stops the server. Its pages are looked
-	 * at (a read transaction) only once a sixteenth of the map was logged:
-	 * records take at most about twice their bytes in pages, so a log that
-	 * could be near half the map has logged that much, and a commit of a
-	 * busy server with a large map does not pay for the look. */
-	return st->logged >= s->conf->store_map_size / 16 &&
-	       dml_store_log_space(st->store, &used, &map_size) == 0 && used > map_size / 2;
-}
-
-/* ---- batch: the rows that changed, not the pushes ------------------------------ */
-
-struct rows_ctx {
-	struct dml_server *s;
-	const struct table_entry *te;
-	uint64_t clock;
-};
-
-static int log_rows(void *arg, const uint64_t *keys, uint64_t begin, size_t n,
-		    const float *rows)
-{
-	const struct rows_ctx *c = arg;
-	struct dml_log_rec r = { 0 };
-
-	r.job = c->s->job.id;
-	r.table = c->te->info.id;
-	r.clock = c->clock;
-	r.rows = 1;
-	r.width = (uint32_t)dml_table_row_floats(c->te->table);
-	r.values = rows;
-	if (keys) {
-		r.nkeys = (uint32_t)n;
-		r.keys = keys;
-	} else {
-		r.dense = 1;
-		r.begin = begin;
-		r.end = begin + n;
-	}
-	return dml_store_append(c->s->store->store, &r);
-}
-
-/*
- * Batch: every row changed since the last commit, once, and each worker's
- * push sequence where it moved, into the batch. A window of hot rows costs
- * their size once instead of every push's.
- */
-static int log_changes(struct dml_server *s)
-{
-	uint64_t next = dml_server_cut_next_clock(s);
-	struct rows_ctx c = { s, NULL, next ? next - 1 : 0 };
-	int rc = 0;
-
-	for (size_t i = 0; i < s->ntables && !rc; i++) {
-		c.te = &s->tables[i];
-		/* A job's new tables track from their install on. */
-		if (dml_table_tracks_changes(c.te->table))
-			rc = dml_table_changes(c.te->table, log_rows, &c);
-	}
-	for (size_t i = 0; i < s->ssp.nworkers && !rc; i++) {
-		struct dml_ssp_worker *w = &s->ssp.workers[i];
-		struct dml_log_rec r = { 0 };
-
-		if (w->last_seq == w->logged_seq)
-			continue;
-		/* No rows: a record of the worker's sequence for the dedupe state. */
-		r.job = s->job.id;
-		r.worker = w->id;
-		r.incarnation = w->incarnation;
-		r.seq = w->last_seq;
-		r.clock = c.clock;
-		r.rows = r.dense = 1;
-		r.width = 1;
-		rc = dml_store_append(s->store->store, &r);
-		if (!rc)
-			w->logged_seq = w->last_seq;
-	}
-	return rc;
-}
-
-/* Batch: the tables track the rows that change, which each commit logs. */
-static int track_changes(struct dml_server *s)
-{
-	int rc = 0;
-
-	if (!s->store || s->store->mode != DML_DURABILITY_BATCH)
-		return 0;
-	for (size_t i = 0; i < s->ntables && !rc; i++)
-		rc = dml_table_track_changes(s->tables[i].table);
-	if (rc)
-		dml_err("store: no memory to track the rows that change: %s", dml_strerror(rc));
-	return rc;
-}
-
-/*
- * The batch did not fit in the map (DML_EFULL). Its pushes are in the rows
- * but not in the log, so no checkpoint may be taken before it commits: the
- * checkpoint would hold them, and their resends after a crash would be
- * applied again. A checkpoint being copied or written trims the log when
- * it ends: the batch waits for that (written_cb commits again), its ACKs
- * with it. With none under way the map grows by what the batch needs, the
- * batch commits, and the checkpoint that follows at once trims the log;
- * LMDB reuses the freed pages, so the map grows no further while
- * checkpoints keep up (but the commit right after a trim cannot use the
- * pages it freed: LMDB keeps the last snapshot). Past half of map_size
- * over it (or two such batches, if more) the server gives up as before. 0 (committed), DML_EAGAIN
- * (waits) or the failure, with err.
- */
-static int commit_full(struct dml_server *s, char *err, size_t errlen)
-{
-	struct server_store *st = s->store;
-	uint64_t used, map, step, over = s->conf->store_map_size / 2;
-	size_t bytes = 0;
-	int rc;
-
-	if (s->snap || dml_ckpt_writer_writes(st->writer)) {
-		if (!st->full_wait)
-			dml_warn("store %s: the map is full: %zu records wait for the checkpoint "
-				 "being written to trim the log", s->conf->store_path,
-				 dml_store_pending(st->store, NULL));
-		st->full_wait = 1;
-		return DML_EAGAIN;
-	}
-	/* The records' pages, and the tree pages a commit copies. */
-	dml_store_pending(st->store, &bytes);
-	step = ((uint64_t)bytes + bytes / 4 + (256u << 10) + 0xffff) & ~(uint64_t)0xffff;
-	if (over < 2 * step)
-		over = 2 * step;
-	if (dml_store_log_space(st->store, &used, &map) != 0 ||
-	    map + step > s->conf->store_map_size + over)
-		return DML_EFULL; /* err: the store's "raise [store] map_size" */
-	if ((rc = dml_store_grow(st->store, step, err, errlen)) != 0)
-		return rc;
-	dml_warn("store %s: the map is full: grown to %.1f MiB to commit %zu records; a "
-		 "checkpoint trims the log now", s->conf->store_path,
-		 (double)(map + step) / (1 << 20), dml_store_pending(st->store, NULL));
-	st->full_trim = 1;
-	return dml_store_commit(st->store, err, errlen);
-}
-
-static void commit_now(struct dml_server *s)
-{
-	struct server_store *st = s->store;
-	char err[512];
-	size_t bytes = 0;
-	int rc = 0;
-
-	/* written_cb commits again once the log is trimmed. */
-	if (st->full_wait)
-		return;
-	if (st->mode == DML_DURABILITY_BATCH && (rc = log_changes(s)) != 0)
-		snprintf(err, sizeof(err), "cannot log the rows that changed: %s",
-			 dml_strerror(rc));
-	dml_store_pending(st->store, &bytes);
-	if (!rc)
-		rc = dml_store_commit(st->store, err, sizeof(err));
-	if (rc == DML_EFULL)
-		rc = commit_full(s, err, sizeof(err));
-	if (rc == DML_EAGAIN)
-		return;
-	if (rc) {
-		/* The tables hold pushes the log lacks: acknowledging anything
-		 * more would break the promise. A restart replays the log and
-		 * the workers resend what was not acknowledged. */
-		dml_err("store: %s; stopping so that no push is acknowledged unlogged", err);
-		s->store_failed = 1;
-		event_base_loopbreak(s->base);
-		return;
-	}
-	for (size_t i = 0; i < st->nacks; i++)
-		if (st->acks[i].ss)
-			dml_server_reply_ack(st->acks[i].ss, st->acks[i].request_id);
-	st->nacks = 0;
-	st->logged += bytes;
-	if (checkpoint_due(s))
-		checkpoint_now(s);
-}
-
-/* A batch that did not fit, once the checkpoint it waited for trimmed the
- * log (or failed: the map grows instead). */
-static void commit_after_trim(struct dml_server *s)
-{
-	struct server_store *st = s->store;
-
-	if (st->full_wait && !s->snap && !dml_ckpt_writer_writes(st->writer)) {
-		st->full_wait = 0;
-		commit_now(s);
-	}
-}
-
-/* ---- checkpoints ----------------------------------------------------------- */
-
-/* A checkpoint whose rows are being copied (row_snapshot.c). */
-struct pending_ckpt {
-	struct dml_server *s;
-	struct dml_ckpt_info info;
-	uint64_t tag;
-	void *map;                 /* info.map's bytes: the job's map, packed */
-};
-
-/* A map as the store keeps it (malloc'ed), or NULL for none. */
-static void *map_pack(const Dml__ShardMap *map, size_t *len)
-{
-	void *buf;
-
-	*len = 0;
-	if (!map)
-		return NULL;
-	*len = dml__shard_map__get_packed_size(map);
-	buf = dml_xmalloc(*len ? *len : 1);
-	dml__shard_map__pack(map, buf);
-	return buf;
-}
-
-static void snap_done(void *arg, struct dml_ckpt_snapshot *sn, int rc,
-		      const struct server_snap_figures *fig)
-{
-	struct pending_ckpt *p = arg;
-	struct dml_server *s = p->s;
-
-	if (!sn) {
-		dml_warn("store %s: checkpoint not taken (the previous one and the log stay): "
-			 "cannot copy the rows: %s", s->conf->store_path, dml_strerror(rc));
-		if (p->tag)
-			dml_server_cut_written(s, p->tag, p->info.clock, rc, 0,
-					       "cannot copy the rows");
-		free(p->map);
-		free(p);
-		commit_after_trim(s);
-		return;
-	}
-	/* The writer reads the map's bytes until the snapshot goes. */
-	if (p->map)
-		dml_ckpt_snapshot_keep(sn, p->map);
-	dml_info("store %s: checkpoint: %" PRIu64 " rows copied in %.1f ms over %.1f ms "
-		 "while pushes went on (the longest they waited: %.2f ms; %" PRIu64 " chunks "
-		 "copied ahead of a push); writing them on the writer thread",
-		 s->conf->store_path, fig->rows, (double)(fig->timer_ns + fig->ahead_ns) / 1e6,
-		 (double)fig->span_ns / 1e6, (double)fig->wait_max_ns / 1e6, fig->ahead_chunks);
-	dml_ckpt_writer_write(s->store->writer, sn, &p->info, p->tag);
-	free(p);
-}
-
-/*
- * Commit the batch, snapshot every row held and have the writer thread
- * write the copy: a checkpoint listed under clock (keeping keep) unless
- * clock is 0. Pushes go on while the rows are copied; tag comes back with
- * the result.
- */
-static int checkpoint_queue(struct dml_server *s, uint64_t clock, uint32_t keep, uint64_t tag,
-			    char *err, size_t errlen)
-{
-	struct server_store *st = s->store;
-	struct pending_ckpt *p;
-	int rc, trim;
-
-	/* Logged pushes the rows lack would leave the log with it. */
-	if (dml_server_step_pending(s))
-		return dml_fail(DML_ESTATE, err, errlen, "pushes wait for their clock's step");
-	/* The rows hold pushes the batch has not logged yet; and the commit
-	 * must not queue a checkpoint of its own. */
-	st->logged = 0;
-	trim = st->full_trim;
-	st->full_trim = 0;
-	commit_now(s);
-	if (s->store_failed)
-		return dml_fail(DML_EIO, err, errlen, "the gradient log's commit failed");
-	if (st->full_wait) {
-		st->full_trim = trim;
-		return dml_fail(DML_EAGAIN, err, errlen,
-				"the gradient log is full until the checkpoint under way trims it");
-	}
-	p = dml_xcalloc(1, sizeof(*p));
-	p->s = s;
-	p->tag = tag;
-	p->info.version = s->job.version;
-	p->info.next_clock = dml_server_cut_next_clock(s);
-	p->info.lsn = dml_store_log_last(st->store);
-	p->info.clock = clock;
-	p->map = map_pack(s->job.map, &p->info.map_len);
-	p->info.map = p->map;
-	p->info.keep = keep;
-	rc = dml_server_snap_begin(s, snap_done, p);
-	if (rc) {
-		free(p);
-		return dml_fail(rc, err, errlen, "cannot begin a snapshot: %s", dml_strerror(rc));
-	}
-	return 0;
-}
-
-static void checkpoint_now(struct dml_server *s)
-{
-	char err[512] = "";
-
-	if (checkpoint_queue(s, 0, 0, 0, err, sizeof(err)) != 0)
-		dml_warn("store %s: checkpoint not taken (the previous one and the log stay): "
-			 "%s", s->conf->store_path, err);
-}
-
-void dml_server_store_remapped(struct dml_server *s)
-{
-	/* A server that joined at this version logged every row that moved
-	 * in: its log describes the rows it holds. Another's log began at an
-	 * older map, whose ranges it no longer holds: a checkpoint of this
-	 * version does. */
-	if (!s->store || s->store_failed ||
-	    dml_store_log_version(s->store->store) == s->job.version)
-		return;
-	checkpoint_now(s);
-}
-
-/* What the writer thread did. */
-static void written_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct dml_server *s = arg;
-	struct dml_ckpt_result r;
-
-	while (dml_ckpt_writer_result(s->store->writer, &r)) {
-		if (r.drop) {
-			dml_server_cut_dropped(s, r.tag, r.clock, r.rc, r.err);
-			continue;
-		}
-		if (r.rc)
-			dml_warn("store %s: checkpoint failed (the previous one and the log stay): "
-				 "%s", s->conf->store_path, r.err);
-		else
-			dml_info("store %s: checkpoint of %" PRIu64 " rows (%.1f MB) written in "
-				 "%.1f ms", s->conf->store_path, r.rows, (double)r.bytes / 1e6,
-				 r.ms);
-		if (r.tag)
-			dml_server_cut_written(s, r.tag, r.clock, r.rc, r.bytes, r.err);
-	}
-	commit_after_trim(s);
-}
-
-int dml_server_store_keeps(const struct dml_server *s)
-{
-	return s->store && s->store->store && !s->store_failed;
-}
-
-int dml_server_store_snapshot(struct dml_server *s, uint64_t clock, uint64_t tag, char *err,
-			      size_t errlen)
-{
-	const Dml__JobSpec *spec = s->job.spec;
-	/* dml-sched deletes the ones the job forgets; past these, the parts of
-	 * failed rounds whose delete never arrived go too. */
-	uint32_t keep = (spec && spec->checkpoint_keep ? spec->checkpoint_keep : 3) +
-			CKPT_ORPHANS_KEPT;
-
-	if (!dml_server_store_keeps(s))
-		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
-	return checkpoint_queue(s, clock, keep, tag, err, errlen);
-}
-
-int dml_server_store_snapshot_drop(struct dml_server *s, uint64_t clock, uint64_t tag,
-				   char *err, size_t errlen)
-{
-	if (!dml_server_store_keeps(s))
-		return dml_fail(DML_ECONF, err, errlen, "no store ([store] path)");
-	dml_ckpt_writer_drop(s->store->writer, clock, tag);
-	return 0;
-}
-
-static void commit_cb(evutil_socket_t fd, short what, void *arg)
-{
-	commit_now(arg);
-}
-
-/* Queue the ACK of request_id until the next commit. */
-static void defer_ack(struct dml_server *s, struct session *ss, uint64_t request_id)
-{
-	struct server_store *st = s->store;
-
-	if (st->nacks == st->acks_cap) {
-		st->acks_cap = st->acks_cap ? 2 * st->acks_cap : 64;
-		st->acks = dml_xrealloc(st->acks, st->acks_cap * sizeof(*st->acks));
-	}
-	st->acks[st->nacks++] = (struct deferred_ack){ ss, request_id };
-	if (st->nacks == 1)
-		event_active(st->commit_ev, EV_TIMEOUT, 0);
-}
-
-/* A frame's keys and values (PUSH, MIGRATE) as a record of the job's log. */
-static void rec_of_frame(const struct dml_server *s, const Dml__Meta *m,
-			 const uint8_t *payload, struct dml_log_rec *r)
-{
-	r->job = s->job.id;
-	r->table = m->table;
-	r->dense = m->dense;
-	r->begin = m->key_begin;
-	r->end = m->key_end;
-	r->nkeys = m->dense ? 0 : m->num_keys;
-	r->keys = m->dense ? NULL : (const uint64_t *)payload;
-	r->width = m->value_width;
-	r->values = (const float *)(m->dense ? payload : payload + m->num_keys * 8ull);
-}
-
-/* Into the batch; no memory stops the server. 0 or -1. */
-static int append(struct dml_server *s, const struct dml_log_rec *r, const char *what)
-{
-	if (dml_store_append(s->store->store, r) != 0) {
-		dml_err("store: no memory to log %s; stopping", what);
-		s->store_failed = 1;
-		event_base_loopbreak(s->base);
-		return -1;
-	}
-	return 0;
-}
-
-/* Into the batch, its ACK after the commit. */
-static void append_then_ack(struct session *ss, const struct dml_log_rec *r,
-			    uint64_t request_id, const char *what)
-{
-	if (append(ss->srv, r, what) == 0)
-		defer_ack(ss->srv, ss, request_id);
-}
-
-void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
-			     uint32_t worker, uint64_t incarnation, int deferred)
-{
-	struct server_store *st = ss->srv->store;
-	struct dml_log_rec r = { 0 };
-
-	/* Batch: the commit logs the rows this push changed, with its sequence. */
-	if (!st || st->mode != DML_DURABILITY_SYNC) {
-		dml_server_reply_ack(ss, m->request_id);
-		return;
-	}
-	rec_of_frame(ss->srv, m, payload, &r);
-	r.worker = worker;
-	r.incarnation = incarnation;
-	r.seq = m->seq;
-	r.clock = m->clock;
-	r.weight = dml_push_weight_of(m);
-	r.deferred = deferred;
-	append_then_ack(ss, &r, m->request_id, "a push");
-}
-
-void dml_server_store_stepped(struct dml_server *s)
-{
-	struct server_store *st = s->store;
-	struct dml_log_rec r = { 0 };
-
-	if (!st || s->store_failed)
-		return;
-	if (st->mode == DML_DURABILITY_SYNC) {
-		r.job = s->job.id;
-		r.clock = s->step_min_clock;
-		r.dense = 1;
-		r.width = 1;
-		r.step = 1;
-		if (append(s, &r, "a step") != 0)
-			return;
-		/* on disk with this turn's pushes, not only with the next one's */
-		event_active(st->commit_ev, EV_TIMEOUT, 0);
-	}
-	if (checkpoint_due(s))
-		checkpoint_now(s);
-}
-
-void dml_server_store_moved(struct session *ss, const Dml__Meta *m, const uint8_t *payload)
-{
-	struct server_store *st = ss->srv->store;
-	struct dml_log_rec r = { 0 };
-
-	/* With no log (none) nothing outlives a crash anyway. */
-	if (!st || st->mode == DML_DURABILITY_NONE) {
-		dml_server_reply_ack(ss, m->request_id);
-		return;
-	}
-	rec_of_frame(ss->srv, m, payload, &r);
-	r.rows = r.moved = 1;
-	r.version = m->map_version;
-	/* Batch mode too: a sender drops what was acknowledged. */
-	append_then_ack(ss, &r, m->request_id, "the rows that moved in");
-}
-
-void dml_server_store_duplicate(struct session *ss, uint64_t request_id)
-{
-	struct server_store *st = ss->srv->store;
-	size_t pending = 0;
-
-	/* The original may still wait for its commit: so does this ACK. */
-	if (st && st->mode != DML_DURABILITY_NONE &&
-	    (st->nacks || dml_store_pending(st->store, &pending)))
-		defer_ack(ss->srv, ss, request_id);
-	else
-		dml_server_reply_ack(ss, request_id);
-}
-
-void dml_server_store_forget(struct dml_server *s, struct session *ss)
-{
-	struct server_store *st = s->store;
-
-	if (!st)
-		return;
-	for (size_t i = 0; i < st->nacks; i++)
-		if (st->acks[i].ss == ss)
-			st->acks[i].ss = NULL;
-}
-
-static void timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct dml_server *s = arg;
-
-	/* Batch: what changed since the last tick (maybe nothing). */
-	if (!s->store_failed)
-		commit_now(s);
-}
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "server/server_store_internal.h"
+#include "shard/shardmap.h"
+#include "store/ckpt_writer.h"
+#include "server/row_snapshot.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 /* ---- recovery ------------------------------------------------------------- */
 
@@ -835,18 +271,18 @@ int dml_server_store_open(struct dml_server *s)
 		return rc;
 	}
 	st->written_ev = event_new(s->base, dml_ckpt_writer_fd(st->writer), EV_READ | EV_PERSIST,
-				   written_cb, s);
+				   dml_server_store_written_cb, s);
 	event_add(st->written_ev, NULL);
 	/* A job's tables come with its map (dml_server_store_job). */
 	if (!s->job_mode && ((rc = recover(s, c->store_path)) != 0 ||
-			     (rc = track_changes(s)) != 0))
+			     (rc = dml_server_store_track_changes(s)) != 0))
 		return rc;
-	st->commit_ev = event_new(s->base, -1, 0, commit_cb, s);
+	st->commit_ev = event_new(s->base, -1, 0, dml_server_store_commit_cb, s);
 	commit_soon(s);
 	if (st->mode == DML_DURABILITY_BATCH) {
 		struct timeval tv = { c->batch_ms / 1000, (long)(c->batch_ms % 1000) * 1000 };
 
-		st->timer = event_new(s->base, -1, EV_PERSIST, timer_cb, s);
+		st->timer = event_new(s->base, -1, EV_PERSIST, dml_server_store_timer_cb, s);
 		event_add(st->timer, &tv);
 	}
 	return 0;
@@ -919,26 +355,26 @@ int dml_server_store_job(struct dml_server *s, const Dml__ShardMap *map, int res
 				*recovered = how;
 				commit_soon(s);
 			}
-			return rc ? rc : track_changes(s);
+			return rc ? rc : dml_server_store_track_changes(s);
 		}
 		dml_warn("store %s: job %u is at map v%llu, the store's checkpoint at v%llu and "
 			 "its log began at v%llu: not replayed; waiting for the rows from their "
 			 "owners", path, map->job, (unsigned long long)map->version,
 			 (unsigned long long)dml_store_checkpoint_version(st->store),
 			 (unsigned long long)dml_store_log_version(st->store));
-		return track_changes(s);
+		return dml_server_store_track_changes(s);
 	}
 	/* Commit what the previous job left waiting before its log goes. */
-	commit_now(s);
+	dml_server_store_commit_now(s);
 	if (s->store_failed)
 		return DML_EIO;
-	packed = map_pack(map, &map_len);
+	packed = dml_server_store_map_pack(map, &map_len);
 	rc = dml_store_start_run(st->store, map->run, map->version, packed, map_len, err,
 				 sizeof(err));
 	free(packed);
 	if (rc)
 		dml_err("store: %s", err);
-	return rc ? rc : track_changes(s);
+	return rc ? rc : dml_server_store_track_changes(s);
 }
 
 void dml_server_store_flush(struct dml_server *s)
@@ -950,7 +386,7 @@ void dml_server_store_flush(struct dml_server *s)
 	 * for their clock to end as this server would have. */
 	if (s->store->mode == DML_DURABILITY_BATCH)
 		dml_server_step_flush(s);
-	commit_now(s);
+	dml_server_store_commit_now(s);
 }
 
 void dml_server_store_free(struct dml_server *s)

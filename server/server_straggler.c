@@ -14,10 +14,10 @@
  */
 #include <inttypes.h>
 
-#include "sched_link.h"
-#include "log.h"
-#include "server_internal.h"
-#include "util.h"
+#include "proto/sched_link.h"
+#include "proto/log.h"
+#include "server/server_internal.h"
+#include "proto/util.h"
 
 #define STRAGGLER_AFTER_MS 1000
 #define STRAGGLER_EVERY_MS 1000

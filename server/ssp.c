@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ssp.h"
-#include "util.h"
+#include "server/ssp.h"
+#include "proto/util.h"
 
 void dml_ssp_init(struct dml_ssp *s, int64_t staleness, uint32_t expected)
 {

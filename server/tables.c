@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "log.h"
-#include "row_snapshot.h"
-#include "server_internal.h"
-#include "shardmap.h"
-#include "table.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "server/row_snapshot.h"
+#include "server/server_internal.h"
+#include "shard/shardmap.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* ---- tables ------------------------------------------------------------- */
 

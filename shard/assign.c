@@ -9,9 +9,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "assign.h"
-#include "dml_error.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 #ifndef __SIZEOF_INT128__
 #error "the assigner needs 128-bit integers for exact quotas"

@@ -32,7 +32,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "shardmap.h"
+#include "shard/shardmap.h"
 
 /** A partition that nobody holds, in a previous assignment. */
 #define DML_ASSIGN_NONE UINT32_MAX

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "assign.h"
-#include "dml_error.h"
-#include "mapplan.h"
-#include "shardmap.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "proto/dml_error.h"
+#include "shard/mapplan.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 /* Writes the reason into err; returns DML_ECONF. */
 #define fail(err, errlen, ...) dml_fail(DML_ECONF, err, errlen, __VA_ARGS__)

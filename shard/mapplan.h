@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 /** One server a plan may place ranges on. */
 struct dml_mapplan_server {

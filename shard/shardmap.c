@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "shardmap.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 uint64_t dml_shard_key_hash(uint64_t key)
 {

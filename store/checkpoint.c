@@ -37,9 +37,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "dml_error.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 enum { CK_TABLE = 0, CK_DENSE = 4, CK_BEGIN = 5, CK_N = 13, CK_ROWF = 21, CK_HDR = 25 };
 enum { SN_ID = 0, SN_BYTES = 8, SN_VERSION = 16, SN_MS = 24, SN_SIZE = 32 };

@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_writer.h"
-#include "dml_error.h"
-#include "util.h"
+#include "store/ckpt_writer.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 struct dml_ckpt_snapshot {
 	struct dml_ckpt_rows *chunks;

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "store/store.h"
 
 /** Rows copied out of the tables, in chunks, owned. */
 struct dml_ckpt_snapshot;

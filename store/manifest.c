@@ -31,9 +31,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 enum {
 	MF_MAGIC = 0, MF_KIND = 8, MF_ID = 16, MF_GEN = 24, MF_RUN = 32, MF_CKPT = 40,

@@ -15,8 +15,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "dml_error.h"
-#include "optim.h"
+#include "proto/dml_error.h"
+#include "store/optim.h"
 
 #define OPTIM_BLOCK ((size_t)16)
 

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "table.h"
+#include "store/table.h"
 
 /**
  * Floats of optimizer state kept per parameter value: 0 for SGD and ADD,

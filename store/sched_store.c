@@ -7,10 +7,10 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "dml_error.h"
-#include "sched_store.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/sched_store.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 int dml_sched_store_open(const char *path, uint64_t map_size, struct dml_store **out,
 			 char *err, size_t errlen)

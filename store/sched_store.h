@@ -39,7 +39,7 @@ int dml_sched_store_open(const char *path, uint64_t map_size, struct dml_store *
 			 char *err, size_t errlen);
 
 /**
- * Stage key = (val, len) in db (replacing what it held). 0; DML_EIO (err
+ * Stage key = (val, len) in db (replacing what it held). 0; DML_EFULL or DML_EIO (err
  * says why: a full map says to raise map_size); DML_EINVAL for a store
  * that is not a scheduler's. Nothing is durable before the commit.
  */
@@ -51,8 +51,9 @@ int dml_sched_store_dirty(const struct dml_store *s);
 
 /**
  * Write everything staged in one transaction, synced to disk. 0 (also with
- * nothing staged) or DML_EIO (err; the staged changes are dropped, and
- * what the store held before stays).
+ * nothing staged), DML_EFULL (the map is full: "raise [store] map_size") or
+ * DML_EIO (err; either way the staged changes are dropped, and what the
+ * store held before stays).
  */
 int dml_sched_store_commit(struct dml_store *s, char *err, size_t errlen);
 

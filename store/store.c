@@ -44,10 +44,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "store.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 /* Keys and values are copied as they lie in memory. */
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

@@ -26,9 +26,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 /* LMDB 0.9's file layout (mdb.c): a page header of 16 bytes, then MDB_meta. */
 enum {

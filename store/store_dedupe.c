@@ -17,10 +17,10 @@
 #include <lmdb.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "store.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 #define KEY_LEN 12
 #define WORKER_LEN 4

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "store/store.h"
 
 /* What a store holds, as its "meta" database says ("kind"). */
 enum store_kind {

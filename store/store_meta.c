@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "store_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 int store_meta_get_u64(struct dml_store *s, MDB_txn *txn, const char *key, uint64_t *out)
 {

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "store_internal.h"
-#include "util.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 static uint32_t table[256];
 static int have_hw;

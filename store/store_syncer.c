@@ -15,8 +15,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "store_internal.h"
-#include "util.h"
+#include "store/store_internal.h"
+#include "proto/util.h"
 
 struct store_syncer {
 	pthread_t thread;

@@ -26,11 +26,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "dml_error.h"
-#include "optim.h"
-#include "table.h"
-#include "table_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/optim.h"
+#include "store/table.h"
+#include "store/table_internal.h"
+#include "proto/util.h"
 
 #define TABLE_MAX_WIDTH 65536u
 #define TABLE_ALIGN 64u

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "table_spec.h"
+#include "proto/table_spec.h"
 
 struct dml_table;
 

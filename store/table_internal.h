@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "table.h"
+#include "store/table.h"
 
 #define TABLE_MAX_SLOTS ((uint64_t)1 << 58)
 

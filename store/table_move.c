@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "table.h"
-#include "table_internal.h"
+#include "proto/dml_error.h"
+#include "store/table.h"
+#include "store/table_internal.h"
 
 /* ---- moving rows between tables ----------------------------------------- */
 

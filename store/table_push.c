@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "optim.h"
-#include "table.h"
-#include "table_internal.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "store/optim.h"
+#include "store/table.h"
+#include "store/table_internal.h"
+#include "proto/util.h"
 
 #define TABLE_GROUP 8u             /* keys per pipeline stage */
 #define TABLE_RANGE_BATCH 256u     /* rows per call on per-row optimizers */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app_test.h"
-#include "dml_error.h"
+#include "test/app_test.h"
+#include "proto/dml_error.h"
 
 Dml__JobSpec *app_test_spec(const char *text)
 {

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "app.h"
-#include "job_spec.h"
+#include "worker/app.h"
+#include "proto/job_spec.h"
 
 /** The job in text (a job file's contents), which must parse; free it. */
 Dml__JobSpec *app_test_spec(const char *text);

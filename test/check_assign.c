@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "assign.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "shardmap.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 #define assert_einval(call) ck_assert_int_eq((call), DML_EINVAL)
 

@@ -19,11 +19,11 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
-#include "auth.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 static const uint8_t secret[] = "correct horse battery staple";
 #define SECRET_LEN (sizeof(secret) - 1)

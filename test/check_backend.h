@@ -9,8 +9,8 @@
 #include <check.h>
 #include <stddef.h>
 
-#include "backend.h"
-#include "dml_error.h"
+#include "worker/backend.h"
+#include "proto/dml_error.h"
 
 #define TOL 1e-4
 

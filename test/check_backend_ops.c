@@ -18,13 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_test.h"
-#include "backend.h"
-#include "blas_kernels.h"
-#include "check_backend.h"
-#include "check_run.h"
-#include "dml_error.h"
+#include "worker/app.h"
+#include "test/app_test.h"
+#include "worker/backend.h"
+#include "worker/blas_kernels.h"
+#include "test/check_backend.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
 
 /* ---- parity of each op ----------------------------------------------------- */
 

@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
-#include "dml_error.h"
-#include "harness.h"
-#include "json.h"
-#include "store.h"
-#include "util.h"
+#include "test/cluster.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
+#include "test/json.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 /* `dmlctl --json checkpoints JOB`: the clocks listed into clocks[] (at most
  * 8), their ages into ages[] (may be NULL). */

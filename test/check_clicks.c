@@ -16,11 +16,11 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "app_util.h"
-#include "data_libsvm.h"
-#include "data_synth_clicks.h"
-#include "dml_error.h"
-#include "tmpdir.h"
+#include "worker/app_util.h"
+#include "worker/data_libsvm.h"
+#include "worker/data_synth_clicks.h"
+#include "proto/dml_error.h"
+#include "test/tmpdir.h"
 
 #define SEED 42
 

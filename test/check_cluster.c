@@ -32,13 +32,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "check_cluster.h"
-#include "check_run.h"
-#include "frame.h"
-#include "harness.h"
-#include "log.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "test/check_cluster.h"
+#include "test/check_run.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define TEST_TIMEOUT_S 45
 

@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.h"
-#include "harness.h"
+#include "worker/dml.h"
+#include "test/harness.h"
 
 #define WAIT_MS 5000
 /* Numbers into config text and command lines. */

@@ -17,12 +17,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "check_cluster.h"
-#include "frame.h"
-#include "harness.h"
-#include "log.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "test/check_cluster.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* Worker children report through stderr (kept in the test output) and exit. */
 static void __attribute__((noreturn)) child_fail(const char *what, int rc)

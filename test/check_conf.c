@@ -20,11 +20,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check_conf.h"
-#include "check_run.h"
-#include "conf.h"
-#include "dml_error.h"
-#include "util.h"
+#include "test/check_conf.h"
+#include "test/check_run.h"
+#include "proto/conf.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 /* ---- the test schema ---------------------------------------------------- */
 

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 struct tconf_table {
 	char *name;

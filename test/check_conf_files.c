@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check_conf.h"
-#include "conf.h"
-#include "dml_error.h"
-#include "util.h"
+#include "test/check_conf.h"
+#include "proto/conf.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 /* The effective configuration as text; the caller frees it. */
 static char *print_to_string(const struct tconf *c)

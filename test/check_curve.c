@@ -20,9 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "curve_svg.h"
-#include "dml_error.h"
+#include "test/check_run.h"
+#include "tools/curve_svg.h"
+#include "proto/dml_error.h"
 
 #define MAX_DEPTH 32
 

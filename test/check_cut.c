@@ -27,13 +27,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "fake_sched.h"
-#include "harness.h"
-#include "store.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "test/fake_sched.h"
+#include "test/harness.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 #define TEST_TIMEOUT_S 90
 #define WAIT_MS 20000

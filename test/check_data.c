@@ -12,10 +12,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "check_run.h"
-#include "data_idx.h"
-#include "dml_error.h"
-#include "tmpdir.h"
+#include "test/check_run.h"
+#include "worker/data_idx.h"
+#include "proto/dml_error.h"
+#include "test/tmpdir.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist/"
 

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "check_run.h"
-#include "dml.h"
+#include "test/check_run.h"
+#include "worker/dml.h"
 
 struct seen {
 	int count;

@@ -36,12 +36,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "harness.h"
-#include "table.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 #define WAIT_MS 20000
 /* 1 MB: a checkpoint's copy takes several turns of the server's loop, with

@@ -23,10 +23,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "harness.h"
+#include "test/check_run.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
 
 #define WAIT_MS 30000
 #define WIDTH 4

@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "check_run.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "sched_conf.h"
-#include "server_conf.h"
+#include "test/check_run.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "sched/sched_conf.h"
+#include "server/server_conf.h"
 
 static const char *srcdir(void)
 {

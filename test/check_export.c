@@ -28,13 +28,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "harness.h"
-#include "json.h"
-#include "model_file.h"
-#include "util.h"
+#include "test/cluster.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
+#include "test/json.h"
+#include "worker/model_file.h"
+#include "proto/util.h"
 
 #define WAIT_MS CLUSTER_WAIT_MS
 #define POLL_MS CLUSTER_POLL_MS

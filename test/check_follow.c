@@ -29,12 +29,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "check_follow.h"
-#include "check_run.h"
-#include "fake_sched.h"
-#include "harness.h"
-#include "log.h"
-#include "util.h"
+#include "test/check_follow.h"
+#include "test/check_run.h"
+#include "test/fake_sched.h"
+#include "test/harness.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* ---- following the map --------------------------------------------------- */
 

@@ -8,10 +8,10 @@
 #include <check.h>
 #include <stdint.h>
 
-#include "dml.h"
-#include "dml.pb-c.h"
-#include "fake_sched.h"
-#include "harness.h"
+#include "worker/dml.h"
+#include "proto/dml.pb-c.h"
+#include "test/fake_sched.h"
+#include "test/harness.h"
 
 #define TEST_TIMEOUT_S 60
 #define DENSE_KEYS 100

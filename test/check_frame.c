@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_frame.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "util.h"
+#include "test/check_frame.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 void built_free(struct built *b)
 {

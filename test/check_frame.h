@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
-#include "frame.h"
+#include "proto/dml.pb-c.h"
+#include "proto/frame.h"
 
 /* A frame built by a test: head (header + meta) then payload, one buffer. */
 struct built {

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_frame.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "util.h"
+#include "test/check_frame.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 static uint64_t rng_next(uint64_t *s)
 {

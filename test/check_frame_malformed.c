@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_frame.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "util.h"
+#include "test/check_frame.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 START_TEST(test_bad_magic)
 {

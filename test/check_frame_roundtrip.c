@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_frame.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "util.h"
+#include "test/check_frame.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 static void check_handshake_type(Dml__MsgType type)
 {

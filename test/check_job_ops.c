@@ -12,14 +12,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "assign.h"
-#include "check_jobs.h"
-#include "dml_error.h"
-#include "handover.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "table.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "test/check_jobs.h"
+#include "proto/dml_error.h"
+#include "sched/handover.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 START_TEST(operators_pause_resume_and_stop)
 {

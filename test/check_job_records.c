@@ -12,15 +12,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "assign.h"
-#include "check_jobs.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "handover.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "table.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "test/check_jobs.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "sched/handover.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* The record through its wire encoding, as the scheduler's store keeps it. */
 Dml__JobRecord *record_round_trip(const struct dml_job *job, uint64_t now)

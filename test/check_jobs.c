@@ -19,15 +19,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "assign.h"
-#include "check_jobs.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "handover.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "table.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "test/check_jobs.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "sched/handover.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* ---- the job table ----------------------------------------------------- */
 

@@ -10,8 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
-#include "jobs.h"
+#include "proto/dml.pb-c.h"
+#include "sched/jobs.h"
 
 #define ERRLEN 512
 

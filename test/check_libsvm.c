@@ -17,11 +17,11 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "check_run.h"
-#include "data_libsvm.h"
-#include "dml_error.h"
-#include "fuzz.h"
-#include "tmpdir.h"
+#include "test/check_run.h"
+#include "worker/data_libsvm.h"
+#include "proto/dml_error.h"
+#include "test/fuzz.h"
+#include "test/tmpdir.h"
 
 static const char *path_of(const char *name)
 {

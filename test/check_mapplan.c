@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "mapplan.h"
-#include "shardmap.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "shard/mapplan.h"
+#include "shard/shardmap.h"
 
 #define HALF_HASH (DML_SHARD_HASH_SPACE / 2)
 

@@ -24,13 +24,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "harness.h"
-#include "limits_raw.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "test/limits_raw.h"
+#include "proto/util.h"
 
 #define TEST_TIMEOUT_S 90
 

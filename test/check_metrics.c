@@ -18,10 +18,10 @@
 
 #include <event2/event.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "metrics.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "proto/metrics.h"
+#include "proto/util.h"
 
 static const struct dml_metric_desc requests = {
 	"dml_test_requests_total", "Requests received, by type", DML_METRIC_COUNTER, "type",

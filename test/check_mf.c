@@ -21,15 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_test.h"
-#include "app_util.h"
-#include "check_run.h"
-#include "data_synth_ratings.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "tmpdir.h"
+#include "worker/app.h"
+#include "test/app_test.h"
+#include "worker/app_util.h"
+#include "test/check_run.h"
+#include "worker/data_synth_ratings.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "test/tmpdir.h"
 
 static const struct dml_app *const app = &dml_app_mf;
 

@@ -8,7 +8,7 @@
 #include <check.h>
 #include <stddef.h>
 
-#include "app.h"
+#include "worker/app.h"
 
 #define TABLES (DML_MLP_HIDDEN_MAX + 1)
 

@@ -16,15 +16,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "app.h"
-#include "app_test.h"
-#include "backend.h"
-#include "check_mlp.h"
-#include "check_run.h"
-#include "data_idx.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "tmpdir.h"
+#include "worker/app.h"
+#include "test/app_test.h"
+#include "worker/backend.h"
+#include "test/check_mlp.h"
+#include "test/check_run.h"
+#include "worker/data_idx.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "test/tmpdir.h"
 
 #define FASHION "/usr/share/datasets/fashion-mnist/"
 /* ---- IDX data -------------------------------------------------------------- */

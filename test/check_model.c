@@ -20,17 +20,17 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "app.h"
-#include "check_model.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "model_file.h"
-#include "table.h"
-#include "table_spec.h"
-#include "tmpdir.h"
-#include "util.h"
+#include "worker/app.h"
+#include "test/check_model.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "worker/model_file.h"
+#include "store/table.h"
+#include "proto/table_spec.h"
+#include "test/tmpdir.h"
+#include "proto/util.h"
 
 /* Table 0: dense, 8 keys of width 1, sgd; table 5: sparse, width 3, adam. */
 const char store_job[] =

@@ -10,9 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "app.h"
-#include "local_store.h"
-#include "tmpdir.h"
+#include "worker/app.h"
+#include "worker/local_store.h"
+#include "test/tmpdir.h"
 
 #define LSQ_DIM 16
 #define LSQ_SEED 7

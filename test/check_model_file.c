@@ -17,17 +17,17 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "app.h"
-#include "check_model.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "model_file.h"
-#include "table.h"
-#include "table_spec.h"
-#include "tmpdir.h"
-#include "util.h"
+#include "worker/app.h"
+#include "test/check_model.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "worker/model_file.h"
+#include "store/table.h"
+#include "proto/table_spec.h"
+#include "test/tmpdir.h"
+#include "proto/util.h"
 
 /* ---- model files --------------------------------------------------------- */
 

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "nodes.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "sched/nodes.h"
 
 #define SUSPECT_MS 3000
 #define DEAD_MS 10000

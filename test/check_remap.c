@@ -34,16 +34,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "check_remap.h"
-#include "check_run.h"
-#include "dml_error.h"
-#include "fake_sched.h"
-#include "frame.h"
-#include "harness.h"
-#include "raw_frame.h"
-#include "shardmap.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "test/check_remap.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "test/fake_sched.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "test/raw_frame.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 START_TEST(test_remap_moves_rows_and_state)
 {

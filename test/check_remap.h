@@ -11,11 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.h"
-#include "dml.pb-c.h"
-#include "fake_sched.h"
-#include "harness.h"
-#include "shardmap.h"
+#include "worker/dml.h"
+#include "proto/dml.pb-c.h"
+#include "test/fake_sched.h"
+#include "test/harness.h"
+#include "shard/shardmap.h"
 
 #define TEST_TIMEOUT_S 90
 #define WAIT_MS 10000

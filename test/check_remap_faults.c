@@ -12,15 +12,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "check_remap.h"
-#include "dml_error.h"
-#include "fake_sched.h"
-#include "frame.h"
-#include "harness.h"
-#include "raw_frame.h"
-#include "shardmap.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "test/check_remap.h"
+#include "proto/dml_error.h"
+#include "test/fake_sched.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "test/raw_frame.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 static void raw_clock(struct raw *r, uint64_t clock)
 {

@@ -9,7 +9,7 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "log.h"
+#include "proto/log.h"
 
 static inline int dml_check_run(Suite *s)
 {

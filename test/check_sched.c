@@ -31,11 +31,11 @@
 
 #include <arpa/inet.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "harness.h"
-#include "json.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
+#include "test/json.h"
+#include "proto/util.h"
 
 #define TEST_TIMEOUT_S 60
 #define WAIT_MS 10000

@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "sched_store.h"
-#include "store.h"
-#include "tmpdir.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "store/sched_store.h"
+#include "store/store.h"
+#include "test/tmpdir.h"
 
 #define MAP (1u << 20)
 
@@ -123,7 +123,7 @@ START_TEST(test_map_full)
 					 sizeof(err));
 	if (rc == 0)
 		rc = dml_sched_store_commit(s, err, sizeof(err));
-	ck_assert_int_eq(rc, DML_EIO);
+	ck_assert_int_eq(rc, DML_EFULL);
 	ck_assert_msg(strstr(err, "the map is full") && strstr(err, "raise [store] map_size"),
 		      "%s", err);
 	ck_assert(!dml_sched_store_dirty(s));

@@ -12,9 +12,9 @@
 
 #include <event2/event.h>
 
-#include "conn.h"
-#include "dml.pb-c.h"
-#include "harness.h"
+#include "proto/conn.h"
+#include "proto/dml.pb-c.h"
+#include "test/harness.h"
 
 #define WAIT_MS 10000
 #define INBOX_MAX 64

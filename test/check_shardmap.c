@@ -5,9 +5,9 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "shardmap.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "shard/shardmap.h"
 
 START_TEST(even_split_covers_space_and_balances)
 {

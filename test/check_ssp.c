@@ -5,8 +5,8 @@
 #include <check.h>
 #include <stdlib.h>
 
-#include "check_run.h"
-#include "ssp.h"
+#include "test/check_run.h"
+#include "server/ssp.h"
 
 START_TEST(bsp_waits_for_everyone)
 {

@@ -21,13 +21,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "ckpt_writer.h"
-#include "dml_error.h"
-#include "store.h"
-#include "store_internal.h"
-#include "tmpdir.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "store/ckpt_writer.h"
+#include "proto/dml_error.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+#include "test/tmpdir.h"
+#include "proto/util.h"
 
 #define MAP (1u << 20)
 
@@ -609,7 +609,7 @@ START_TEST(test_map_full)
 			break;
 		committed++;
 	}
-	ck_assert_int_eq(rc, DML_EIO);
+	ck_assert_int_eq(rc, DML_EFULL);
 	ck_assert_uint_ge(committed, 1);
 	ck_assert_msg(strstr(err, dir()) && strstr(err, "map is full (map_size 128K)") &&
 		      strstr(err, "raise [store] map_size"), "%s", err);

@@ -25,12 +25,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "dml_error.h"
-#include "sched_store.h"
-#include "store.h"
-#include "store_internal.h"
-#include "tmpdir.h"
+#include "test/check_run.h"
+#include "proto/dml_error.h"
+#include "store/sched_store.h"
+#include "store/store.h"
+#include "store/store_internal.h"
+#include "test/tmpdir.h"
 
 #define MAP (8u << 20)
 #define FLIPS 150

@@ -22,10 +22,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check_run.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "harness.h"
+#include "test/check_run.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
 
 #define WAIT_MS 20000
 

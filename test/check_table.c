@@ -20,12 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_run.h"
-#include "check_table.h"
-#include "dml_error.h"
-#include "optim.h"
-#include "table.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "test/check_table.h"
+#include "proto/dml_error.h"
+#include "store/optim.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 struct dml_optim_conf optim_conf(enum dml_optim_kind kind)
 {

@@ -9,8 +9,8 @@
 #include <check.h>
 #include <stdint.h>
 
-#include "optim.h"
-#include "table.h"
+#include "store/optim.h"
+#include "store/table.h"
 
 #define TOL 1e-5
 

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_table.h"
-#include "dml_error.h"
-#include "optim.h"
-#include "table.h"
-#include "util.h"
+#include "test/check_table.h"
+#include "proto/dml_error.h"
+#include "store/optim.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* ------------------------------------------------------------------ */
 /* Moving rows: export, import, removal and range changes. */

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check_run.h"
-#include "data_triplets.h"
-#include "dml_error.h"
-#include "fuzz.h"
-#include "tmpdir.h"
+#include "test/check_run.h"
+#include "worker/data_triplets.h"
+#include "proto/dml_error.h"
+#include "test/fuzz.h"
+#include "test/tmpdir.h"
 
 static const char *path_of(const char *name)
 {

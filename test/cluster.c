@@ -16,9 +16,9 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "check_run.h"
-#include "cluster.h"
-#include "util.h"
+#include "test/check_run.h"
+#include "test/cluster.h"
+#include "proto/util.h"
 
 void cluster_sleep_ms(int ms)
 {

@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "harness.h"
-#include "json.h"
+#include "test/harness.h"
+#include "test/json.h"
 
 #define CLUSTER_MAX_SERVERS 3
 #define CLUSTER_MAX_WORKERS 4

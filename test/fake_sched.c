@@ -14,13 +14,13 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "dml_error.h"
-#include "fake_sched.h"
-#include "job_spec.h"
-#include "listen.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "test/fake_sched.h"
+#include "proto/job_spec.h"
+#include "proto/listen.h"
+#include "proto/util.h"
 
 #define MAX_NODES 64
 #define POLL_US 2000

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 struct dml_fake_sched;
 

@@ -5,8 +5,8 @@
 #include <check.h>
 #include <string.h>
 
-#include "fuzz.h"
-#include "tmpdir.h"
+#include "test/fuzz.h"
+#include "test/tmpdir.h"
 
 #define FUZZ_MAX 65536
 #define TOKEN_MAX 64

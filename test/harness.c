@@ -11,8 +11,8 @@
  * asserts: it reports through return codes and prints logs on failure.
  */
 #define _GNU_SOURCE
-#include "harness.h"
-#include "harness_internal.h"
+#include "test/harness.h"
+#include "test/harness_internal.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -33,8 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "util.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 /* How much of a log is printed when something fails. */
 #define LOG_TAIL_BYTES 8192

@@ -26,7 +26,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "dml.h"
+#include "worker/dml.h"
 
 /** Default time a server gets to write its port file or to exit. */
 #define DML_TEST_START_TIMEOUT_MS 15000

@@ -6,8 +6,8 @@
  * through return codes and prints logs on failure.
  */
 #define _GNU_SOURCE
-#include "harness.h"
-#include "harness_internal.h"
+#include "test/harness.h"
+#include "test/harness_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "util.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 static uint32_t conf_node_id(const struct dml_test_server_conf *conf)
 {

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "harness.h"
+#include "test/harness.h"
 
 #define POLL_STEP_MS 5
 

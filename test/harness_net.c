@@ -5,8 +5,8 @@
  * and plain HTTP requests. Never asserts: it reports through return codes.
  */
 #define _GNU_SOURCE
-#include "harness.h"
-#include "harness_internal.h"
+#include "test/harness.h"
+#include "test/harness_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,8 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "frame.h"
-#include "util.h"
+#include "proto/frame.h"
+#include "proto/util.h"
 
 int dml_test_raw_connect(uint16_t port, int *fd)
 {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "util.h"
+#include "test/json.h"
+#include "proto/util.h"
 
 struct jparser {
 	const char *p;

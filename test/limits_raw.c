@@ -13,13 +13,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "harness.h"
-#include "raw_frame.h"
-#include "limits_raw.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "test/raw_frame.h"
+#include "test/limits_raw.h"
+#include "proto/util.h"
 
 static Dml__Meta *raw_read(struct raw *r, uint8_t **payload)
 {

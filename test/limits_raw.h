@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "dml.pb-c.h"
-#include "harness.h"
+#include "proto/dml.pb-c.h"
+#include "test/harness.h"
 
 #define WAIT_MS 10000
 #define W 2                       /* width of the dense test table */

@@ -118,6 +118,11 @@ test_check_restart_loop_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIB
 TESTS += test/check_units.sh
 dist_noinst_SCRIPTS += test/check_units.sh
 
+# Every include names its folder, and no folder reaches above or beside its
+# layer (server/, sched/ and worker/ never include one another).
+TESTS += test/check_layering.sh
+dist_noinst_SCRIPTS += test/check_layering.sh
+
 # dml-local --cpus: worker cgroups with CPU quotas (exit 77 = SKIP where the
 # cgroups are not writable).
 TESTS += test/check_fleet.sh
@@ -323,7 +328,6 @@ test_check_model_LDADD = $(APPS_LIBS) $(TEST_LIBS)
 check_PROGRAMS += test/check_curve
 TESTS += test/check_curve
 test_check_curve_SOURCES = test/check_curve.c tools/curve_svg.c tools/curve_svg.h
-test_check_curve_CPPFLAGS = $(AM_CPPFLAGS) -iquote $(top_srcdir)/tools
 test_check_curve_CFLAGS = $(TEST_CFLAGS)
 test_check_curve_LDADD = proto/libdmlproto.la $(TEST_LIBS) -lm
 

@@ -7,12 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "dml_error.h"
-#include "frame.h"
-#include "harness.h"
-#include "raw_frame.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "test/harness.h"
+#include "test/raw_frame.h"
+#include "proto/util.h"
 
 #define FRAME_WAIT_MS 10000
 

@@ -8,8 +8,8 @@
 
 #include <stdint.h>
 
-#include "dml.pb-c.h"
-#include "harness.h"
+#include "proto/dml.pb-c.h"
+#include "test/harness.h"
 
 /** One whole frame from fd; *payload (malloc'ed, NULL when none) gets its payload. */
 Dml__Meta *raw_frame_read(int fd, uint8_t **payload);

@@ -17,16 +17,16 @@
 
 #include <event2/event.h>
 
-#include "assign.h"
-#include "auth.h"
-#include "check_run.h"
-#include "check_schedjobs.h"
-#include "conn.h"
-#include "dml_error.h"
-#include "harness.h"
-#include "job_spec.h"
-#include "mapplan.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "proto/auth.h"
+#include "test/check_run.h"
+#include "test/check_schedjobs.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "test/harness.h"
+#include "proto/job_spec.h"
+#include "shard/mapplan.h"
+#include "proto/util.h"
 
 /* A short job: lsq on 64 features, stops at clock 5. */
 static const char *const job_text =

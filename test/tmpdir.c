@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "tmpdir.h"
+#include "test/tmpdir.h"
 
 static const char *g_prefix = "check";
 static char g_dir[4096];

@@ -12,17 +12,17 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench_assign.h"
-#include "bench_clicks.h"
-#include "bench_hetero.h"
-#include "bench_pushpull.h"
-#include "bench_recovery.h"
-#include "bench_sparse.h"
-#include "bench_train.h"
-#include "bench_util.h"
-#include "blas_kernels.h"
-#include "log.h"
-#include "util.h"
+#include "tools/bench_assign.h"
+#include "tools/bench_clicks.h"
+#include "tools/bench_hetero.h"
+#include "tools/bench_pushpull.h"
+#include "tools/bench_recovery.h"
+#include "tools/bench_sparse.h"
+#include "tools/bench_train.h"
+#include "tools/bench_util.h"
+#include "worker/blas_kernels.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* ---- subcommands ----------------------------------------------------- */
 

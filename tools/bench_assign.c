@@ -21,17 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app_util.h"
-#include "assign.h"
-#include "bench.h"
-#include "bench_assign.h"
-#include "bench_opt.h"
-#include "bench_util.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "jobs.h"
-#include "log.h"
-#include "util.h"
+#include "worker/app_util.h"
+#include "shard/assign.h"
+#include "tools/bench.h"
+#include "tools/bench_assign.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "sched/jobs.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define ASSIGN_GOAL_MS 100.0
 #define ASSIGN_BATCH 64

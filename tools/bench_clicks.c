@@ -19,15 +19,15 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "app_util.h"
-#include "bench.h"
-#include "bench_clicks.h"
-#include "bench_opt.h"
-#include "bench_util.h"
-#include "data_synth_clicks.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "worker/app_util.h"
+#include "tools/bench.h"
+#include "tools/bench_clicks.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_util.h"
+#include "worker/data_synth_clicks.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* Text buffered before each write: a few hundred records. */
 #define CLICKS_BUF (256u << 10)

@@ -22,11 +22,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_cluster.h"
-#include "bench_util.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "tools/bench_cluster.h"
+#include "tools/bench_util.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* Status polls that may fail in a row before the watch is given up. */
 #define CLUSTER_POLL_TRIES 3

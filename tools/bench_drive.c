@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
-#include "dml.h"
-#include "util.h"
+#include "tools/bench.h"
+#include "worker/dml.h"
+#include "proto/util.h"
 
 /* ---- statistics ------------------------------------------------------ */
 

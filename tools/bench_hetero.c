@@ -47,17 +47,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "assign.h"
-#include "bench.h"
-#include "bench_cluster.h"
-#include "bench_hetero.h"
-#include "bench_opt.h"
-#include "bench_train.h"
-#include "bench_util.h"
-#include "curve_svg.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "shard/assign.h"
+#include "tools/bench.h"
+#include "tools/bench_cluster.h"
+#include "tools/bench_hetero.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_train.h"
+#include "tools/bench_util.h"
+#include "tools/curve_svg.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define HETERO_MAX_WORKERS BENCH_POLL_WORKERS
 /* The targets. */

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_opt.h"
-#include "bench_util.h"
-#include "log.h"
-#include "util.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_util.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 int bench_opt_error(const char *cmd, const struct bench_opt *opt, const char *a,
 		    const char *want)

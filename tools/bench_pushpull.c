@@ -18,15 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
-#include "bench_pushpull.h"
-#include "bench_pushpull_internal.h"
-#include "bench_server.h"
-#include "bench_util.h"
-#include "dml.h"
-#include "log.h"
-#include "store.h"
-#include "util.h"
+#include "tools/bench.h"
+#include "tools/bench_pushpull.h"
+#include "tools/bench_pushpull_internal.h"
+#include "tools/bench_server.h"
+#include "tools/bench_util.h"
+#include "worker/dml.h"
+#include "proto/log.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 /* Pre-generated key sets per connection and sparse table, used round robin. */
 #define BENCH_KEY_BATCHES 256

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bench.h"
-#include "bench_server.h"
+#include "tools/bench.h"
+#include "tools/bench_server.h"
 
 #define BENCH_MAX_LIST 16
 #define BENCH_MAX_CONNS 64

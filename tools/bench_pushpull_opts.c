@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_opt.h"
-#include "bench_pushpull.h"
-#include "bench_pushpull_internal.h"
-#include "bench_util.h"
-#include "log.h"
-#include "store.h"
-#include "util.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_pushpull.h"
+#include "tools/bench_pushpull_internal.h"
+#include "tools/bench_util.h"
+#include "proto/log.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 const char *const bench_op_names[] = { "push", "pull" };
 const char *const bench_kind_names[] = { "dense", "sparse" };

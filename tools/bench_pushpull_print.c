@@ -9,9 +9,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bench_pushpull_internal.h"
-#include "store.h"
-#include "util.h"
+#include "tools/bench_pushpull_internal.h"
+#include "store/store.h"
+#include "proto/util.h"
 
 void bench_print_header(const struct bench_opts *o)
 {

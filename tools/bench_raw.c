@@ -22,10 +22,10 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "tools/bench.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define RAW_MAGIC 0x52424d44u /* bytes 'D' 'M' 'B' 'R' */
 #define RAW_HDR_LEN 16

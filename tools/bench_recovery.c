@@ -25,16 +25,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "app_util.h"
-#include "bench.h"
-#include "bench_opt.h"
-#include "bench_recovery.h"
-#include "bench_server.h"
-#include "bench_util.h"
-#include "dml.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "worker/app_util.h"
+#include "tools/bench.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_recovery.h"
+#include "tools/bench_server.h"
+#include "tools/bench_util.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define REC_WIDTH 256          /* floats a key: a push of 4 keys is 4 KiB */
 #define REC_PUSH_KEYS 4

@@ -13,12 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "bench_server.h"
-#include "bench_util.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "tools/bench.h"
+#include "tools/bench_server.h"
+#include "tools/bench_util.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define BENCH_PORT_WAIT_MS 10000
 #define BENCH_STOP_WAIT_MS 10000

@@ -27,17 +27,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "app_util.h"
-#include "bench.h"
-#include "bench_cluster.h"
-#include "bench_opt.h"
-#include "bench_sparse.h"
-#include "bench_util.h"
-#include "data_synth_clicks.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "log.h"
-#include "util.h"
+#include "worker/app_util.h"
+#include "tools/bench.h"
+#include "tools/bench_cluster.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_sparse.h"
+#include "tools/bench_util.h"
+#include "worker/data_synth_clicks.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* The job: what conf/jobs/sparse_lr.conf sets, at the bench's scale. */
 #define SPARSE_SEED 1

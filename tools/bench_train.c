@@ -31,19 +31,19 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "app.h"
-#include "backend.h"
-#include "bench.h"
-#include "bench_cluster.h"
-#include "bench_opt.h"
-#include "bench_train.h"
-#include "bench_util.h"
-#include "dml.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "log.h"
-#include "util.h"
-#include "bench_train_internal.h"
+#include "worker/app.h"
+#include "worker/backend.h"
+#include "tools/bench.h"
+#include "tools/bench_cluster.h"
+#include "tools/bench_opt.h"
+#include "tools/bench_train.h"
+#include "tools/bench_util.h"
+#include "worker/dml.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "proto/log.h"
+#include "proto/util.h"
+#include "tools/bench_train_internal.h"
 /* ---- options --------------------------------------------------------- */
 
 static void train_threads_help(char *buf, size_t len)

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bench_cluster.h"
+#include "tools/bench_cluster.h"
 
 /**
  * `dml-bench train [options]`: argv[0] is "train". Returns the exit status:

@@ -14,16 +14,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "bench.h"
-#include "bench_train.h"
-#include "bench_util.h"
-#include "dml.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "log.h"
-#include "util.h"
-#include "bench_train_internal.h"
+#include "worker/app.h"
+#include "tools/bench.h"
+#include "tools/bench_train.h"
+#include "tools/bench_util.h"
+#include "worker/dml.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "proto/log.h"
+#include "proto/util.h"
+#include "tools/bench_train_internal.h"
 
 /* Snapshots kept in memory at most; beyond it every other one is dropped. */
 #define TRAIN_SNAP_BUDGET (2ull << 30)

@@ -14,11 +14,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "app.h"
-#include "bench_cluster.h"
-#include "dml.h"
-#include "job_spec.h"
-#include "local_store.h"
+#include "worker/app.h"
+#include "tools/bench_cluster.h"
+#include "worker/dml.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
 
 /* The cluster run: a copy of the model this often (BENCH_CLUSTER_POLL_MS
  * between status polls). */

@@ -12,16 +12,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "bench.h"
-#include "bench_cluster.h"
-#include "bench_train.h"
-#include "bench_util.h"
-#include "dml.h"
-#include "job_spec.h"
-#include "log.h"
-#include "util.h"
-#include "bench_train_internal.h"
+#include "worker/app.h"
+#include "tools/bench.h"
+#include "tools/bench_cluster.h"
+#include "tools/bench_train.h"
+#include "tools/bench_util.h"
+#include "worker/dml.h"
+#include "proto/job_spec.h"
+#include "proto/log.h"
+#include "proto/util.h"
+#include "tools/bench_train_internal.h"
 
 /*
  * The issue's reference figures: Debian's python3-torch 1.13 (OpenBLAS) on

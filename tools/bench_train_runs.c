@@ -15,18 +15,18 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "app.h"
-#include "backend.h"
-#include "bench.h"
-#include "bench_cluster.h"
-#include "bench_train.h"
-#include "bench_util.h"
-#include "dml.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "log.h"
-#include "util.h"
-#include "bench_train_internal.h"
+#include "worker/app.h"
+#include "worker/backend.h"
+#include "tools/bench.h"
+#include "tools/bench_cluster.h"
+#include "tools/bench_train.h"
+#include "tools/bench_util.h"
+#include "worker/dml.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "proto/log.h"
+#include "proto/util.h"
+#include "tools/bench_train_internal.h"
 
 /* libdml: give up on the scheduler or a server after this long. */
 #define TRAIN_CONNECT_MS "20000"

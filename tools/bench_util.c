@@ -21,10 +21,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "bench_util.h"
-#include "log.h"
-#include "util.h"
+#include "tools/bench.h"
+#include "tools/bench_util.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 /* ---- interruption ---------------------------------------------------- */
 

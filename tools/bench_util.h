@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "dml.h"
+#include "worker/dml.h"
 
 /* Exit statuses of every subcommand. */
 #define BENCH_EXIT_ERROR 1

@@ -15,9 +15,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "curve_svg.h"
-#include "dml_error.h"
-#include "util.h"
+#include "tools/curve_svg.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 #define DEFAULT_WIDTH 800
 #define DEFAULT_HEIGHT 480

@@ -26,9 +26,9 @@
 
 #include <event2/event.h>
 
-#include "dmlctl.h"
-#include "log.h"
-#include "util.h"
+#include "tools/dmlctl.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define DEFAULT_SCHEDULER "127.0.0.1:7000"
 #define DEFAULT_SECRET_FILE "/etc/dml/secret"

@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dml.pb-c.h"
-#include "conn.h"
+#include "proto/dml.pb-c.h"
+#include "proto/conn.h"
 
 /** How long one connection attempt or one answer may take. */
 #define CTL_TIMEOUT_MS 5000

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "dmlctl.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "tools/dmlctl.h"
+#include "proto/util.h"
 
 /* How long `checkpoint JOB` waits: a round under way when it asks, then its
  * own, each within the scheduler's round limit (60 s). */

@@ -25,12 +25,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dml.h"
-#include "dml_error.h"
-#include "dmlctl.h"
-#include "job_spec.h"
-#include "model_file.h"
-#include "util.h"
+#include "worker/dml.h"
+#include "proto/dml_error.h"
+#include "tools/dmlctl.h"
+#include "proto/job_spec.h"
+#include "worker/model_file.h"
+#include "proto/util.h"
 
 /* 16M floats (64 MiB) per pull: well under a frame's default max_payload. */
 #define EXPORT_CHUNK_FLOATS (16u << 20)

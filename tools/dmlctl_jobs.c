@@ -12,9 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dmlctl.h"
-#include "job_spec.h"
-#include "util.h"
+#include "tools/dmlctl.h"
+#include "proto/job_spec.h"
+#include "proto/util.h"
 
 #define TOP_REFRESH_MS 1000
 

@@ -10,9 +10,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dmlctl.h"
-#include "job_spec.h"
-#include "util.h"
+#include "tools/dmlctl.h"
+#include "proto/job_spec.h"
+#include "proto/util.h"
 
 /* ---- JSON ---------------------------------------------------------------------- */
 

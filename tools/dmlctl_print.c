@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "dmlctl.h"
-#include "job_spec.h"
-#include "table.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "tools/dmlctl.h"
+#include "proto/job_spec.h"
+#include "store/table.h"
+#include "proto/util.h"
 
 /* ---- names and cells ------------------------------------------------------------- */
 

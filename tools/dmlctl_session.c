@@ -16,11 +16,11 @@
 
 #include <event2/event.h>
 
-#include "auth.h"
-#include "conn.h"
-#include "dml_error.h"
-#include "dmlctl.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "proto/conn.h"
+#include "proto/dml_error.h"
+#include "tools/dmlctl.h"
+#include "proto/util.h"
 
 /* Replies list the whole cluster: allow far more than a daemon accepts. */
 #define REPLY_MAX_META (16u << 20)

@@ -14,11 +14,11 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "curve_svg.h"
-#include "dml_error.h"
-#include "dmlctl.h"
-#include "job_spec.h"
-#include "util.h"
+#include "tools/curve_svg.h"
+#include "proto/dml_error.h"
+#include "tools/dmlctl.h"
+#include "proto/job_spec.h"
+#include "proto/util.h"
 
 /* submit --wait: how long the scheduler may stay unreachable before giving up. */
 #define WAIT_PATIENCE_MS 15000

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
-#include "conf_man.h"
-#include "job_spec.h"
-#include "sched_conf.h"
-#include "server_conf.h"
-#include "worker_conf.h"
+#include "worker/client_conf.h"
+#include "proto/conf_man.h"
+#include "proto/job_spec.h"
+#include "sched/sched_conf.h"
+#include "server/server_conf.h"
+#include "worker/worker_conf.h"
 
 static const struct {
 	const char *name;

@@ -25,10 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "dml.h"
-#include "dml.pb-c.h"
-#include "util.h"
+#include "worker/backend.h"
+#include "worker/dml.h"
+#include "proto/dml.pb-c.h"
+#include "proto/util.h"
 
 /**
  * Where an app computes: a backend the caller opened (backend.h) and keeps

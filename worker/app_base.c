@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app_base.h"
-#include "app_util.h"
-#include "dml_error.h"
+#include "worker/app_base.h"
+#include "worker/app_util.h"
+#include "proto/dml_error.h"
 
 /* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) records. */
 #define EVAL_TRAIN_MAX 10000

@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "app.h"
-#include "dml.pb-c.h"
-#include "walk.h"
+#include "worker/app.h"
+#include "proto/dml.pb-c.h"
+#include "worker/walk.h"
 
 /**
  * A data set's records: synthetic ones (record i is the generator's record

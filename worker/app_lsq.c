@@ -24,10 +24,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_util.h"
-#include "dml_error.h"
-#include "walk.h"
+#include "worker/app.h"
+#include "worker/app_util.h"
+#include "proto/dml_error.h"
+#include "worker/walk.h"
 
 #define NOISE_STDDEV 0.1
 #define STREAM_SHUFFLE UINT64_C(0x5be0cd19137e2179) /* the walk's key, from the seed */

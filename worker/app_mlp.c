@@ -32,12 +32,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_util.h"
-#include "data_idx.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "walk.h"
+#include "worker/app.h"
+#include "worker/app_util.h"
+#include "worker/data_idx.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
 /* test_data = "": evaluate on the first min(EVAL_TRAIN_MAX, N) records. */

@@ -31,14 +31,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_base.h"
-#include "app_util.h"
-#include "data_libsvm.h"
-#include "data_synth_clicks.h"
-#include "dml_error.h"
-#include "job_spec.h"
-#include "walk.h"
+#include "worker/app.h"
+#include "worker/app_base.h"
+#include "worker/app_util.h"
+#include "worker/data_libsvm.h"
+#include "worker/data_synth_clicks.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/walk.h"
 
 #define DEFAULT_EVAL_EVERY 100
 #define SYNTH_TEST_BASE (UINT64_C(1) << 62)

@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_util.h"
-#include "assign.h"
-#include "dml_error.h"
-#include "job_spec.h"
+#include "worker/app.h"
+#include "worker/app_util.h"
+#include "shard/assign.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
 
 int dml_app_spec_check(const char *app, const Dml__JobSpec *spec, char *err, size_t errlen)
 {

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 /**
  * The job check (proto/job_spec_check.c: the scheduler's, app rules included) made by

@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "app.h"
+#include "worker/app.h"
 
 /* The first one is what a worker's profile times at start. */
 const struct dml_app *const dml_apps[] = { &dml_app_lsq, &dml_app_mlp, &dml_app_sparse_lr,

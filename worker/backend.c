@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-#include "backend.h"
+#include "worker/backend.h"
 
 static const struct dml_backend_ops *const backends[] = {
 	&dml_backend_cpu,

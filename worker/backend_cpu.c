@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "dml_error.h"
-#include "util.h"
+#include "worker/backend.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
 
 #define ALIGN 64
 /* Columns handled at once by the strided-bias ops: fits the stack, fills

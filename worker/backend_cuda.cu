@@ -28,8 +28,8 @@
 
 #include "config.h"
 extern "C" {
-#include "backend.h"
-#include "dml_error.h"
+#include "worker/backend.h"
+#include "proto/dml_error.h"
 }
 
 #define CTX_ERR_MAX 256

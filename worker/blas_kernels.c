@@ -22,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blas_kernels.h"
-#include "log.h"
+#include "worker/blas_kernels.h"
+#include "proto/log.h"
 
 #define CORETYPE_VAR "OPENBLAS_CORETYPE"
 /* OpenBLAS's kernels for an x86-64 CPU it does not recognise. */

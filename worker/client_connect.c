@@ -14,13 +14,13 @@
 
 #include <event2/event.h>
 
-#include "auth.h"
-#include "client_internal.h"
-#include "conn.h"
-#include "dml.h"
-#include "log.h"
-#include "shardmap.h"
-#include "util.h"
+#include "proto/auth.h"
+#include "worker/client_internal.h"
+#include "proto/conn.h"
+#include "worker/dml.h"
+#include "proto/log.h"
+#include "shard/shardmap.h"
+#include "proto/util.h"
 
 /* ---- shard maps ------------------------------------------------------------ */
 

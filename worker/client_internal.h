@@ -15,11 +15,12 @@
 
 #include <event2/event.h>
 
-#include "conf.h"
-#include "conn.h"
-#include "dml.h"
-#include "dml.pb-c.h"
-#include "shardmap.h"
+#include "worker/client_conf.h"
+#include "proto/conf.h"
+#include "proto/conn.h"
+#include "worker/dml.h"
+#include "proto/dml.pb-c.h"
+#include "shard/shardmap.h"
 
 /* The most servers one client talks to. */
 #define DML_CLIENT_MAX_SERVERS 4096
@@ -45,8 +46,6 @@ struct dml_client_conf {
 struct dml_opts {
 	struct dml_client_conf conf;
 };
-
-extern const struct dml_conf_schema dml_client_conf_schema;
 
 /* ---- the handle, its requests, parts and server links ------------------- */
 

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
-#include "dml_error.h"
-#include "log.h"
-#include "util.h"
+#include "worker/client_internal.h"
+#include "proto/dml_error.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define PACE_MIN_MS 20
 #define PACE_MAX_MS 500

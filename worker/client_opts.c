@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client_internal.h"
-#include "dml.h"
-#include "log.h"
-#include "util.h"
+#include "worker/client_internal.h"
+#include "worker/dml.h"
+#include "proto/log.h"
+#include "proto/util.h"
 
 #define O(field) offsetof(struct dml_client_conf, field)
 

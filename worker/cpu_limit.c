@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu_limit.h"
+#include "worker/cpu_limit.h"
 
 /* A quota in cores from two numbers (quota, period); 0 for none. */
 static double cores_of(long long quota, long long period)

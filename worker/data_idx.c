@@ -17,8 +17,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "data_idx.h"
-#include "dml_error.h"
+#include "worker/data_idx.h"
+#include "proto/dml_error.h"
 
 /* The first allocation; the buffer doubles from here up to the data size. */
 #define IDX_FIRST_ALLOC ((size_t)1 << 20)

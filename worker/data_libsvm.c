@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_libsvm.h"
-#include "data_text.h"
-#include "dml_error.h"
+#include "worker/data_libsvm.h"
+#include "worker/data_text.h"
+#include "proto/dml_error.h"
 
 struct pair {
 	uint64_t id;

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app_util.h"
-#include "data_synth_clicks.h"
-#include "dml_error.h"
+#include "worker/app_util.h"
+#include "worker/data_synth_clicks.h"
+#include "proto/dml_error.h"
 
 /* Redraws of a rank already in the record before giving up on that slot. */
 #define REDRAWS 256

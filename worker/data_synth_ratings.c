@@ -5,8 +5,8 @@
  */
 #include <math.h>
 
-#include "app_util.h"
-#include "data_synth_ratings.h"
+#include "worker/app_util.h"
+#include "worker/data_synth_ratings.h"
 
 #define STREAM_USER UINT64_C(0x3c6ef372fe94f82b)
 #define STREAM_ITEM UINT64_C(0xa54ff53a5f1d36f1)

@@ -18,8 +18,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "data_text.h"
-#include "dml_error.h"
+#include "worker/data_text.h"
+#include "proto/dml_error.h"
 
 #define CHUNK ((size_t)1 << 16)
 /* The first allocation of each array, in elements. */

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data_text.h"
-#include "data_triplets.h"
-#include "dml_error.h"
+#include "worker/data_text.h"
+#include "worker/data_triplets.h"
+#include "proto/dml_error.h"
 
 /* USER ITEM RATING TIMESTAMP: the most fields a line may have. */
 #define FIELDS 4

@@ -66,7 +66,13 @@
 extern "C" {
 #endif
 
+/* In the source tree dml_error.h is proto/'s (includes there name their
+ * folder); installed, it lies beside this header. */
+#if defined(__has_include) && __has_include("proto/dml_error.h")
+#include "proto/dml_error.h"
+#else
 #include "dml_error.h"
+#endif
 
 typedef struct dml dml_t;
 typedef struct dml_opts dml_opts_t;

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml.h"
+#include "worker/dml.h"
 
 #define NOISE_STDDEV 0.1
 #define MAX_COUNT (1ull << 40) /* iterations, report interval */

@@ -2,7 +2,7 @@
 lib_LTLIBRARIES += worker/libdml.la
 worker_libdml_la_SOURCES = worker/client.c worker/client_parts.c worker/client_link.c \
 	worker/client_connect.c worker/client_opts.c worker/client_map.c
-noinst_HEADERS += worker/client_internal.h
+noinst_HEADERS += worker/client_internal.h worker/client_conf.h
 worker_libdml_la_LIBADD = shard/libdmlshard.la proto/libdmlproto.la
 include_HEADERS += worker/dml.h proto/dml_error.h
 
@@ -39,8 +39,7 @@ NVCC_FLAGS = -std=c++17 -O2 -gencode arch=compute_80,code=sm_80 \
 	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
 	-Xcompiler -Wall,-Wextra,-Werror
 worker/backend_cuda.o: worker/backend_cuda.cu worker/backend.h config.h
-	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -I$(top_srcdir)/worker -I$(top_srcdir)/proto \
-		-I$(top_builddir) -c $(top_srcdir)/worker/backend_cuda.cu -o $@
+	$(AM_V_GEN)$(NVCC) $(NVCC_FLAGS) -I$(top_srcdir) -I$(top_builddir) -c $(top_srcdir)/worker/backend_cuda.cu -o $@
 CLEANFILES += worker/backend_cuda.o
 endif
 

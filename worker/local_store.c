@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "table.h"
-#include "table_spec.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "store/table.h"
+#include "proto/table_spec.h"
+#include "proto/util.h"
 
 /* Rows per staging chunk when setting values (bounds the extra memory). */
 #define SET_CHUNK_ROWS 4096u

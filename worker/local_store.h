@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "app.h"
-#include "dml.pb-c.h"
-#include "model_file.h"
+#include "worker/app.h"
+#include "proto/dml.pb-c.h"
+#include "worker/model_file.h"
 
 struct dml_local_store;
 

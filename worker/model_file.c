@@ -21,10 +21,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "model_file.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/model_file.h"
+#include "proto/util.h"
 
 /* Keys and values are stored in the host's layout; dml hosts are
  * little-endian (util.h reads payload keys in place too). */

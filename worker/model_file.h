@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dml.pb-c.h"
+#include "proto/dml.pb-c.h"
 
 #define DML_MODEL_MAGIC "DMLMODEL"
 #define DML_MODEL_VERSION 1

@@ -12,12 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dml_error.h"
-#include "job_spec.h"
-#include "local_store.h"
-#include "log.h"
-#include "profile.h"
-#include "util.h"
+#include "proto/dml_error.h"
+#include "proto/job_spec.h"
+#include "worker/local_store.h"
+#include "proto/log.h"
+#include "worker/profile.h"
+#include "proto/util.h"
 
 /* sgemm of two SGEMM_N x SGEMM_N matrices: 2 N^3 flops, 33.5 M at 256. */
 #define SGEMM_N 256

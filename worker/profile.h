@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "app.h"
+#include "worker/app.h"
 
 /* How long each timed measurement runs, in seconds. */
 #define DML_PROFILE_SECONDS 0.05

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
-#include "app_util.h"
-#include "assign.h"
-#include "dml_error.h"
-#include "walk.h"
+#include "worker/app.h"
+#include "worker/app_util.h"
+#include "shard/assign.h"
+#include "proto/dml_error.h"
+#include "worker/walk.h"
 
 #define PASS_MIX UINT64_C(0x9e3779b97f4a7c15)
 

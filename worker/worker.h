@@ -16,7 +16,7 @@
 
 #include <event2/event.h>
 
-#include "worker_conf.h"
+#include "worker/worker_conf.h"
 
 struct dml_worker;
 

@@ -9,10 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dml_error.h"
-#include "util.h"
-#include "backend.h"
-#include "worker_conf.h"
+#include "proto/dml_error.h"
+#include "proto/util.h"
+#include "worker/backend.h"
+#include "worker/worker_conf.h"
 
 #define W(field) offsetof(struct dml_worker_conf, field)
 #define MAX_U32 4294967295.0

@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "conf.h"
+#include "proto/conf.h"
 
 struct dml_worker_conf {
 	/* [worker] */

@@ -13,13 +13,13 @@
 
 #include <event2/event.h>
 
-#include "app.h"
-#include "conn.h"
-#include "dml.h"
-#include "dml.pb-c.h"
-#include "sched_link.h"
-#include "metrics.h"
-#include "worker.h"
+#include "worker/app.h"
+#include "proto/conn.h"
+#include "worker/dml.h"
+#include "proto/dml.pb-c.h"
+#include "proto/sched_link.h"
+#include "proto/metrics.h"
+#include "worker/worker.h"
 
 #define TICK_MS 100
 /* PROGRESS at most this often, and at every REPORT_EVERY_CLOCKS-th clock. */

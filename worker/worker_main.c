@@ -13,16 +13,16 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "app.h"
-#include "backend.h"
-#include "blas_kernels.h"
-#include "daemon.h"
-#include "dml_error.h"
-#include "local_store.h"
-#include "log.h"
-#include "model_file.h"
-#include "worker.h"
-#include "worker_conf.h"
+#include "worker/app.h"
+#include "worker/backend.h"
+#include "worker/blas_kernels.h"
+#include "proto/daemon.h"
+#include "proto/dml_error.h"
+#include "worker/local_store.h"
+#include "proto/log.h"
+#include "worker/model_file.h"
+#include "worker/worker.h"
+#include "worker/worker_conf.h"
 
 #define NAME "dml-worker"
 #define EVAL_USAGE "usage: " NAME " --eval MODEL DATA [--backend NAME]\n"
