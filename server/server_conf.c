@@ -102,7 +102,7 @@ static const struct dml_conf_option options[] = {
 	  "directory of this server's LMDB store (made if missing); empty: no log, a "
 	  "restart loses the tables" },
 	{ "store", "map_size", DML_CONF_SIZE, S(store_map_size), "1G", 1048576.0, 1e15, NULL,
-	  NULL, "the most the store may grow to (address space; raise it when full)" },
+	  NULL, "the size of the store's map (address space; a full one grows by up to half of it before the server stops: raise it)" },
 	{ "store", "durability", DML_CONF_ENUM, S(durability), "sync", 0, 0,
 	  dml_durability_names, NULL,
 	  "sync: acknowledge a push once it is on disk; batch: commit every batch_ms, "
