@@ -98,6 +98,17 @@ struct dml_conn_conf {
 void dml_conn_conf_default(struct dml_conn_conf *conf);
 
 /**
+ * A daemon's end of its connections: the cluster secret read from
+ * secret_file into *secret and *secret_len (the daemon wipes it with
+ * dml_secret_free() when it goes), then conf's defaults with the daemon's
+ * role, id, cluster (borrowed) and handshake timeout. The frame limits stay
+ * the defaults' for the daemon to set. 0, or dml_secret_load()'s errors.
+ */
+int dml_conn_conf_daemon(struct dml_conn_conf *conf, uint32_t role, uint32_t node_id,
+			 const char *cluster, uint32_t handshake_timeout_ms,
+			 const char *secret_file, uint8_t **secret, size_t *secret_len);
+
+/**
  * Wrap an accepted socket; the connection sends CHALLENGE at once. The
  * conf is copied (its pointers stay borrowed). DML_EIO on failure (fd closed).
  */

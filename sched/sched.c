@@ -519,19 +519,14 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 			   &s->nodes);
 	if (rc)
 		return rc;
-	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
+	rc = dml_conn_conf_daemon(&s->conn_conf, DML__ROLE__SCHEDULER, conf->node_id,
+				  conf->cluster, conf->handshake_timeout_ms, conf->secret_file,
+				  &s->secret, &s->secret_len);
 	if (rc)
 		return rc;
-	dml_conn_conf_default(&s->conn_conf);
 	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	/* Nothing the scheduler serves carries a payload. */
 	s->conn_conf.limits.max_payload = 0;
-	s->conn_conf.secret = s->secret;
-	s->conn_conf.secret_len = s->secret_len;
-	s->conn_conf.cluster = conf->cluster;
-	s->conn_conf.role = DML__ROLE__SCHEDULER;
-	s->conn_conf.node_id = conf->node_id;
-	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 	if ((rc = dml_random_bytes(&s->conn_conf.incarnation,
 				   sizeof(s->conn_conf.incarnation))) != 0)
 		return rc;

@@ -258,19 +258,14 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	dml_peers_init(&s->peers, base, conf->max_connections);
 	s->peers.max_preauth = conf->max_preauth;
 	*out = s;
-	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
+	rc = dml_conn_conf_daemon(&s->conn_conf, DML__ROLE__SERVER, conf->node_id, conf->cluster,
+				  conf->handshake_timeout_ms, conf->secret_file, &s->secret,
+				  &s->secret_len);
 	if (rc)
 		return rc;
-	dml_conn_conf_default(&s->conn_conf);
 	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	s->conn_conf.limits.max_payload = (uint32_t)conf->max_payload;
 	s->conn_conf.limits.max_keys = (uint32_t)conf->max_keys;
-	s->conn_conf.secret = s->secret;
-	s->conn_conf.secret_len = s->secret_len;
-	s->conn_conf.cluster = conf->cluster;
-	s->conn_conf.role = DML__ROLE__SERVER;
-	s->conn_conf.node_id = conf->node_id;
-	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 	dml_server_budget_tick(s);
 	if (conf->ntables == 0 && !s->job_mode) {
 		dml_err("no [table] section and no scheduler: nothing to serve");

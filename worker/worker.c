@@ -433,17 +433,12 @@ int dml_worker_new(const struct dml_worker_conf *conf, struct event_base *base,
 	pthread_condattr_destroy(&cattr);
 	w->sh.st.loss = NAN;
 	*out = w;
-	if ((rc = dml_secret_load(conf->secret_file, &w->secret, &w->secret_len)) != 0)
+	if ((rc = dml_conn_conf_daemon(&w->conn_conf, DML__ROLE__WORKER, conf->node_id,
+				       conf->cluster, conf->handshake_timeout_ms,
+				       conf->secret_file, &w->secret, &w->secret_len)) != 0)
 		return rc;
-	dml_conn_conf_default(&w->conn_conf);
 	w->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	w->conn_conf.limits.max_payload = (uint32_t)conf->max_payload;
-	w->conn_conf.secret = w->secret;
-	w->conn_conf.secret_len = w->secret_len;
-	w->conn_conf.cluster = conf->cluster;
-	w->conn_conf.role = DML__ROLE__WORKER;
-	w->conn_conf.node_id = conf->node_id;
-	w->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 
 	if ((rc = backend_open(w)) != 0)
 		return rc;
