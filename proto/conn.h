@@ -25,6 +25,7 @@
 #ifndef DML_CONN_H
 #define DML_CONN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -150,6 +151,14 @@ int dml_conn_send(struct dml_conn *c, Dml__Meta *meta, const void *payload,
 /** Send an ERROR frame answering request_id (0 if none). */
 int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
 			const char *message);
+
+/**
+ * The message of an ERROR answering request_id: fmt and ap written to msg
+ * (len bytes, cut to fit), and the debug line a daemon logs for every
+ * refusal, naming the peer and the request.
+ */
+void dml_conn_error_vformat(const struct dml_conn *c, uint64_t request_id, char *msg,
+			    size_t len, const char *fmt, va_list ap);
 
 /**
  * Close: stop reading, flush queued output (at most 2 s), then free and call

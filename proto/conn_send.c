@@ -175,3 +175,11 @@ int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
 	m.error = &e;
 	return dml_conn_send(c, &m, NULL, 0, DML_SEND_COPY);
 }
+
+void dml_conn_error_vformat(const struct dml_conn *c, uint64_t request_id, char *msg,
+			    size_t len, const char *fmt, va_list ap)
+{
+	vsnprintf(msg, len, fmt, ap);
+	dml_debug("peer %s: request %llu: %s", dml_conn_peer(c),
+		  (unsigned long long)request_id, msg);
+}

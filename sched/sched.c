@@ -132,10 +132,8 @@ void dml_sched_reply_error(struct session *ss, uint64_t request_id, int code,
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	dml_conn_error_vformat(ss->peer.conn, request_id, msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
-		  (unsigned long long)request_id, msg);
 	(void)dml_conn_send_error(ss->peer.conn, request_id, code, msg);
 }
 

@@ -29,10 +29,8 @@ void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	dml_conn_error_vformat(ss->peer.conn, request_id, msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
-		  (unsigned long long)request_id, msg);
 	m.type = DML__MSG_TYPE__ERROR;
 	m.request_id = request_id;
 	m.sender = ss->srv->conf->node_id;
