@@ -361,12 +361,8 @@ static int link_start(struct dml_worker *w, const struct dml_profile *prof)
 	const struct dml_worker_conf *c = w->conf;
 	Dml__NodeInfo self = DML__NODE_INFO__INIT;
 	Dml__Profile profile = DML__PROFILE__INIT;
-	char host[256];
-	uint16_t port;
 	int rc;
 
-	if (dml_parse_hostport(c->scheduler, host, sizeof(host), &port, 0) != 0)
-		return DML_ECONF;
 	profile.device = (char *)prof->device;
 	profile.cores = prof->cores;
 	profile.memory_bytes = prof->memory_bytes;
@@ -377,17 +373,10 @@ static int link_start(struct dml_worker *w, const struct dml_profile *prof)
 	self.zone = c->zone;
 	self.address = (char *)"";
 	self.profile = &profile;
-	/* Tells the scheduler a restarted process from a reconnecting one. */
-	if (dml_random_bytes(&self.incarnation, sizeof(self.incarnation)) != 0)
-		return DML_EIO;
-	if (self.incarnation == 0)
-		self.incarnation = 1;
-	rc = dml_sched_link_new(w->base, &w->conn_conf, host, port, &self, &w->link);
-	if (rc) {
-		dml_err("scheduler %s: %s", c->scheduler, dml_strerror(rc));
-		return rc == DML_EINVAL ? DML_ECONF : rc;
-	}
-	dml_sched_link_set_handler(w->link, on_sched_frame, w);
+	rc = dml_sched_link_start(w->base, &w->conn_conf, c->scheduler, &self, on_sched_frame,
+				  w, &w->link);
+	if (rc)
+		return rc;
 	dml_info("registering with scheduler %s as worker %" PRIu32 " (zone '%s')",
 		 c->scheduler, c->node_id, c->zone);
 	return 0;
