@@ -484,17 +484,12 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 
 static int start_listening(struct dml_sched *s)
 {
-	int rc = dml_listen_tcp(s->base, s->conf->listen, accept_cb, s, &s->listener,
-				&s->port);
+	const struct dml_sched_conf *c = s->conf;
 
-	if (rc)
-		return rc;
-	dml_info("listening on %s, port %u (heartbeat every %u ms, suspect after %u ms, "
-		 "dead after %u ms)", s->conf->listen, s->port, s->conf->heartbeat_interval_ms,
-		 s->conf->suspect_after_ms, s->conf->dead_after_ms);
-	if (s->conf->port_file[0])
-		return dml_write_port_file(s->conf->port_file, s->port);
-	return 0;
+	return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s, &s->listener,
+				&s->port, " (heartbeat every %u ms, suspect after %u ms, dead "
+				"after %u ms)", c->heartbeat_interval_ms, c->suspect_after_ms,
+				c->dead_after_ms);
 }
 
 int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,

@@ -222,21 +222,16 @@ void dml_server_evict(struct dml_server *s, uint32_t worker)
 
 static int start_listening(struct dml_server *s)
 {
-	int rc = dml_listen_tcp(s->base, s->conf->listen, accept_cb, s, &s->listener,
-				&s->port);
+	const struct dml_server_conf *c = s->conf;
 
-	if (rc)
-		return rc;
 	if (s->job_mode)
-		dml_info("listening on %s, port %u; tables will come from the scheduler",
-			 s->conf->listen, s->port);
-	else
-		dml_info("listening on %s, port %u (shard %u/%u, staleness %lld, %u workers "
-			 "expected)", s->conf->listen, s->port, s->conf->shard_index,
-			 s->conf->shard_count, (long long)s->conf->staleness, s->conf->workers);
-	if (s->conf->port_file[0])
-		return dml_write_port_file(s->conf->port_file, s->port);
-	return 0;
+		return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s,
+					&s->listener, &s->port,
+					"; tables will come from the scheduler");
+	return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s, &s->listener,
+				&s->port, " (shard %u/%u, staleness %lld, %u workers expected)",
+				c->shard_index, c->shard_count, (long long)c->staleness,
+				c->workers);
 }
 
 int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
