@@ -148,6 +148,11 @@ int dml_conn_send_pinned(struct dml_conn *c, Dml__Meta *meta, const void *payloa
 /** Send one frame with a single payload buffer (or none). */
 int dml_conn_send(struct dml_conn *c, Dml__Meta *meta, const void *payload,
 		  size_t len, int flags);
+/**
+ * Send a frame of type that carries nothing but the request it answers (an
+ * ACK, a HEARTBEAT's echo), from this end's node id.
+ */
+int dml_conn_send_plain(struct dml_conn *c, Dml__MsgType type, uint64_t request_id);
 /** Send an ERROR frame answering request_id (0 if none). */
 int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
 			const char *message);

@@ -139,11 +139,7 @@ void dml_sched_reply_error(struct session *ss, uint64_t request_id, int code,
 
 void dml_sched_reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_id)
 {
-	Dml__Meta m = DML__META__INIT;
-
-	m.type = type;
-	m.request_id = request_id;
-	(void)dml_sched_send(ss, &m, NULL);
+	(void)dml_conn_send_plain(ss->peer.conn, type, request_id);
 }
 
 int dml_sched_send(struct session *ss, Dml__Meta *m, size_t *size)
