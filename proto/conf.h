@@ -103,4 +103,56 @@ int dml_conf_check_listen_optional(const void *field, char *err, size_t errlen);
 /** A placement zone: at most 63 letters, digits, '-', '_' or '.'. */
 int dml_conf_check_zone(const void *field, char *err, size_t errlen);
 
+/**
+ * The cross-field check of a daemon's metrics_listen and metrics_port_file:
+ * a port file needs an endpoint. 0, or DML_ECONF with the reason in err.
+ */
+int dml_conf_check_metrics(const char *listen, const char *port_file, char *err,
+			   size_t errlen);
+
+/*
+ * Rows that the daemons' option tables share word for word but for the
+ * section (sec) and the field (an offsetof), so that a key means the same
+ * in every file.
+ */
+/* listen (default def) and port_file. */
+#define DML_CONF_OPT_LISTEN(sec, listen_off, def, port_file_off) \
+	{ sec, "listen", DML_CONF_HOSTPORT, listen_off, def, 0, 0, NULL, NULL, \
+	  "address to listen on; port 0 picks a free port" }, \
+	{ sec, "port_file", DML_CONF_STRING, port_file_off, "", 0, 0, NULL, NULL, \
+	  "write the bound port here once listening (empty: don't)" }
+#define DML_CONF_OPT_CLUSTER(sec, off) \
+	{ sec, "cluster", DML_CONF_STRING, off, "dml", 0, 0, NULL, NULL, \
+	  "cluster name; peers must use the same" }
+#define DML_CONF_OPT_SECRET_FILE(sec, off) \
+	{ sec, "secret_file", DML_CONF_STRING, off, NULL, 0, 0, NULL, NULL, \
+	  "file holding the cluster secret (mode 0600)" }
+#define DML_CONF_OPT_LOG_LEVEL(sec, off) \
+	{ sec, "log_level", DML_CONF_ENUM, off, "info", 0, 0, dml_conf_log_levels, NULL, \
+	  "lowest level logged to stderr" }
+/* metrics_listen and metrics_port_file (see dml_conf_check_metrics). */
+#define DML_CONF_OPT_METRICS(sec, listen_off, port_file_off) \
+	{ sec, "metrics_listen", DML_CONF_STRING, listen_off, "", 0, 0, NULL, \
+	  dml_conf_check_listen_optional, \
+	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" }, \
+	{ sec, "metrics_port_file", DML_CONF_STRING, port_file_off, "", 0, 0, NULL, NULL, \
+	  "write the metrics port here once serving (empty: don't)" }
+/* [limits] of a daemon that accepts connections: max_connections, max_preauth. */
+#define DML_CONF_OPT_PEER_LIMITS(conn_off, preauth_off) \
+	{ "limits", "max_connections", DML_CONF_U32, conn_off, "1024", 1, 1000000, NULL, \
+	  NULL, "connections beyond this are refused" }, \
+	{ "limits", "max_preauth", DML_CONF_U32, preauth_off, "64", 1, 1000000, NULL, NULL, \
+	  "most connections still in their handshake; past it, or when max_connections " \
+	  "is reached, the oldest unauthenticated one is closed to make room" }
+/* [limits] handshake_timeout_ms of a daemon that accepts connections. */
+#define DML_CONF_OPT_HANDSHAKE_TIMEOUT(off) \
+	{ "limits", "handshake_timeout_ms", DML_CONF_U32, off, "5000", 1, 600000, NULL, NULL, \
+	  "a peer must authenticate within this time" }
+
+/** A schema's initializer from its arrays of sections and options. */
+#define DML_CONF_SCHEMA_INIT(prog, secs, opts, chk) \
+	{ .program = (prog), .sections = (secs), \
+	  .nsections = sizeof(secs) / sizeof((secs)[0]), .options = (opts), \
+	  .noptions = sizeof(opts) / sizeof((opts)[0]), .check = (chk) }
+
 #endif

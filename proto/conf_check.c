@@ -43,6 +43,16 @@ int dml_conf_check_listen_optional(const void *field, char *err, size_t errlen)
 	return check_hostport(*(const char *const *)field, 1, 1, err, errlen);
 }
 
+int dml_conf_check_metrics(const char *listen, const char *port_file, char *err,
+			   size_t errlen)
+{
+	if (port_file[0] && !listen[0]) {
+		snprintf(err, errlen, "metrics_port_file needs metrics_listen");
+		return DML_ECONF;
+	}
+	return 0;
+}
+
 /* Zones name racks and clouds in logs, metrics and dmlctl tables. */
 int dml_conf_check_zone(const void *field, char *err, size_t errlen)
 {

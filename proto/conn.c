@@ -51,6 +51,24 @@ void dml_conn_conf_default(struct dml_conn_conf *conf)
 	conf->output_high_wm = 64u << 20;
 }
 
+int dml_conn_conf_daemon(struct dml_conn_conf *conf, uint32_t role, uint32_t node_id,
+			 const char *cluster, uint32_t handshake_timeout_ms,
+			 const char *secret_file, uint8_t **secret, size_t *secret_len)
+{
+	int rc = dml_secret_load(secret_file, secret, secret_len);
+
+	if (rc)
+		return rc;
+	dml_conn_conf_default(conf);
+	conf->secret = *secret;
+	conf->secret_len = *secret_len;
+	conf->cluster = cluster;
+	conf->role = role;
+	conf->node_id = node_id;
+	conf->handshake_timeout_ms = handshake_timeout_ms;
+	return 0;
+}
+
 /* ---- teardown ---------------------------------------------------------- */
 
 static void conn_free(struct dml_conn *c)

@@ -25,6 +25,7 @@
 #ifndef DML_CONN_H
 #define DML_CONN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -98,6 +99,17 @@ struct dml_conn_conf {
 void dml_conn_conf_default(struct dml_conn_conf *conf);
 
 /**
+ * A daemon's end of its connections: the cluster secret read from
+ * secret_file into *secret and *secret_len (the daemon wipes it with
+ * dml_secret_free() when it goes), then conf's defaults with the daemon's
+ * role, id, cluster (borrowed) and handshake timeout. The frame limits stay
+ * the defaults' for the daemon to set. 0, or dml_secret_load()'s errors.
+ */
+int dml_conn_conf_daemon(struct dml_conn_conf *conf, uint32_t role, uint32_t node_id,
+			 const char *cluster, uint32_t handshake_timeout_ms,
+			 const char *secret_file, uint8_t **secret, size_t *secret_len);
+
+/**
  * Wrap an accepted socket; the connection sends CHALLENGE at once. The
  * conf is copied (its pointers stay borrowed). DML_EIO on failure (fd closed).
  */
@@ -136,9 +148,22 @@ int dml_conn_send_pinned(struct dml_conn *c, Dml__Meta *meta, const void *payloa
 /** Send one frame with a single payload buffer (or none). */
 int dml_conn_send(struct dml_conn *c, Dml__Meta *meta, const void *payload,
 		  size_t len, int flags);
+/**
+ * Send a frame of type that carries nothing but the request it answers (an
+ * ACK, a HEARTBEAT's echo), from this end's node id.
+ */
+int dml_conn_send_plain(struct dml_conn *c, Dml__MsgType type, uint64_t request_id);
 /** Send an ERROR frame answering request_id (0 if none). */
 int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
 			const char *message);
+
+/**
+ * The message of an ERROR answering request_id: fmt and ap written to msg
+ * (len bytes, cut to fit), and the debug line a daemon logs for every
+ * refusal, naming the peer and the request.
+ */
+void dml_conn_error_vformat(const struct dml_conn *c, uint64_t request_id, char *msg,
+			    size_t len, const char *fmt, va_list ap);
 
 /**
  * Close: stop reading, flush queued output (at most 2 s), then free and call

@@ -161,6 +161,16 @@ int dml_conn_send(struct dml_conn *c, Dml__Meta *meta, const void *payload, size
 	return dml_conn_sendv(c, meta, &v, len ? 1 : 0, flags);
 }
 
+int dml_conn_send_plain(struct dml_conn *c, Dml__MsgType type, uint64_t request_id)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = type;
+	m.request_id = request_id;
+	m.sender = c->conf.node_id;
+	return dml_conn_send(c, &m, NULL, 0, DML_SEND_COPY);
+}
+
 int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
 			const char *message)
 {
@@ -174,4 +184,12 @@ int dml_conn_send_error(struct dml_conn *c, uint64_t request_id, int code,
 	e.message = (char *)(message ? message : dml_strerror(code));
 	m.error = &e;
 	return dml_conn_send(c, &m, NULL, 0, DML_SEND_COPY);
+}
+
+void dml_conn_error_vformat(const struct dml_conn *c, uint64_t request_id, char *msg,
+			    size_t len, const char *fmt, va_list ap)
+{
+	vsnprintf(msg, len, fmt, ap);
+	dml_debug("peer %s: request %llu: %s", dml_conn_peer(c),
+		  (unsigned long long)request_id, msg);
 }

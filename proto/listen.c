@@ -5,6 +5,7 @@
  * log more than a line a second about it.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -202,5 +203,24 @@ int dml_write_port_file(const char *path, uint16_t port)
 		unlink(tmp);
 		return DML_EIO;
 	}
+	return 0;
+}
+
+int dml_listen_serve(struct event_base *base, const char *hostport, const char *port_file,
+		     evconnlistener_cb cb, void *arg, struct dml_listener **out,
+		     uint16_t *bound_port, const char *fmt, ...)
+{
+	char more[256];
+	va_list ap;
+	int rc = dml_listen_tcp(base, hostport, cb, arg, out, bound_port);
+
+	if (rc)
+		return rc;
+	va_start(ap, fmt);
+	vsnprintf(more, sizeof(more), fmt, ap);
+	va_end(ap);
+	dml_info("listening on %s, port %u%s", hostport, *bound_port, more);
+	if (port_file[0])
+		return dml_write_port_file(port_file, *bound_port);
 	return 0;
 }

@@ -49,4 +49,15 @@ void dml_listener_free(struct dml_listener *l);
  */
 int dml_write_port_file(const char *path, uint16_t port);
 
+/**
+ * What a daemon does to start serving: dml_listen_tcp() on hostport, the
+ * one line that says so ("listening on HOST:PORT, port N" and the daemon's
+ * own words from fmt), then the bound port written to port_file unless it
+ * is empty. 0, or dml_listen_tcp()'s and dml_write_port_file()'s errors.
+ */
+int dml_listen_serve(struct event_base *base, const char *hostport, const char *port_file,
+		     evconnlistener_cb cb, void *arg, struct dml_listener **out,
+		     uint16_t *bound_port, const char *fmt, ...)
+	__attribute__((format(printf, 8, 9)));
+
 #endif

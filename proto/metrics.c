@@ -619,3 +619,15 @@ int dml_metrics_serve(struct dml_metrics *m, struct event_base *base, const char
 		rc = dml_write_port_file(port_file, bound);
 	return rc;
 }
+
+int dml_metrics_start(struct event_base *base, const char *listen, const char *port_file,
+		      int (*add)(struct dml_metrics *m, void *arg), void *arg,
+		      struct dml_metrics **out)
+{
+	*out = dml_metrics_new();
+	if (add(*out, arg) != 0) {
+		dml_err("metrics: a metric was refused");
+		return DML_EINVAL;
+	}
+	return dml_metrics_serve(*out, base, listen, port_file);
+}

@@ -135,6 +135,18 @@ int dml_metrics_http_start(struct dml_metrics *m, struct event_base *base, const
 int dml_metrics_serve(struct dml_metrics *m, struct event_base *base, const char *listen,
 		      const char *port_file);
 
+/**
+ * A daemon's metrics: *out is made (and set before add runs, so that the
+ * daemon frees it on every path), add(*out, arg) registers every metric and
+ * returns non-zero if one was refused (a bug in the daemon's table: logged,
+ * DML_EINVAL), then the registry is served as dml_metrics_serve() says.
+ * Called before the daemon writes its own port file, so that a ready daemon
+ * serves its metrics.
+ */
+int dml_metrics_start(struct event_base *base, const char *listen, const char *port_file,
+		      int (*add)(struct dml_metrics *m, void *arg), void *arg,
+		      struct dml_metrics **out);
+
 /** Stop serving: close the listener and every HTTP connection. Idempotent. */
 void dml_metrics_http_stop(struct dml_metrics *m);
 

@@ -132,3 +132,10 @@ void dml_peers_destroy(struct dml_peers *ps)
 		event_free(ps->grace);
 	ps->grace = NULL;
 }
+
+double dml_peers_metric_count(void *ps)
+{
+	const struct dml_peers *peers = ps;
+
+	return (double)peers->count;
+}

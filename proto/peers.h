@@ -53,6 +53,9 @@ int dml_peers_accept(struct dml_peers *ps, int fd, struct dml_peer *p,
 		     const struct dml_conn_conf *conf, const struct dml_conn_ops *ops,
 		     void *arg);
 
+/** Connections open in ps (a struct dml_peers *): a daemon's metric callback. */
+double dml_peers_metric_count(void *ps);
+
 /** Take p out of the set; call from the connection's on_close. */
 void dml_peers_remove(struct dml_peers *ps, struct dml_peer *p);
 

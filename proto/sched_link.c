@@ -412,6 +412,30 @@ void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_f
 	l->handler_arg = arg;
 }
 
+int dml_sched_link_start(struct event_base *base, const struct dml_conn_conf *conn_conf,
+			 const char *scheduler, Dml__NodeInfo *self,
+			 dml_sched_link_frame_fn fn, void *arg, struct dml_sched_link **out)
+{
+	char host[256];
+	uint16_t port;
+	int rc;
+
+	if (dml_parse_hostport(scheduler, host, sizeof(host), &port, 0) != 0)
+		return DML_ECONF;
+	/* Tells the scheduler a restarted process from a reconnecting one. */
+	if (dml_random_bytes(&self->incarnation, sizeof(self->incarnation)) != 0)
+		return DML_EIO;
+	if (self->incarnation == 0)
+		self->incarnation = 1;
+	rc = dml_sched_link_new(base, conn_conf, host, port, self, out);
+	if (rc) {
+		dml_err("scheduler %s: %s", scheduler, dml_strerror(rc));
+		return rc == DML_EINVAL ? DML_ECONF : rc;
+	}
+	dml_sched_link_set_handler(*out, fn, arg);
+	return 0;
+}
+
 int dml_sched_link_send(struct dml_sched_link *l, Dml__Meta *m)
 {
 	if (!l || !m)

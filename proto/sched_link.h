@@ -63,6 +63,18 @@ void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_f
 				void *arg);
 
 /**
+ * What a node does to register: self gets a random incarnation, never 0 (it
+ * tells the scheduler a restarted process from a reconnecting one), a link
+ * to scheduler ("host:port") is made as dml_sched_link_new() says, and its
+ * frames go to fn(arg). Returns 0, DML_ECONF (scheduler is not host:port,
+ * or the link refused it: logged), DML_EIO (no random bytes) or
+ * dml_sched_link_new()'s other errors (logged).
+ */
+int dml_sched_link_start(struct event_base *base, const struct dml_conn_conf *conn_conf,
+			 const char *scheduler, Dml__NodeInfo *self,
+			 dml_sched_link_frame_fn fn, void *arg, struct dml_sched_link **out);
+
+/**
  * Send a frame (no payload) to the scheduler on the registered connection;
  * m->sender is set to the node id, and m->request_id, when 0, to a fresh id
  * of the owner's (the scheduler echoes it in its reply; replies to frames

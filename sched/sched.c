@@ -132,20 +132,14 @@ void dml_sched_reply_error(struct session *ss, uint64_t request_id, int code,
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	dml_conn_error_vformat(ss->peer.conn, request_id, msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
-		  (unsigned long long)request_id, msg);
 	(void)dml_conn_send_error(ss->peer.conn, request_id, code, msg);
 }
 
 void dml_sched_reply_plain(struct session *ss, Dml__MsgType type, uint64_t request_id)
 {
-	Dml__Meta m = DML__META__INIT;
-
-	m.type = type;
-	m.request_id = request_id;
-	(void)dml_sched_send(ss, &m, NULL);
+	(void)dml_conn_send_plain(ss->peer.conn, type, request_id);
 }
 
 int dml_sched_send(struct session *ss, Dml__Meta *m, size_t *size)
@@ -486,17 +480,12 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 
 static int start_listening(struct dml_sched *s)
 {
-	int rc = dml_listen_tcp(s->base, s->conf->listen, accept_cb, s, &s->listener,
-				&s->port);
+	const struct dml_sched_conf *c = s->conf;
 
-	if (rc)
-		return rc;
-	dml_info("listening on %s, port %u (heartbeat every %u ms, suspect after %u ms, "
-		 "dead after %u ms)", s->conf->listen, s->port, s->conf->heartbeat_interval_ms,
-		 s->conf->suspect_after_ms, s->conf->dead_after_ms);
-	if (s->conf->port_file[0])
-		return dml_write_port_file(s->conf->port_file, s->port);
-	return 0;
+	return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s, &s->listener,
+				&s->port, " (heartbeat every %u ms, suspect after %u ms, dead "
+				"after %u ms)", c->heartbeat_interval_ms, c->suspect_after_ms,
+				c->dead_after_ms);
 }
 
 int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
@@ -519,19 +508,14 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 			   &s->nodes);
 	if (rc)
 		return rc;
-	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
+	rc = dml_conn_conf_daemon(&s->conn_conf, DML__ROLE__SCHEDULER, conf->node_id,
+				  conf->cluster, conf->handshake_timeout_ms, conf->secret_file,
+				  &s->secret, &s->secret_len);
 	if (rc)
 		return rc;
-	dml_conn_conf_default(&s->conn_conf);
 	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	/* Nothing the scheduler serves carries a payload. */
 	s->conn_conf.limits.max_payload = 0;
-	s->conn_conf.secret = s->secret;
-	s->conn_conf.secret_len = s->secret_len;
-	s->conn_conf.cluster = conf->cluster;
-	s->conn_conf.role = DML__ROLE__SCHEDULER;
-	s->conn_conf.node_id = conf->node_id;
-	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 	if ((rc = dml_random_bytes(&s->conn_conf.incarnation,
 				   sizeof(s->conn_conf.incarnation))) != 0)
 		return rc;

@@ -40,13 +40,6 @@ static struct dml_job *active(struct dml_sched *s)
 	return s->act.job ? dml_jobs_find(s->jobs, s->act.job) : NULL;
 }
 
-static double metric_connections(void *arg)
-{
-	const struct dml_sched *s = arg;
-
-	return (double)s->peers.count;
-}
-
 static void collect_nodes(struct dml_metrics_scrape *sc, void *arg)
 {
 	const struct sched_role_arg *ra = arg;
@@ -202,17 +195,18 @@ static const struct dml_metric_desc
 #undef COUNTER
 #undef GAUGE
 
-/* Every metric of the scheduler; refusals are bugs in the table above. */
-static int register_metrics(struct dml_sched *s)
+/* Every metric of the scheduler; non-zero if one was refused. */
+static int register_metrics(struct dml_metrics *m, void *arg)
 {
-	struct dml_metrics *m = s->metrics;
+	struct dml_sched *s = arg;
 	int bad = 0;
 
 	for (int i = 0; i < SREQ_KINDS; i++)
 		bad |= dml_metrics_add_u64(m, &m_requests, req_names[i], &s->st.requests[i]);
 	bad |= dml_metrics_add_u64(m, &m_assign, NULL, &s->st.assign_sent);
 	bad |= dml_metrics_add_u64(m, &m_shardmap, NULL, &s->st.shardmap_sent);
-	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
+	bad |= dml_metrics_add_fn(m, &m_conns, NULL, dml_peers_metric_count,
+				  &s->peers);
 	for (size_t i = 0; i < DML_ARRAY_LEN(node_roles); i++) {
 		s->role_args[i].sched = s;
 		s->role_args[i].role = node_roles[i];
@@ -230,21 +224,11 @@ static int register_metrics(struct dml_sched *s)
 						 &s->worker_args[i]);
 	}
 	bad |= dml_metrics_add_fn(m, &m_map, NULL, metric_map_version, s);
-	if (bad) {
-		dml_err("metrics: a metric was refused");
-		return DML_EINVAL;
-	}
-	return 0;
+	return bad;
 }
 
 int dml_sched_metrics_init(struct dml_sched *s)
 {
-	int rc;
-
-	s->metrics = dml_metrics_new();
-	if ((rc = register_metrics(s)) != 0)
-		return rc;
-	/* Before the main port file is written, so a ready daemon serves metrics. */
-	return dml_metrics_serve(s->metrics, s->base, s->conf->metrics_listen,
-				 s->conf->metrics_port_file);
+	return dml_metrics_start(s->base, s->conf->metrics_listen, s->conf->metrics_port_file,
+				 register_metrics, s, &s->metrics);
 }

@@ -29,10 +29,8 @@ void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	dml_conn_error_vformat(ss->peer.conn, request_id, msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	dml_debug("peer %s: request %llu: %s", dml_conn_peer(ss->peer.conn),
-		  (unsigned long long)request_id, msg);
 	m.type = DML__MSG_TYPE__ERROR;
 	m.request_id = request_id;
 	m.sender = ss->srv->conf->node_id;
@@ -49,12 +47,7 @@ void dml_server_reply_error(struct session *ss, uint64_t request_id, int code,
 
 void dml_server_reply_ack(struct session *ss, uint64_t request_id)
 {
-	Dml__Meta m = DML__META__INIT;
-
-	m.type = DML__MSG_TYPE__ACK;
-	m.request_id = request_id;
-	m.sender = ss->srv->conf->node_id;
-	(void)dml_conn_send(ss->peer.conn, &m, NULL, 0, DML_SEND_COPY);
+	(void)dml_conn_send_plain(ss->peer.conn, DML__MSG_TYPE__ACK, request_id);
 }
 
 /*

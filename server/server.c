@@ -222,21 +222,16 @@ void dml_server_evict(struct dml_server *s, uint32_t worker)
 
 static int start_listening(struct dml_server *s)
 {
-	int rc = dml_listen_tcp(s->base, s->conf->listen, accept_cb, s, &s->listener,
-				&s->port);
+	const struct dml_server_conf *c = s->conf;
 
-	if (rc)
-		return rc;
 	if (s->job_mode)
-		dml_info("listening on %s, port %u; tables will come from the scheduler",
-			 s->conf->listen, s->port);
-	else
-		dml_info("listening on %s, port %u (shard %u/%u, staleness %lld, %u workers "
-			 "expected)", s->conf->listen, s->port, s->conf->shard_index,
-			 s->conf->shard_count, (long long)s->conf->staleness, s->conf->workers);
-	if (s->conf->port_file[0])
-		return dml_write_port_file(s->conf->port_file, s->port);
-	return 0;
+		return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s,
+					&s->listener, &s->port,
+					"; tables will come from the scheduler");
+	return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s, &s->listener,
+				&s->port, " (shard %u/%u, staleness %lld, %u workers expected)",
+				c->shard_index, c->shard_count, (long long)c->staleness,
+				c->workers);
 }
 
 int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
@@ -258,19 +253,14 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	dml_peers_init(&s->peers, base, conf->max_connections);
 	s->peers.max_preauth = conf->max_preauth;
 	*out = s;
-	rc = dml_secret_load(conf->secret_file, &s->secret, &s->secret_len);
+	rc = dml_conn_conf_daemon(&s->conn_conf, DML__ROLE__SERVER, conf->node_id, conf->cluster,
+				  conf->handshake_timeout_ms, conf->secret_file, &s->secret,
+				  &s->secret_len);
 	if (rc)
 		return rc;
-	dml_conn_conf_default(&s->conn_conf);
 	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	s->conn_conf.limits.max_payload = (uint32_t)conf->max_payload;
 	s->conn_conf.limits.max_keys = (uint32_t)conf->max_keys;
-	s->conn_conf.secret = s->secret;
-	s->conn_conf.secret_len = s->secret_len;
-	s->conn_conf.cluster = conf->cluster;
-	s->conn_conf.role = DML__ROLE__SERVER;
-	s->conn_conf.node_id = conf->node_id;
-	s->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 	dml_server_budget_tick(s);
 	if (conf->ntables == 0 && !s->job_mode) {
 		dml_err("no [table] section and no scheduler: nothing to serve");

@@ -27,25 +27,15 @@ static const struct dml_conf_section sections[] = {
 };
 
 static const struct dml_conf_option options[] = {
-	{ "server", "listen", DML_CONF_HOSTPORT, S(listen), "127.0.0.1:7001", 0, 0, NULL, NULL,
-	  "address to listen on; port 0 picks a free port" },
-	{ "server", "port_file", DML_CONF_STRING, S(port_file), "", 0, 0, NULL, NULL,
-	  "write the bound port here once listening (empty: don't)" },
+	DML_CONF_OPT_LISTEN("server", S(listen), "127.0.0.1:7001", S(port_file)),
 	{ "server", "node_id", DML_CONF_U32, S(node_id), NULL, 1, 2147483647.0, NULL, NULL,
 	  "this server's id, unique among servers" },
-	{ "server", "cluster", DML_CONF_STRING, S(cluster), "dml", 0, 0, NULL, NULL,
-	  "cluster name; peers must use the same" },
-	{ "server", "secret_file", DML_CONF_STRING, S(secret_file), NULL, 0, 0, NULL, NULL,
-	  "file holding the cluster secret (mode 0600)" },
+	DML_CONF_OPT_CLUSTER("server", S(cluster)),
+	DML_CONF_OPT_SECRET_FILE("server", S(secret_file)),
 	{ "server", "shard", DML_CONF_STRING, S(shard), "0/1", 0, 0, NULL, NULL,
 	  "this server's index / number of servers; each table is split evenly" },
-	{ "server", "log_level", DML_CONF_ENUM, S(log_level), "info", 0, 0,
-	  dml_conf_log_levels, NULL, "lowest level logged to stderr" },
-	{ "server", "metrics_listen", DML_CONF_STRING, S(metrics_listen), "", 0, 0, NULL,
-	  dml_conf_check_listen_optional,
-	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
-	{ "server", "metrics_port_file", DML_CONF_STRING, S(metrics_port_file), "", 0, 0, NULL,
-	  NULL, "write the metrics port here once serving (empty: don't)" },
+	DML_CONF_OPT_LOG_LEVEL("server", S(log_level)),
+	DML_CONF_OPT_METRICS("server", S(metrics_listen), S(metrics_port_file)),
 	{ "server", "scheduler", DML_CONF_STRING, S(scheduler), "", 0, 0, NULL,
 	  dml_conf_check_dial_optional,
 	  "host:port of dml-sched to register with; empty: standalone" },
@@ -61,11 +51,7 @@ static const struct dml_conf_option options[] = {
 	  NULL, "largest frame payload accepted" },
 	{ "limits", "max_keys", DML_CONF_U64, S(max_keys), "1048576", 1, MAX_U32, NULL, NULL,
 	  "most keys in one sparse request" },
-	{ "limits", "max_connections", DML_CONF_U32, S(max_connections), "1024", 1, 1000000,
-	  NULL, NULL, "connections beyond this are refused" },
-	{ "limits", "max_preauth", DML_CONF_U32, S(max_preauth), "64", 1, 1000000, NULL, NULL,
-	  "most connections still in their handshake; past it, or when max_connections is "
-	  "reached, the oldest unauthenticated one is closed to make room" },
+	DML_CONF_OPT_PEER_LIMITS(S(max_connections), S(max_preauth)),
 	{ "limits", "forget_worker_after_ms", DML_CONF_U32, S(forget_worker_after_ms), "600000",
 	  100, 86400000.0, NULL, NULL, "a worker out of the clock set and disconnected this "
 	  "long is forgotten, push dedupe included (keep it above the clients' "
@@ -77,8 +63,7 @@ static const struct dml_conf_option options[] = {
 	{ "limits", "output_stall_ms", DML_CONF_U32, S(output_stall_ms), "30000", 100,
 	  86400000.0, NULL, NULL, "while pulls wait for output_budget, a connection whose "
 	  "queued replies have not shrunk for this long is closed" },
-	{ "limits", "handshake_timeout_ms", DML_CONF_U32, S(handshake_timeout_ms), "5000", 1,
-	  600000, NULL, NULL, "a peer must authenticate within this time" },
+	DML_CONF_OPT_HANDSHAKE_TIMEOUT(S(handshake_timeout_ms)),
 
 	{ "job", "staleness", DML_CONF_I64, S(staleness), "-1", -1, 1000000, NULL, NULL,
 	  "staleness bound s: 0 = BSP, s > 0 = SSP, -1 = asynchronous" },
@@ -191,10 +176,8 @@ static int check(void *root, char *err, size_t errlen)
 			 "is a wildcard address", c->listen);
 		return DML_ECONF;
 	}
-	if (c->metrics_port_file[0] && !c->metrics_listen[0]) {
-		snprintf(err, errlen, "metrics_port_file needs metrics_listen");
+	if (dml_conf_check_metrics(c->metrics_listen, c->metrics_port_file, err, errlen))
 		return DML_ECONF;
-	}
 	if (c->ntables == 0 && !c->scheduler[0]) {
 		snprintf(err, errlen, "no [table] section: a server needs at least one table, "
 			 "or a scheduler to take jobs from");
@@ -227,11 +210,5 @@ static int check(void *root, char *err, size_t errlen)
 	return 0;
 }
 
-const struct dml_conf_schema dml_server_conf_schema = {
-	.program = "dml-server",
-	.sections = sections,
-	.nsections = DML_ARRAY_LEN(sections),
-	.options = options,
-	.noptions = DML_ARRAY_LEN(options),
-	.check = check,
-};
+const struct dml_conf_schema dml_server_conf_schema =
+	DML_CONF_SCHEMA_INIT("dml-server", sections, options, check);

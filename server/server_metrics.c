@@ -17,13 +17,6 @@ static const char *const req_names[REQ_KINDS] = {
 
 /* Read at scrape time only, on the loop: nothing here is on a request path. */
 
-static double metric_connections(void *arg)
-{
-	const struct dml_server *s = arg;
-
-	return (double)s->peers.count;
-}
-
 static double metric_output_queued(void *arg)
 {
 	const struct dml_server *s = arg;
@@ -154,9 +147,10 @@ static const struct dml_metric_desc
 #undef COUNTER
 #undef GAUGE
 
-/* Every metric of the server; refusals are bugs in the table above. */
-static int register_metrics(struct dml_server *s)
+/* Every metric of the server; non-zero if one was refused. */
+static int register_metrics(struct dml_metrics *m, void *arg)
 {
+	struct dml_server *s = arg;
 	struct dml_metric_desc latency = {
 		"dml_server_request_duration_seconds",
 		"Push and pull latency from receipt to reply sent, waits included",
@@ -165,7 +159,6 @@ static int register_metrics(struct dml_server *s)
 		"dml_server_pull_held_seconds",
 		"How long held pulls waited for the staleness bound", DML_METRIC_HISTOGRAM,
 		NULL, NULL, 0 };
-	struct dml_metrics *m = s->metrics;
 	int bad = 0;
 
 	latency.bounds = dml_metrics_latency_buckets(&latency.nbounds);
@@ -188,28 +181,19 @@ static int register_metrics(struct dml_server *s)
 	bad |= dml_metrics_add_u64(m, &m_stalled, NULL, &s->st.output_stalled);
 	bad |= dml_metrics_add_u64(m, &m_bad, NULL, &s->st.bad_frames);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, s);
-	bad |= dml_metrics_add_fn(m, &m_conns, NULL, metric_connections, s);
+	bad |= dml_metrics_add_fn(m, &m_conns, NULL, dml_peers_metric_count,
+				  &s->peers);
 	bad |= dml_metrics_add_fn(m, &m_queued, NULL, metric_output_queued, s);
 	bad |= dml_metrics_add_fn(m, &m_live, NULL, metric_workers_live, s);
 	bad |= dml_metrics_add_fn(m, &m_min_clock, NULL, metric_min_clock, s);
 	bad |= dml_metrics_add_collector(m, &m_clock, collect_worker_clocks, s);
 	bad |= dml_metrics_add_collector(m, &m_rows, collect_table_rows, s);
 	bad |= dml_metrics_add_collector(m, &m_table_bytes, collect_table_bytes, s);
-	if (bad) {
-		dml_err("metrics: a metric was refused");
-		return DML_EINVAL;
-	}
-	return 0;
+	return bad;
 }
 
 int dml_server_metrics_init(struct dml_server *s)
 {
-	int rc;
-
-	s->metrics = dml_metrics_new();
-	if ((rc = register_metrics(s)) != 0)
-		return rc;
-	/* Before the main port file is written, so a ready daemon serves metrics. */
-	return dml_metrics_serve(s->metrics, s->base, s->conf->metrics_listen,
-				 s->conf->metrics_port_file);
+	return dml_metrics_start(s->base, s->conf->metrics_listen, s->conf->metrics_port_file,
+				 register_metrics, s, &s->metrics);
 }

@@ -59,8 +59,6 @@ int dml_server_sched_start(struct dml_server *s)
 			return DML_ECONF;
 		format_hostport(address, sizeof(address), host, s->port);
 	}
-	if (dml_parse_hostport(c->scheduler, host, sizeof(host), &port, 0) != 0)
-		return DML_ECONF;
 	machine_profile(&profile);
 	self.role = DML__ROLE__SERVER;
 	self.node_id = c->node_id;
@@ -69,18 +67,11 @@ int dml_server_sched_start(struct dml_server *s)
 	self.shard_index = c->shard_index;
 	self.shard_count = c->shard_count;
 	self.profile = &profile;
-	/* Tells the scheduler a restarted process from a reconnecting one. */
-	if (dml_random_bytes(&self.incarnation, sizeof(self.incarnation)) != 0)
-		return DML_EIO;
-	if (self.incarnation == 0)
-		self.incarnation = 1;
-	rc = dml_sched_link_new(s->base, &s->conn_conf, host, port, &self, &s->sched);
-	if (rc) {
-		dml_err("scheduler %s: %s", c->scheduler, dml_strerror(rc));
-		return rc == DML_EINVAL ? DML_ECONF : rc;
-	}
 	/* SHARDMAPs arrive through the link; job.c installs them. */
-	dml_sched_link_set_handler(s->sched, dml_server_job_on_sched, s);
+	rc = dml_sched_link_start(s->base, &s->conn_conf, c->scheduler, &self,
+				  dml_server_job_on_sched, s, &s->sched);
+	if (rc)
+		return rc;
 	dml_info("registering with scheduler %s as %s (zone '%s', %u cores, %llu MiB)",
 		 c->scheduler, address, c->zone, profile.cores,
 		 (unsigned long long)(profile.memory_bytes >> 20));

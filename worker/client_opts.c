@@ -83,14 +83,8 @@ static const struct dml_conf_option options[] = {
 	  NULL, NULL, "largest frame metadata accepted (a big shard map needs more)" },
 };
 
-const struct dml_conf_schema dml_client_conf_schema = {
-	.program = "libdml",
-	.sections = sections,
-	.nsections = DML_ARRAY_LEN(sections),
-	.options = options,
-	.noptions = DML_ARRAY_LEN(options),
-	.check = check,
-};
+const struct dml_conf_schema dml_client_conf_schema =
+	DML_CONF_SCHEMA_INIT("libdml", sections, options, check);
 
 int dml_opts_new(dml_opts_t **out)
 {

@@ -361,12 +361,8 @@ static int link_start(struct dml_worker *w, const struct dml_profile *prof)
 	const struct dml_worker_conf *c = w->conf;
 	Dml__NodeInfo self = DML__NODE_INFO__INIT;
 	Dml__Profile profile = DML__PROFILE__INIT;
-	char host[256];
-	uint16_t port;
 	int rc;
 
-	if (dml_parse_hostport(c->scheduler, host, sizeof(host), &port, 0) != 0)
-		return DML_ECONF;
 	profile.device = (char *)prof->device;
 	profile.cores = prof->cores;
 	profile.memory_bytes = prof->memory_bytes;
@@ -377,17 +373,10 @@ static int link_start(struct dml_worker *w, const struct dml_profile *prof)
 	self.zone = c->zone;
 	self.address = (char *)"";
 	self.profile = &profile;
-	/* Tells the scheduler a restarted process from a reconnecting one. */
-	if (dml_random_bytes(&self.incarnation, sizeof(self.incarnation)) != 0)
-		return DML_EIO;
-	if (self.incarnation == 0)
-		self.incarnation = 1;
-	rc = dml_sched_link_new(w->base, &w->conn_conf, host, port, &self, &w->link);
-	if (rc) {
-		dml_err("scheduler %s: %s", c->scheduler, dml_strerror(rc));
-		return rc == DML_EINVAL ? DML_ECONF : rc;
-	}
-	dml_sched_link_set_handler(w->link, on_sched_frame, w);
+	rc = dml_sched_link_start(w->base, &w->conn_conf, c->scheduler, &self, on_sched_frame,
+				  w, &w->link);
+	if (rc)
+		return rc;
 	dml_info("registering with scheduler %s as worker %" PRIu32 " (zone '%s')",
 		 c->scheduler, c->node_id, c->zone);
 	return 0;
@@ -433,17 +422,12 @@ int dml_worker_new(const struct dml_worker_conf *conf, struct event_base *base,
 	pthread_condattr_destroy(&cattr);
 	w->sh.st.loss = NAN;
 	*out = w;
-	if ((rc = dml_secret_load(conf->secret_file, &w->secret, &w->secret_len)) != 0)
+	if ((rc = dml_conn_conf_daemon(&w->conn_conf, DML__ROLE__WORKER, conf->node_id,
+				       conf->cluster, conf->handshake_timeout_ms,
+				       conf->secret_file, &w->secret, &w->secret_len)) != 0)
 		return rc;
-	dml_conn_conf_default(&w->conn_conf);
 	w->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	w->conn_conf.limits.max_payload = (uint32_t)conf->max_payload;
-	w->conn_conf.secret = w->secret;
-	w->conn_conf.secret_len = w->secret_len;
-	w->conn_conf.cluster = conf->cluster;
-	w->conn_conf.role = DML__ROLE__WORKER;
-	w->conn_conf.node_id = conf->node_id;
-	w->conn_conf.handshake_timeout_ms = conf->handshake_timeout_ms;
 
 	if ((rc = backend_open(w)) != 0)
 		return rc;

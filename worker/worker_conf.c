@@ -28,10 +28,8 @@ static const struct dml_conf_option options[] = {
 	{ "worker", "scheduler", DML_CONF_HOSTPORT, W(scheduler), NULL, 0, 0, NULL,
 	  dml_conf_check_dial,
 	  "dml-sched to register with and take jobs from" },
-	{ "worker", "cluster", DML_CONF_STRING, W(cluster), "dml", 0, 0, NULL, NULL,
-	  "cluster name; peers must use the same" },
-	{ "worker", "secret_file", DML_CONF_STRING, W(secret_file), NULL, 0, 0, NULL, NULL,
-	  "file holding the cluster secret (mode 0600)" },
+	DML_CONF_OPT_CLUSTER("worker", W(cluster)),
+	DML_CONF_OPT_SECRET_FILE("worker", W(secret_file)),
 	{ "worker", "zone", DML_CONF_STRING, W(zone), "", 0, 0, NULL, dml_conf_check_zone,
 	  "placement zone (rack, cloud region) reported to the scheduler" },
 	{ "worker", "backend", DML_CONF_ENUM, W(backend), "cpu", 0, 0,
@@ -40,13 +38,8 @@ static const struct dml_conf_option options[] = {
 	  "OpenBLAS threads" },
 	{ "worker", "device", DML_CONF_U32, W(device), "0", 0, 1023, NULL, NULL,
 	  "cuda: index of the GPU to use" },
-	{ "worker", "log_level", DML_CONF_ENUM, W(log_level), "info", 0, 0,
-	  dml_conf_log_levels, NULL, "lowest level logged to stderr" },
-	{ "worker", "metrics_listen", DML_CONF_STRING, W(metrics_listen), "", 0, 0, NULL,
-	  dml_conf_check_listen_optional,
-	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" },
-	{ "worker", "metrics_port_file", DML_CONF_STRING, W(metrics_port_file), "", 0, 0, NULL,
-	  NULL, "write the metrics port here once serving (empty: don't)" },
+	DML_CONF_OPT_LOG_LEVEL("worker", W(log_level)),
+	DML_CONF_OPT_METRICS("worker", W(metrics_listen), W(metrics_port_file)),
 	{ "worker", "spin_us", DML_CONF_U32, W(spin_us), "50", 0, 100000, NULL, NULL,
 	  "libdml polls this long for a reply before sleeping (0: always sleep)" },
 	{ "worker", "profile", DML_CONF_BOOL, W(profile), "yes", 0, 0, NULL, NULL,
@@ -64,18 +57,8 @@ static int check(void *root, char *err, size_t errlen)
 {
 	const struct dml_worker_conf *c = root;
 
-	if (c->metrics_port_file[0] && !c->metrics_listen[0]) {
-		snprintf(err, errlen, "metrics_port_file needs metrics_listen");
-		return DML_ECONF;
-	}
-	return 0;
+	return dml_conf_check_metrics(c->metrics_listen, c->metrics_port_file, err, errlen);
 }
 
-const struct dml_conf_schema dml_worker_conf_schema = {
-	.program = "dml-worker",
-	.sections = sections,
-	.nsections = DML_ARRAY_LEN(sections),
-	.options = options,
-	.noptions = DML_ARRAY_LEN(options),
-	.check = check,
-};
+const struct dml_conf_schema dml_worker_conf_schema =
+	DML_CONF_SCHEMA_INIT("dml-worker", sections, options, check);
