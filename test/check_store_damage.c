@@ -573,6 +573,42 @@ START_TEST(test_sum_is_crc32c)
 }
 END_TEST
 
+/* CRC32C a bit at a time, as its definition says. */
+static uint32_t crc32c_bits(uint32_t crc, const uint8_t *p, size_t n)
+{
+	uint32_t c = ~crc;
+
+	while (n--) {
+		c ^= *p++;
+		for (int j = 0; j < 8; j++)
+			c = c & 1 ? c >> 1 ^ 0x82f63b78u : c >> 1;
+	}
+	return ~c;
+}
+
+/* Long inputs (summed as three streams joined) at every alignment and
+ * around each stream length give the sum of the definition. */
+START_TEST(test_sum_long_inputs)
+{
+	static const size_t lens[] = { 0, 7, 767, 768, 769, 4096 + 40, 24575, 24576, 24577,
+				       3 * 24576 + 768 + 9, 256 << 10 };
+	size_t max = (256 << 10) + 8;
+	uint8_t *buf = malloc(max);
+	uint64_t x = 0x9e3779b97f4a7c15u;
+
+	ck_assert_ptr_nonnull(buf);
+	for (size_t i = 0; i < max; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		buf[i] = (uint8_t)x;
+	}
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		for (size_t off = 0; off < 8; off++)
+			ck_assert_uint_eq(store_crc32c(5, buf + off, lens[i]),
+					  crc32c_bits(5, buf + off, lens[i]));
+	free(buf);
+}
+END_TEST
+
 static Suite *damage_suite(void)
 {
 	Suite *s = suite_create("store_damage");
@@ -581,6 +617,7 @@ static Suite *damage_suite(void)
 	dml_test_tmpdir_fixture(tc, "check_store_damage", 1);
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_sum_is_crc32c);
+	tcase_add_test(tc, test_sum_long_inputs);
 	tcase_add_test(tc, test_server_store_damage);
 	tcase_add_test(tc, test_sched_store_damage);
 	suite_add_tcase(s, tc);
