@@ -1,7 +1,7 @@
 /*
- * What store.c and checkpoint.c share of a store: its state and the
- * helpers for LMDB's errors, byte order and walks over a database. Not for
- * anything outside store/.
+ * What the files of store/ share of a store: its state and the helpers
+ * for LMDB's errors, byte order and walks over a database (store_util.c).
+ * Not for anything outside store/.
  */
 #ifndef DML_STORE_INTERNAL_H
 #define DML_STORE_INTERNAL_H
