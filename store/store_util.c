@@ -147,13 +147,18 @@ int store_scratch_reserve(struct dml_store *s, size_t n)
 
 /* ---- walks ----------------------------------------------------------------- */
 
-int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const char *what,
-		    store_walk_fn one, void *ctx, char *err, size_t errlen)
+/*
+ * The walks: each value's sum checked in the map, or (copy) checked as it
+ * is copied to s->scratch, placed so that its byte hdr is 8-byte aligned.
+ */
+static int walk(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, int copy, size_t hdr,
+		const char *what, store_walk_fn one, void *ctx, char *err, size_t errlen)
 {
 	MDB_txn *txn;
 	MDB_cursor *c;
 	MDB_val k = { 0 }, v;
 	MDB_cursor_op op = MDB_FIRST;
+	size_t pad = (8 - hdr % 8) % 8;
 	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
 
 	if (rc)
@@ -175,7 +180,13 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 			rc = mrc == MDB_NOTFOUND ? 0 : store_lmdb_fail(s, mrc, what, err, errlen);
 			break;
 		}
-		if (store_sum_check(&k, &v)) {
+		if (copy && store_scratch_reserve(s, pad + v.mv_size) != 0) {
+			rc = dml_fail(DML_ENOMEM, err, errlen, "%s: %s: out of memory", s->path,
+				      what);
+			break;
+		}
+		if (copy ? store_sum_copy(&k, &v, (uint8_t *)s->scratch + pad)
+			 : store_sum_check(&k, &v)) {
 			rc = store_bad_sum(s, what, &k, err, errlen);
 			break;
 		}
@@ -186,6 +197,18 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 	mdb_cursor_close(c);
 	mdb_txn_abort(txn);
 	return rc == STORE_WALK_END ? 0 : rc;
+}
+
+int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const char *what,
+		    store_walk_fn one, void *ctx, char *err, size_t errlen)
+{
+	return walk(s, dbi, from, 0, 0, what, one, ctx, err, errlen);
+}
+
+int store_walk_copy(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, size_t hdr,
+		    const char *what, store_walk_fn one, void *ctx, char *err, size_t errlen)
+{
+	return walk(s, dbi, from, 1, hdr, what, one, ctx, err, errlen);
 }
 
 int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn one,
