@@ -84,6 +84,16 @@ uint32_t store_crc32c(uint32_t crc, const void *data, size_t n);
  */
 uint32_t store_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
 
+/* The ways store_crc32c can sum: a table, the crc32 instruction, folding. */
+enum { STORE_SUM_TABLE, STORE_SUM_CRC32, STORE_SUM_FOLD };
+
+/**
+ * For tests: sum the way impl (STORE_SUM_*) or the fastest below it this
+ * CPU has, from now on (not while another thread sums); the way used
+ * before.
+ */
+int store_sum_impl(int impl);
+
 /** mdb_put of k and len bytes at data (NULL when len is 0), sealed with their sum. */
 int store_sum_put(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, const void *data, size_t len,
 		  unsigned flags);

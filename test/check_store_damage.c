@@ -586,13 +586,15 @@ static uint32_t crc32c_bits(uint32_t crc, const uint8_t *p, size_t n)
 	return ~c;
 }
 
-/* Long inputs (summed as three streams joined) at every alignment and
- * around each stream length give the sum of the definition, also when
- * copied as they are summed. */
+/* Long inputs at every alignment and around each length that changes how
+ * they are summed (folded, three streams joined, one stream) give the sum
+ * of the definition, each way this CPU has, also when copied as they are
+ * summed. */
 START_TEST(test_sum_long_inputs)
 {
-	static const size_t lens[] = { 0, 7, 767, 768, 769, 4096 + 40, 24575, 24576, 24577,
-				       3 * 24576 + 768 + 9, 256 << 10 };
+	static const size_t lens[] = { 0, 7, 63, 64, 255, 256, 257, 320, 767, 768, 769,
+				       4096 + 40, 24575, 24576, 24577, 3 * 24576 + 768 + 9,
+				       256 << 10 };
 	size_t max = (256 << 10) + 8;
 	uint8_t *buf = malloc(max), *copy = malloc(max);
 	uint64_t x = 0x9e3779b97f4a7c15u;
@@ -607,12 +609,17 @@ START_TEST(test_sum_long_inputs)
 		for (size_t off = 0; off < 8; off++) {
 			uint32_t want = crc32c_bits(5, buf + off, lens[i]);
 
-			ck_assert_uint_eq(store_crc32c(5, buf + off, lens[i]), want);
-			memset(copy, 0, max);
-			ck_assert_uint_eq(store_crc32c_copy(5, copy + 3, buf + off, lens[i]), want);
-			ck_assert_int_eq(memcmp(copy + 3, buf + off, lens[i]), 0);
-			ck_assert_uint_eq(copy[3 + lens[i]], 0);
+			for (int impl = STORE_SUM_FOLD; impl >= STORE_SUM_TABLE; impl--) {
+				store_sum_impl(impl);
+				ck_assert_uint_eq(store_crc32c(5, buf + off, lens[i]), want);
+				memset(copy, 0, max);
+				ck_assert_uint_eq(store_crc32c_copy(5, copy + 3, buf + off, lens[i]),
+						  want);
+				ck_assert_int_eq(memcmp(copy + 3, buf + off, lens[i]), 0);
+				ck_assert_uint_eq(copy[3 + lens[i]], 0);
+			}
 		}
+	store_sum_impl(STORE_SUM_FOLD);
 	free(buf);
 	free(copy);
 }
