@@ -29,7 +29,7 @@
  * needs them even when no clock lists it any more), trust a count read
  * back before checking it against the chunk's size, or hand out pointers
  * into LMDB's map (chunks are copied into the store's aligned scratch
- * first).
+ * first, and summed as they are copied).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -502,7 +502,6 @@ static int each_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, voi
 	const uint8_t *p = v->mv_data;
 	struct dml_ckpt_rows r = { 0 };
 	uint64_t no;
-	size_t body;
 
 	if (k->mv_size != 16)
 		return bad_chunk(s, 0, "key is not 16 bytes", err, errlen);
@@ -519,13 +518,9 @@ static int each_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, voi
 	if (r.dense > 1 || chunk_bytes(r.dense, r.n, r.row_floats) != v->mv_size ||
 	    (r.dense && r.begin + r.n < r.begin))
 		return bad_chunk(s, no, "its counts do not match its size", err, errlen);
-	body = v->mv_size - CK_HDR;
-	if (store_scratch_reserve(s, body ? body : 1) != 0)
-		return dml_fail(DML_ENOMEM, err, errlen, "%s: checkpoint chunk %" PRIu64
-				": out of memory", s->path, no);
-	memcpy(s->scratch, p + CK_HDR, body);
-	r.keys = r.dense ? NULL : s->scratch;
-	r.rows = (const float *)((const uint8_t *)s->scratch + (r.dense ? 0 : r.n * 8));
+	/* v is the walk's copy, its rows aligned. */
+	r.keys = r.dense ? NULL : (const uint64_t *)(p + CK_HDR);
+	r.rows = (const float *)(p + CK_HDR + (r.dense ? 0 : r.n * 8));
 	return ec->fn(&r, ec->arg);
 }
 
@@ -541,8 +536,8 @@ static int each_of(struct dml_store *s, uint64_t id,
 	if (!id)
 		return 0;
 	store_put_be64(kb, id);
-	return store_walk_from(s->ck, s->ck->ckpt, &from, "checkpoint", each_one, &ctx, err,
-			       errlen);
+	return store_walk_copy(s->ck, s->ck->ckpt, &from, CK_HDR, "checkpoint", each_one, &ctx,
+			       err, errlen);
 }
 
 int dml_store_checkpoint_each(struct dml_store *s,

@@ -48,7 +48,7 @@ static int mf_path(const struct dml_store *s, const char *name, char *buf, size_
 	return (size_t)snprintf(buf, len, "%s/%s", s->path, name) >= len ? -1 : 0;
 }
 
-/* As store.c's open says it, for the same refusal from either file. */
+/* As store_open.c says it, for the same refusal from either file. */
 static const char *kind_name(uint32_t kind)
 {
 	return kind == STORE_SERVER ? "a server's gradient log" :

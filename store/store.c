@@ -1,6 +1,8 @@
 /*
  * store.c - the gradient log and the push-dedupe state of one server in an
- * LMDB environment (see store.h).
+ * LMDB environment (see store.h): its records' layout, the batch, its
+ * commit, runs and replay. Opening and closing a store is store_open.c's,
+ * the helpers all of store/ uses store_util.c's.
  *
  * Three named databases: "meta" ("format", "kind" and "node", u32
  * little-endian; "run", u64), "log" (8-byte big-endian log sequence
@@ -29,20 +31,12 @@
  * not aligned and die with their transaction), or leave part of a batch in
  * the log.
  */
-#define _GNU_SOURCE /* asprintf */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <lmdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
-#include <sys/statvfs.h>
-#include <sys/types.h>
-#include <unistd.h>
 
 #include "proto/dml_error.h"
 #include "store/store.h"
@@ -53,9 +47,6 @@
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "store.c writes the host's floats and keys as little-endian"
 #endif
-
-/* Free space under which a failed write is put down to a full disk. */
-#define STORE_LOW_SPACE (16u << 20)
 
 const char *const dml_durability_names[] = { "sync", "batch", "none", NULL };
 
@@ -89,83 +80,6 @@ static int rec_weighted(const struct dml_log_rec *r)
 	return !r->rows && r->weight != 0.0f && r->weight != 1.0f;
 }
 
-#define SCRATCH_MIN 64
-
-
-/* ---- byte order ---------------------------------------------------------- */
-
-void store_put_le64(uint8_t *p, uint64_t v)
-{
-	dml_store_le32(p, (uint32_t)v);
-	dml_store_le32(p + 4, (uint32_t)(v >> 32));
-}
-
-void store_put_be64(uint8_t *p, uint64_t v)
-{
-	for (int i = 7; i >= 0; i--, v >>= 8)
-		p[i] = (uint8_t)v;
-}
-
-uint64_t store_get_be64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < 8; i++)
-		v = v << 8 | p[i];
-	return v;
-}
-
-void store_put_be32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
-}
-
-uint32_t store_get_be32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* ---- errors -------------------------------------------------------------- */
-
-void store_err_clear(char *err, size_t errlen)
-{
-	if (err && errlen)
-		err[0] = '\0';
-}
-
-/* Codes that say the file is not what LMDB (or dml) wrote, not that I/O failed. */
-static int lmdb_damaged(int rc)
-{
-	return rc == MDB_INVALID || rc == MDB_VERSION_MISMATCH || rc == MDB_CORRUPTED ||
-	       rc == MDB_PANIC || rc == MDB_INCOMPATIBLE || rc == MDB_PAGE_NOTFOUND;
-}
-
-/* An LMDB failure while doing what (may be ""), as a dml code and err. */
-int store_lmdb_fail(const struct dml_store *s, int rc, const char *what, char *err,
-		     size_t errlen)
-{
-	if (lmdb_damaged(rc))
-		return dml_fail(DML_ECONF, err, errlen,
-				"%s/data.mdb: not a dml store or damaged: %s", s->path,
-				mdb_strerror(rc));
-	if (rc == ENOSPC || rc == EIO || rc == EDQUOT) {
-		/* A full disk often surfaces as EIO from a later write or sync. */
-		struct statvfs fs;
-
-		if (statvfs(s->path, &fs) == 0 &&
-		    (uint64_t)fs.f_bavail * fs.f_frsize < STORE_LOW_SPACE)
-			return dml_fail(DML_EIO, err, errlen, "%s: %s%sno space left on the file "
-					"system (%" PRIu64 " KiB free; LMDB said: %s)", s->path,
-					what, *what ? ": " : "",
-					(uint64_t)fs.f_bavail * fs.f_frsize / 1024, mdb_strerror(rc));
-	}
-	return dml_fail(rc == ENOMEM ? DML_ENOMEM : DML_EIO, err, errlen, "%s: %s%s%s",
-			s->path, what, *what ? ": " : "", mdb_strerror(rc));
-}
-
 /* "PATH: log record N: reason" */
 static int bad_rec(const struct dml_store *s, uint64_t lsn, char *err, size_t errlen,
 		   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -181,22 +95,6 @@ static int bad_rec(const struct dml_store *s, uint64_t lsn, char *err, size_t er
 	va_end(ap);
 	return dml_fail(DML_ECONF, err, errlen, "%s: log record %" PRIu64 ": %s", s->path, lsn,
 			why);
-}
-
-/* n bytes as the config would write it: 64M, 1G, 128K; the largest exact unit. */
-static void human_size(uint64_t n, char *buf, size_t len)
-{
-	static const char units[] = "KMG";
-	int u = 0;
-
-	while (u < 3 && n >= 1024 && n % 1024 == 0) {
-		n /= 1024;
-		u++;
-	}
-	if (u)
-		snprintf(buf, len, "%" PRIu64 "%c", n, units[u - 1]);
-	else
-		snprintf(buf, len, "%" PRIu64, n);
 }
 
 /* ---- record layout --------------------------------------------------------- */
@@ -283,22 +181,6 @@ static void rec_header(const uint8_t *p, struct dml_log_rec *r)
 	r->width = dml_load_le32(p + REC_WIDTH);
 }
 
-int store_scratch_reserve(struct dml_store *s, size_t n)
-{
-	void *p;
-
-	if (n < SCRATCH_MIN)
-		n = SCRATCH_MIN;
-	if (n <= s->scratch_cap)
-		return 0;
-	p = realloc(s->scratch, n);
-	if (!p)
-		return DML_ENOMEM;
-	s->scratch = p;
-	s->scratch_cap = n;
-	return 0;
-}
-
 /* Record lsn (LMDB's value v) into r, its arrays copied to s->scratch. */
 static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 		      struct dml_log_rec *r, char *err, size_t errlen)
@@ -341,287 +223,6 @@ static int rec_decode(struct dml_store *s, uint64_t lsn, const MDB_val *v,
 	/* Never NULL, so that fn may memcpy zero values from it. */
 	r->values = (const void *)((const uint8_t *)s->scratch + keybytes);
 	return 0;
-}
-
-/* ---- open and close -------------------------------------------------------- */
-
-static int make_dir(const char *path, char *err, size_t errlen)
-{
-	struct stat st;
-
-	if (mkdir(path, 0700) != 0 && errno != EEXIST)
-		return dml_fail(DML_EIO, err, errlen, "%s: %s", path, strerror(errno));
-	if (stat(path, &st) != 0)
-		return dml_fail(DML_EIO, err, errlen, "%s: %s", path, strerror(errno));
-	if (!S_ISDIR(st.st_mode))
-		return dml_fail(DML_EIO, err, errlen, "%s: not a directory", path);
-	return 0;
-}
-
-/*
- * One process at a time: LMDB lets two open an environment, and two
- * servers (or two opens in one process, which LMDB forbids) would then
- * interleave two logs and two dedupe states. An flock on PATH/owner is
- * released by the kernel when its holder dies, so a crash leaves no stale
- * lock behind.
- */
-static int lock_owner(struct dml_store *s, char *err, size_t errlen)
-{
-	char *p = NULL;
-
-	if (asprintf(&p, "%s/owner", s->path) < 0)
-		return DML_ENOMEM;
-	s->lock_fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	free(p);
-	if (s->lock_fd < 0)
-		return dml_fail(DML_EIO, err, errlen, "%s/owner: %s", s->path, strerror(errno));
-	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0)
-		return dml_fail(errno == EWOULDBLOCK ? DML_ECONF : DML_EIO, err, errlen,
-				"%s: %s", s->path, errno == EWOULDBLOCK ?
-				"in use by another process (another daemon with the same "
-				"[store] path?)" : strerror(errno));
-	return 0;
-}
-
-static int env_open(struct dml_store *s, uint64_t map_size, int nosync, char *err,
-		    size_t errlen)
-{
-	/* NOTLS: a replay callback may read the store again (log_count) on its thread. */
-	unsigned flags = MDB_NOTLS | (nosync ? MDB_NOSYNC : 0);
-	int rc = mdb_env_create(&s->env);
-
-	if (rc) {
-		s->env = NULL;
-		return store_lmdb_fail(s, rc, "", err, errlen);
-	}
-	rc = mdb_env_set_maxdbs(s->env, 4);
-	/* 0 keeps LMDB's default for a new file, the file's own size for an old one. */
-	if (!rc && map_size)
-		rc = mdb_env_set_mapsize(s->env, (size_t)map_size);
-	if (!rc)
-		rc = mdb_env_open(s->env, s->path, flags, 0600);
-	return rc ? store_lmdb_fail(s, rc, "", err, errlen) : 0;
-}
-
-static const char *kind_name(uint32_t kind)
-{
-	return kind == STORE_SERVER ? "a server's gradient log" :
-	       kind == STORE_SCHED ? "a scheduler's state" :
-	       kind == STORE_CKPT ? "a server's checkpoints" : "a store of an unknown kind";
-}
-
-static int meta_mismatch(const struct dml_store *s, const char *name, uint32_t have,
-			 uint32_t want, char *err, size_t errlen)
-{
-	if (!strcmp(name, "format"))
-		return dml_fail(DML_ECONF, err, errlen, "%s: store format %" PRIu32
-				", this build reads %" PRIu32, s->path, have, want);
-	if (!strcmp(name, "kind"))
-		return dml_fail(DML_ECONF, err, errlen, "%s: holds %s, not %s (another "
-				"daemon's data directory?)", s->path, kind_name(have),
-				kind_name(want));
-	return dml_fail(DML_ECONF, err, errlen, "%s: the store of server %" PRIu32
-			", this is server %" PRIu32 " (another server's data directory?)",
-			s->path, have, want);
-}
-
-/* meta[name] must be want; a new store gets it. */
-static int meta_check(struct dml_store *s, MDB_txn *txn, const char *name, uint32_t want,
-		      char *err, size_t errlen)
-{
-	MDB_val k = { .mv_size = strlen(name), .mv_data = (void *)name }, v;
-	uint8_t b[4];
-	int rc = store_sum_get(txn, s->meta, &k, &v);
-
-	if (rc == MDB_NOTFOUND) {
-		dml_store_le32(b, want);
-		v.mv_size = sizeof(b);
-		v.mv_data = b;
-		rc = store_sum_put(txn, s->meta, &k, b, sizeof(b), 0);
-	}
-	if (rc)
-		return store_lmdb_fail(s, rc, "open", err, errlen);
-	if (v.mv_size != 4)
-		return dml_fail(DML_ECONF, err, errlen, "%s: meta \"%s\" of %zu bytes, want 4",
-				s->path, name, v.mv_size);
-	if (dml_load_le32(v.mv_data) != want)
-		return meta_mismatch(s, name, dml_load_le32(v.mv_data), want, err, errlen);
-	return 0;
-}
-
-/* next_lsn = the last logged key + 1 (1 for an empty log). */
-static int find_next_lsn(struct dml_store *s, MDB_txn *txn, char *err, size_t errlen)
-{
-	MDB_cursor *c;
-	MDB_val k, v;
-	int rc = mdb_cursor_open(txn, s->log, &c);
-
-	if (rc)
-		return store_lmdb_fail(s, rc, "open", err, errlen);
-	rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
-	mdb_cursor_close(c);
-	if (rc == MDB_NOTFOUND) {
-		s->next_lsn = 1;
-		return 0;
-	}
-	if (rc)
-		return store_lmdb_fail(s, rc, "open", err, errlen);
-	if (k.mv_size != 8 || store_get_be64(k.mv_data) == UINT64_MAX)
-		return dml_fail(DML_ECONF, err, errlen,
-				"%s: the last log key is not a record number", s->path);
-	s->next_lsn = store_get_be64(k.mv_data) + 1;
-	return 0;
-}
-
-static int dbi_open(struct dml_store *s, MDB_txn *txn, const char *name, MDB_dbi *dbi,
-		    char *err, size_t errlen)
-{
-	int rc = mdb_dbi_open(txn, name, MDB_CREATE, dbi);
-
-	return rc ? store_lmdb_fail(s, rc, "open", err, errlen) : 0;
-}
-
-/*
- * A store made before stores named their kind is a server's. The
- * scheduler never takes one over: a server's has a "node" in its meta.
- */
-static int kind_check(struct dml_store *s, MDB_txn *txn, char *err, size_t errlen)
-{
-	MDB_val k = { .mv_size = 4, .mv_data = (void *)"kind" }, v;
-	MDB_val nk = { .mv_size = 4, .mv_data = (void *)"node" };
-
-	if (mdb_get(txn, s->meta, &k, &v) == MDB_NOTFOUND &&
-	    mdb_get(txn, s->meta, &nk, &v) == 0 && s->kind != STORE_SERVER)
-		return meta_mismatch(s, "kind", STORE_SERVER, s->kind, err, errlen);
-	return meta_check(s, txn, "kind", s->kind, err, errlen);
-}
-
-static int dbs_check(struct dml_store *s, MDB_txn *txn, uint32_t node_id, char *err,
-		     size_t errlen)
-{
-	int rc = dbi_open(s, txn, "meta", &s->meta, err, errlen);
-
-	if (!rc)
-		rc = meta_check(s, txn, "format", DML_STORE_FORMAT, err, errlen);
-	if (!rc)
-		rc = kind_check(s, txn, err, errlen);
-	if (rc)
-		return rc;
-	if (s->kind == STORE_SCHED) {
-		rc = dbi_open(s, txn, "jobs", &s->jobs, err, errlen);
-		return rc ? rc : dbi_open(s, txn, "nodes", &s->nodes, err, errlen);
-	}
-	rc = meta_check(s, txn, "node", node_id, err, errlen);
-	if (!rc && s->kind == STORE_CKPT) {
-		rc = dbi_open(s, txn, "ckpt", &s->ckpt, err, errlen);
-		return rc ? rc : dbi_open(s, txn, "snaps", &s->snaps, err, errlen);
-	}
-	if (!rc)
-		rc = dbi_open(s, txn, "log", &s->log, err, errlen);
-	if (!rc)
-		rc = dbi_open(s, txn, "dedupe", &s->dedupe, err, errlen);
-	if (!rc)
-		rc = find_next_lsn(s, txn, err, errlen);
-	return rc;
-}
-
-/* The databases, opened (and for a new store, made) in one write transaction. */
-static int dbs_open(struct dml_store *s, uint32_t node_id, char *err, size_t errlen)
-{
-	MDB_txn *txn;
-	int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
-
-	if (rc)
-		return store_lmdb_fail(s, rc, "open", err, errlen);
-	rc = dbs_check(s, txn, node_id, err, errlen);
-	if (rc) {
-		mdb_txn_abort(txn);
-		return rc;
-	}
-	rc = mdb_txn_commit(txn);
-	return rc ? store_lmdb_fail(s, rc, "open", err, errlen) : 0;
-}
-
-int dml_store_open(const char *path, uint64_t map_size, int nosync, uint32_t node_id,
-		   struct dml_store **out, char *err, size_t errlen)
-{
-	return store_open(path, map_size, nosync, STORE_SERVER, node_id, out, err, errlen);
-}
-
-int store_open(const char *path, uint64_t map_size, int nosync, enum store_kind kind,
-	       uint32_t node_id, struct dml_store **out, char *err, size_t errlen)
-{
-	struct dml_store *s;
-	int rc;
-
-	store_err_clear(err, errlen);
-	if (out)
-		*out = NULL;
-	if (!path || !*path || !out)
-		return dml_fail(DML_EINVAL, err, errlen, "store: no path");
-	if ((size_t)map_size != map_size)
-		return dml_fail(DML_EINVAL, err, errlen, "%s: map_size over the address space",
-				path);
-	rc = make_dir(path, err, errlen);
-	if (rc)
-		return rc;
-	s = dml_xcalloc(1, sizeof(*s));
-	s->path = dml_xstrdup(path);
-	s->kind = kind;
-	s->lock_fd = -1;
-	/* The checkpoints' environment lies within the log's, under its lock. */
-	rc = kind == STORE_CKPT ? 0 : lock_owner(s, err, errlen);
-	if (!rc)
-		rc = store_files_check(s, err, errlen);
-	if (!rc)
-		rc = env_open(s, map_size, nosync, err, errlen);
-	if (!rc)
-		rc = dbs_open(s, node_id, err, errlen);
-	if (!rc && kind == STORE_SERVER)
-		rc = store_ckpt_open(s, map_size, node_id, err, errlen);
-	if (!rc && kind == STORE_SCHED && !(rc = store_manifest_check(s, err, errlen)))
-		rc = store_manifest_save(s, err, errlen);
-	if (rc) {
-		dml_store_close(s);
-		return rc;
-	}
-	/* Records the newest checkpoint holds may be gone from the log: the
-	 * next one must come after them, or a replay would skip it. */
-	if (kind == STORE_SERVER && s->next_lsn <= store_ckpt_lsn(s))
-		s->next_lsn = store_ckpt_lsn(s) + 1;
-	if (kind == STORE_SERVER && nosync && (rc = store_syncer_start(s)) != 0) {
-		dml_store_close(s);
-		return dml_fail(DML_EIO, err, errlen, "%s: cannot start the log's flusher: %s",
-				path, strerror(rc));
-	}
-	s->mf_ok = 1;
-	*out = s;
-	return 0;
-}
-
-void dml_store_close(struct dml_store *s)
-{
-	if (!s)
-		return;
-	/* The last commits flushed first: the manifest must not run ahead. */
-	store_syncer_stop(s);
-	/* The records written: a log put back from before them is refused. */
-	if (s->mf_ok && s->kind == STORE_SERVER)
-		store_manifest_save(s, NULL, 0);
-	dml_store_close(s->ck);
-	if (s->ckpt_txn)
-		mdb_txn_abort(s->ckpt_txn);
-	if (s->txn)
-		mdb_txn_abort(s->txn);
-	if (s->env)
-		mdb_env_close(s->env);
-	if (s->lock_fd >= 0)
-		close(s->lock_fd);
-	free(s->buf);
-	free(s->offs);
-	free(s->scratch);
-	free(s->path);
-	free(s);
 }
 
 /* ---- the batch ------------------------------------------------------------- */
@@ -689,20 +290,6 @@ size_t dml_store_pending(const struct dml_store *s, size_t *bytes)
 }
 
 /* ---- commit ---------------------------------------------------------------- */
-
-int store_commit_fail(const struct dml_store *s, int rc, char *err, size_t errlen)
-{
-	MDB_envinfo info;
-	char size[32];
-
-	if (rc != MDB_MAP_FULL)
-		return store_lmdb_fail(s, rc, "commit", err, errlen);
-	if (mdb_env_info(s->env, &info) != 0)
-		info.me_mapsize = 0;
-	human_size(info.me_mapsize, size, sizeof(size));
-	return dml_fail(DML_EFULL, err, errlen,
-			"%s: the map is full (map_size %s): raise [store] map_size", s->path, size);
-}
 
 /* Batch record i under its log number, and its dedupe state. */
 static int commit_one(struct dml_store *s, MDB_txn *txn, size_t i, char *err, size_t errlen)
@@ -816,53 +403,6 @@ uint64_t dml_store_log_last(const struct dml_store *s)
 }
 
 /* ---- reading --------------------------------------------------------------- */
-
-int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const char *what,
-		    store_walk_fn one, void *ctx, char *err, size_t errlen)
-{
-	MDB_txn *txn;
-	MDB_cursor *c;
-	MDB_val k = { 0 }, v;
-	MDB_cursor_op op = MDB_FIRST;
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-
-	if (rc)
-		return store_lmdb_fail(s, rc, what, err, errlen);
-	rc = mdb_cursor_open(txn, dbi, &c);
-	if (rc) {
-		mdb_txn_abort(txn);
-		return store_lmdb_fail(s, rc, what, err, errlen);
-	}
-	if (from) {
-		k = *from;
-		op = MDB_SET_RANGE;
-	}
-	for (;;) {
-		int mrc = mdb_cursor_get(c, &k, &v, op);
-
-		op = MDB_NEXT;
-		if (mrc) {
-			rc = mrc == MDB_NOTFOUND ? 0 : store_lmdb_fail(s, mrc, what, err, errlen);
-			break;
-		}
-		if (store_sum_check(&k, &v)) {
-			rc = store_bad_sum(s, what, &k, err, errlen);
-			break;
-		}
-		rc = one(s, &k, &v, ctx, err, errlen);
-		if (rc)
-			break;
-	}
-	mdb_cursor_close(c);
-	mdb_txn_abort(txn);
-	return rc == STORE_WALK_END ? 0 : rc;
-}
-
-int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn one,
-	       void *ctx, char *err, size_t errlen)
-{
-	return store_walk_from(s, dbi, NULL, what, one, ctx, err, errlen);
-}
 
 struct replay_ctx {
 	int (*fn)(const struct dml_log_rec *r, void *arg);

@@ -1,7 +1,7 @@
 /*
- * What store.c and checkpoint.c share of a store: its state and the
- * helpers for LMDB's errors, byte order and walks over a database. Not for
- * anything outside store/.
+ * What the files of store/ share of a store: its state and the helpers
+ * for LMDB's errors, byte order and walks over a database (store_util.c).
+ * Not for anything outside store/.
  */
 #ifndef DML_STORE_INTERNAL_H
 #define DML_STORE_INTERNAL_H
@@ -78,6 +78,22 @@ uint32_t store_get_be32(const uint8_t *p);
 /** CRC32C of n bytes at data, continuing crc (0 to start). */
 uint32_t store_crc32c(uint32_t crc, const void *data, size_t n);
 
+/**
+ * store_crc32c of n bytes at src, copying them to dst (not overlapping):
+ * each block copied right after it is summed, from the cache.
+ */
+uint32_t store_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
+
+/* The ways store_crc32c can sum: a table, the crc32 instruction, folding. */
+enum { STORE_SUM_TABLE, STORE_SUM_CRC32, STORE_SUM_FOLD };
+
+/**
+ * For tests: sum the way impl (STORE_SUM_*) or the fastest below it this
+ * CPU has, from now on (not while another thread sums); the way used
+ * before.
+ */
+int store_sum_impl(int impl);
+
 /** mdb_put of k and len bytes at data (NULL when len is 0), sealed with their sum. */
 int store_sum_put(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, const void *data, size_t len,
 		  unsigned flags);
@@ -87,6 +103,13 @@ void store_sum_seal(const MDB_val *k, void *data, size_t len);
 
 /** Check v's sum against k and drop it from v's size: 0, or -1 when it does not match. */
 int store_sum_check(const MDB_val *k, MDB_val *v);
+
+/**
+ * store_sum_check, copying v's bytes but the sum to dst as they are summed
+ * (they are read from memory once): 0 and v the copy, or -1 (dst holds
+ * what was read).
+ */
+int store_sum_copy(const MDB_val *k, MDB_val *v, void *dst);
 
 /** mdb_get with store_sum_check; MDB_CORRUPTED when the sum does not match. */
 int store_sum_get(MDB_txn *txn, MDB_dbi dbi, const MDB_val *k, MDB_val *v);
@@ -214,6 +237,14 @@ int store_walk(struct dml_store *s, MDB_dbi dbi, const char *what, store_walk_fn
 /** store_walk from the first key at or after *from. */
 int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const char *what,
 		    store_walk_fn one, void *ctx, char *err, size_t errlen);
+
+/**
+ * store_walk_from handing one each value as a copy in s->scratch (its sum
+ * checked as it is copied: the map is read once), placed so that its byte
+ * hdr is 8-byte aligned. The copy lives until the next entry.
+ */
+int store_walk_copy(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, size_t hdr,
+		    const char *what, store_walk_fn one, void *ctx, char *err, size_t errlen);
 
 /**
  * Within txn: the newest push of (worker, incarnation) is seq, logged

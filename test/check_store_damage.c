@@ -573,6 +573,58 @@ START_TEST(test_sum_is_crc32c)
 }
 END_TEST
 
+/* CRC32C a bit at a time, as its definition says. */
+static uint32_t crc32c_bits(uint32_t crc, const uint8_t *p, size_t n)
+{
+	uint32_t c = ~crc;
+
+	while (n--) {
+		c ^= *p++;
+		for (int j = 0; j < 8; j++)
+			c = c & 1 ? c >> 1 ^ 0x82f63b78u : c >> 1;
+	}
+	return ~c;
+}
+
+/* Long inputs at every alignment and around each length that changes how
+ * they are summed (folded, three streams joined, one stream) give the sum
+ * of the definition, each way this CPU has, also when copied as they are
+ * summed. */
+START_TEST(test_sum_long_inputs)
+{
+	static const size_t lens[] = { 0, 7, 63, 64, 255, 256, 257, 320, 767, 768, 769,
+				       4096 + 40, 24575, 24576, 24577, 3 * 24576 + 768 + 9,
+				       256 << 10 };
+	size_t max = (256 << 10) + 8;
+	uint8_t *buf = malloc(max), *copy = malloc(max);
+	uint64_t x = 0x9e3779b97f4a7c15u;
+
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_ptr_nonnull(copy);
+	for (size_t i = 0; i < max; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		buf[i] = (uint8_t)x;
+	}
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+		for (size_t off = 0; off < 8; off++) {
+			uint32_t want = crc32c_bits(5, buf + off, lens[i]);
+
+			for (int impl = STORE_SUM_FOLD; impl >= STORE_SUM_TABLE; impl--) {
+				store_sum_impl(impl);
+				ck_assert_uint_eq(store_crc32c(5, buf + off, lens[i]), want);
+				memset(copy, 0, max);
+				ck_assert_uint_eq(store_crc32c_copy(5, copy + 3, buf + off, lens[i]),
+						  want);
+				ck_assert_int_eq(memcmp(copy + 3, buf + off, lens[i]), 0);
+				ck_assert_uint_eq(copy[3 + lens[i]], 0);
+			}
+		}
+	store_sum_impl(STORE_SUM_FOLD);
+	free(buf);
+	free(copy);
+}
+END_TEST
+
 static Suite *damage_suite(void)
 {
 	Suite *s = suite_create("store_damage");
@@ -581,6 +633,7 @@ static Suite *damage_suite(void)
 	dml_test_tmpdir_fixture(tc, "check_store_damage", 1);
 	tcase_set_timeout(tc, 240);
 	tcase_add_test(tc, test_sum_is_crc32c);
+	tcase_add_test(tc, test_sum_long_inputs);
 	tcase_add_test(tc, test_server_store_damage);
 	tcase_add_test(tc, test_sched_store_damage);
 	suite_add_tcase(s, tc);

@@ -343,7 +343,8 @@ test_check_export_LDADD = worker/libdml.la $(APPS_LIBS) $(TEST_LIBS)
 # (another server, another format, garbage), a full map, damaged records.
 check_PROGRAMS += test/check_store
 TESTS += test/check_store
-test_check_store_SOURCES = test/check_store.c test/tmpdir.c test/tmpdir.h
+test_check_store_SOURCES = test/check_store.c test/check_store_log.c \
+	test/check_store_ckpt.c test/check_store.h test/tmpdir.c test/tmpdir.h
 test_check_store_CFLAGS = $(TEST_CFLAGS)
 test_check_store_LDADD = store/libdmlstorelog.la proto/libdmlproto.la $(LMDB_LIBS) $(TEST_LIBS)
 
