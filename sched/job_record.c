@@ -9,7 +9,6 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,12 +101,12 @@ static int record_check(const struct dml_jobs *jobs, const Dml__JobRecord *r, ch
 	int rc;
 
 	if (!st || !st->spec)
-		return fail_with(err, errlen, DML_EINVAL, "no status or spec");
+		return dml_fail(DML_EINVAL, err, errlen, "no status or spec");
 	if (st->id != jobs->n + 1)
-		return fail_with(err, errlen, DML_EINVAL, "job %" PRIu32 " where job %zu "
+		return dml_fail(DML_EINVAL, err, errlen, "job %" PRIu32 " where job %zu "
 				 "was due", st->id, jobs->n + 1);
 	if (st->state < DML__JOB_STATE__PENDING || st->state > DML__JOB_STATE__STOPPED)
-		return fail_with(err, errlen, DML_EINVAL, "state %d", (int)st->state);
+		return dml_fail(DML_EINVAL, err, errlen, "state %d", (int)st->state);
 	if ((rc = dml_job_spec_check(st->spec, err, errlen)) != 0)
 		return rc;
 	n = st->n_workers;
@@ -115,19 +114,19 @@ static int record_check(const struct dml_jobs *jobs, const Dml__JobRecord *r, ch
 	    r->n_has_loss != n || r->n_examples_raw != n || n >= DML_ASSIGN_NONE - 1 ||
 	    !list_fits(r->n_speed, n) || !list_fits(r->n_speed_measured, n) ||
 	    !list_fits(r->n_batch, n))
-		return fail_with(err, errlen, DML_EINVAL, "%zu workers but per-worker lists "
+		return dml_fail(DML_EINVAL, err, errlen, "%zu workers but per-worker lists "
 				 "of other lengths", n);
 	if (r->num_partitions > UINT32_MAX ||
 	    (r->n_owner != 0 && r->n_owner != r->num_partitions) ||
 	    (r->n_owner == 0 && st->state != DML__JOB_STATE__PENDING))
-		return fail_with(err, errlen, DML_EINVAL, "%zu partition owners for %" PRIu64
+		return dml_fail(DML_EINVAL, err, errlen, "%zu partition owners for %" PRIu64
 				 " partitions", r->n_owner, r->num_partitions);
 	for (size_t i = 0; i < n; i++) {
 		if (!st->workers[i]->worker)
-			return fail_with(err, errlen, DML_EINVAL, "worker id 0");
+			return dml_fail(DML_EINVAL, err, errlen, "worker id 0");
 		for (size_t j = 0; j < i; j++)
 			if (st->workers[j]->worker == st->workers[i]->worker)
-				return fail_with(err, errlen, DML_EINVAL, "worker %" PRIu32
+				return dml_fail(DML_EINVAL, err, errlen, "worker %" PRIu32
 						 " twice", st->workers[i]->worker);
 	}
 	return 0;
@@ -205,7 +204,7 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 	}
 	if (rc) {
 		job_free(ji);
-		return fail_with(err, errlen, DML_EINVAL, "a partition owned by a worker that "
+		return dml_fail(DML_EINVAL, err, errlen, "a partition owned by a worker that "
 				 "is not a live member");
 	}
 	if (job->owner) {

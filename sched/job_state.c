@@ -17,7 +17,6 @@
 #include <float.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -419,9 +418,9 @@ static int job_rebalance_now(struct dml_jobs *jobs, uint32_t id, uint64_t now, c
 	double dev;
 
 	if (!job)
-		return fail_with(err, errlen, DML_ENOTFOUND, "no job %" PRIu32, id);
+		return dml_fail(DML_ENOTFOUND, err, errlen, "no job %" PRIu32, id);
 	if (!job_active(job))
-		return fail_with(err, errlen, DML_ESTATE, "job %" PRIu32 " is %s", id,
+		return dml_fail(DML_ESTATE, err, errlen, "job %" PRIu32 " is %s", id,
 				 dml_job_state_name(job->state));
 	dev = load_deviation(job);
 	job_reassign(job, "rebalanced by operator", 0, NULL, now);
@@ -457,16 +456,16 @@ int dml_jobs_control(struct dml_jobs *jobs, uint32_t id, int action, uint64_t no
 	case DML__JOB_ACTION__REBALANCE:
 		return job_rebalance_now(jobs, id, now, err, errlen);
 	default:
-		return fail_with(err, errlen, DML_EINVAL, "unknown action %d", action);
+		return dml_fail(DML_EINVAL, err, errlen, "unknown action %d", action);
 	}
 	job = dml_jobs_find(jobs, id);
 	if (!job)
-		return fail_with(err, errlen, DML_ENOTFOUND, "no job %" PRIu32, id);
+		return dml_fail(DML_ENOTFOUND, err, errlen, "no job %" PRIu32, id);
 	from = job->state;
 	if ((to == DML__JOB_STATE__STOPPED && dml_job_finished(job)) ||
 	    (to == DML__JOB_STATE__PAUSED && from != DML__JOB_STATE__RUNNING) ||
 	    (to == DML__JOB_STATE__RUNNING && from != DML__JOB_STATE__PAUSED))
-		return fail_with(err, errlen, DML_ESTATE, "job %" PRIu32 " is %s", id,
+		return dml_fail(DML_ESTATE, err, errlen, "job %" PRIu32 " is %s", id,
 				    dml_job_state_name(from));
 	job_state_set(job, to, now);
 	text_set(job->reason, "%s by operator", what);

@@ -76,19 +76,6 @@ void dml_job_event(struct dml_job *job, const char *fmt, ...)
 	job->nevents++;
 }
 
-/* Writes the reason into err; returns code. */
-int fail_with(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (err && errlen) {
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 /* A worker's error text, bounded and printable, for reasons and events. */
 void text_clean(char *dst, size_t len, const char *src)
 {
@@ -271,7 +258,7 @@ int dml_jobs_submit(struct dml_jobs *jobs, const Dml__JobSpec *spec, uint64_t no
 	if (rc)
 		return rc;
 	if (jobs->n >= UINT32_MAX - 1)
-		return fail_with(err, errlen, DML_EINVAL, "no job ids left");
+		return dml_fail(DML_EINVAL, err, errlen, "no job ids left");
 	if (jobs->n == jobs->cap) {
 		jobs->cap = jobs->cap ? 2 * jobs->cap : 16;
 		jobs->v = dml_xrealloc(jobs->v, jobs->cap * sizeof(*jobs->v));

@@ -114,8 +114,6 @@ void num_list_add(struct num_list *l, uint64_t v);
 const char *num_list_str(struct num_list *l);
 void text_set(char *dst, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-int fail_with(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
 void text_clean(char *dst, size_t len, const char *src);
 double clamp_num(double v);
 double rate_ok(double r);

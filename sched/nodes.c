@@ -55,21 +55,6 @@ void dml_nodes_free(struct dml_nodes *t)
 
 /* ---- checking a registration ------------------------------------------- */
 
-static int fail_why(char *why, size_t whylen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-
-static int fail_why(char *why, size_t whylen, int code, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (why && whylen) {
-		va_start(ap, fmt);
-		vsnprintf(why, whylen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
-
 /* protobuf-c leaves unset strings as "", but a message built by hand may
  * hold NULL. */
 static const char *str_or_empty(const char *s)
@@ -101,40 +86,40 @@ int dml_node_info_check(const Dml__NodeInfo *info, char *why, size_t whylen)
 	uint16_t port;
 
 	if (!info)
-		return fail_why(why, whylen, DML_EINVAL, "no node information");
+		return dml_fail(DML_EINVAL, why, whylen, "no node information");
 	switch (info->role) {
 	case DML__ROLE__WORKER:
 	case DML__ROLE__SERVER:
 	case DML__ROLE__AGGREGATOR:
 		break;
 	default:
-		return fail_why(why, whylen, DML_EROLE, "role %s cannot register",
+		return dml_fail(DML_EROLE, why, whylen, "role %s cannot register",
 				dml_node_role_name(info->role));
 	}
 	if (info->node_id == 0)
-		return fail_why(why, whylen, DML_EINVAL, "node_id 0 is not a node's id");
+		return dml_fail(DML_EINVAL, why, whylen, "node_id 0 is not a node's id");
 	if (check_text(str_or_empty(info->zone), DML_NODE_ZONE_MAX))
-		return fail_why(why, whylen, DML_EINVAL,
+		return dml_fail(DML_EINVAL, why, whylen,
 				"zone is longer than %d bytes or not printable ASCII",
 				DML_NODE_ZONE_MAX);
 	address = str_or_empty(info->address);
 	if (check_text(address, DML_NODE_ADDRESS_MAX) ||
 	    (address[0] && dml_parse_hostport(address, host, sizeof(host), &port, 0)))
-		return fail_why(why, whylen, DML_EINVAL,
+		return dml_fail(DML_EINVAL, why, whylen,
 				"address is neither empty nor host:port");
 	if (info->shard_count ? info->shard_index >= info->shard_count : info->shard_index != 0)
-		return fail_why(why, whylen, DML_EINVAL, "shard %u/%u is not INDEX/COUNT with "
+		return dml_fail(DML_EINVAL, why, whylen, "shard %u/%u is not INDEX/COUNT with "
 				"INDEX < COUNT", info->shard_index, info->shard_count);
 	if (info->profile) {
 		const Dml__Profile *p = info->profile;
 
 		if (check_text(str_or_empty(p->device), DML_NODE_DEVICE_MAX))
-			return fail_why(why, whylen, DML_EINVAL, "profile device is longer "
+			return dml_fail(DML_EINVAL, why, whylen, "profile device is longer "
 					"than %d bytes or not printable ASCII",
 					DML_NODE_DEVICE_MAX);
 		if (check_rate(p->gflops) || check_rate(p->examples_per_s) ||
 		    check_rate(p->link_mbps))
-			return fail_why(why, whylen, DML_EINVAL, "profile rates must be finite "
+			return dml_fail(DML_EINVAL, why, whylen, "profile rates must be finite "
 					"and >= 0");
 	}
 	return 0;
