@@ -13,10 +13,12 @@
  *
  * A chunk, little-endian:
  *
- *	u32 table, u8 dense, u64 begin, u64 n, u32 row_floats,
+ *	u32 table, u8 dense, u64 begin, u64 n, u32 row_floats, 7 zero bytes,
  *	u64 keys[n] (sparse only), f32 rows[n * row_floats]
  *
- * and, as every value of a store, its CRC32C (store_sum.c).
+ * and, as every value of a store, its CRC32C (store_sum.c). The header
+ * takes 32 bytes so that the keys and rows of a chunk LMDB keeps on pages
+ * of its own lie 8-byte aligned in the map, where a restart reads them.
  *
  * A checkpoint is written in one write transaction that, at its end,
  * names it newest, lists it under its clock, and deletes what nothing
@@ -27,9 +29,10 @@
  * Must never: leave a half-written checkpoint visible (it is one
  * transaction), delete the chunks of the newest checkpoint (a restart
  * needs them even when no clock lists it any more), trust a count read
- * back before checking it against the chunk's size, or hand out pointers
- * into LMDB's map (chunks are copied into the store's aligned scratch
- * first, and summed as they are copied).
+ * back before checking it against the chunk's size, or hand out a chunk
+ * before its sum is checked or with its rows misaligned (one whose rows
+ * lie aligned in the map is checked and handed out there, for the call;
+ * another is summed as it is copied into the store's aligned scratch).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -41,7 +44,7 @@
 #include "store/store_internal.h"
 #include "proto/util.h"
 
-enum { CK_TABLE = 0, CK_DENSE = 4, CK_BEGIN = 5, CK_N = 13, CK_ROWF = 21, CK_HDR = 25 };
+enum { CK_TABLE = 0, CK_DENSE = 4, CK_BEGIN = 5, CK_N = 13, CK_ROWF = 21, CK_PAD = 25, CK_HDR = 32 };
 enum { SN_ID = 0, SN_BYTES = 8, SN_VERSION = 16, SN_MS = 24, SN_SIZE = 32 };
 
 static const char version_key[] = "ckpt_version";
@@ -335,6 +338,7 @@ int dml_store_checkpoint_add(struct dml_store *s, const struct dml_ckpt_rows *r,
 	store_put_le64(p + CK_BEGIN, r->dense ? r->begin : 0);
 	store_put_le64(p + CK_N, r->n);
 	dml_store_le32(p + CK_ROWF, r->row_floats);
+	memset(p + CK_PAD, 0, CK_HDR - CK_PAD);
 	p += CK_HDR;
 	if (!r->dense) {
 		memcpy(p, r->keys, r->n * 8);
@@ -518,7 +522,7 @@ static int each_one(struct dml_store *s, const MDB_val *k, const MDB_val *v, voi
 	if (r.dense > 1 || chunk_bytes(r.dense, r.n, r.row_floats) != v->mv_size ||
 	    (r.dense && r.begin + r.n < r.begin))
 		return bad_chunk(s, no, "its counts do not match its size", err, errlen);
-	/* v is the walk's copy, its rows aligned. */
+	/* v's keys and rows are aligned (store_walk_aligned). */
 	r.keys = r.dense ? NULL : (const uint64_t *)(p + CK_HDR);
 	r.rows = (const float *)(p + CK_HDR + (r.dense ? 0 : r.n * 8));
 	return ec->fn(&r, ec->arg);
@@ -536,7 +540,7 @@ static int each_of(struct dml_store *s, uint64_t id,
 	if (!id)
 		return 0;
 	store_put_be64(kb, id);
-	return store_walk_copy(s->ck, s->ck->ckpt, &from, CK_HDR, "checkpoint", each_one, &ctx,
+	return store_walk_aligned(s->ck, s->ck->ckpt, &from, CK_HDR, "checkpoint", each_one, &ctx,
 			       err, errlen);
 }
 

@@ -35,8 +35,9 @@
  * The format this build writes and reads (the "meta" database says). 3:
  * checkpoints under ids, some listed under a clock, in PATH/ckpt. 4: every
  * value ends in its CRC32C, and PATH/manifest says what the store holds.
+ * 5: a checkpoint chunk's header takes 32 bytes (its rows lie aligned).
  */
-#define DML_STORE_FORMAT 4
+#define DML_STORE_FORMAT 5
 
 enum dml_durability {
 	DML_DURABILITY_SYNC,      /* acknowledge after the batch is on disk */

@@ -239,11 +239,12 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 		    store_walk_fn one, void *ctx, char *err, size_t errlen);
 
 /**
- * store_walk_from handing one each value as a copy in s->scratch (its sum
- * checked as it is copied: the map is read once), placed so that its byte
- * hdr is 8-byte aligned. The copy lives until the next entry.
+ * store_walk_from handing one each value with its byte hdr 8-byte aligned:
+ * in the map when it lies so there (a value on pages of its own does when
+ * hdr is a multiple of 8), else as a copy in s->scratch, its sum checked
+ * as it is copied (the map is read once). Either lives for the call.
  */
-int store_walk_copy(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, size_t hdr,
+int store_walk_aligned(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, size_t hdr,
 		    const char *what, store_walk_fn one, void *ctx, char *err, size_t errlen);
 
 /**

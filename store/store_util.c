@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <lmdb.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/statvfs.h>
@@ -148,10 +149,11 @@ int store_scratch_reserve(struct dml_store *s, size_t n)
 /* ---- walks ----------------------------------------------------------------- */
 
 /*
- * The walks: each value's sum checked in the map, or (copy) checked as it
- * is copied to s->scratch, placed so that its byte hdr is 8-byte aligned.
+ * The walks: each value's sum checked in the map, or (align) with its byte
+ * hdr 8-byte aligned: checked in place where the map has it so, else
+ * checked as it is copied to s->scratch, placed so.
  */
-static int walk(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, int copy, size_t hdr,
+static int walk(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, int align, size_t hdr,
 		const char *what, store_walk_fn one, void *ctx, char *err, size_t errlen)
 {
 	MDB_txn *txn;
@@ -159,7 +161,7 @@ static int walk(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, int copy,
 	MDB_val k = { 0 }, v;
 	MDB_cursor_op op = MDB_FIRST;
 	size_t pad = (8 - hdr % 8) % 8;
-	int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+	int copy, rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
 
 	if (rc)
 		return store_lmdb_fail(s, rc, what, err, errlen);
@@ -180,6 +182,7 @@ static int walk(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, int copy,
 			rc = mrc == MDB_NOTFOUND ? 0 : store_lmdb_fail(s, mrc, what, err, errlen);
 			break;
 		}
+		copy = align && ((uintptr_t)v.mv_data + hdr) % 8 != 0;
 		if (copy && store_scratch_reserve(s, pad + v.mv_size) != 0) {
 			rc = dml_fail(DML_ENOMEM, err, errlen, "%s: %s: out of memory", s->path,
 				      what);
@@ -205,7 +208,7 @@ int store_walk_from(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, const
 	return walk(s, dbi, from, 0, 0, what, one, ctx, err, errlen);
 }
 
-int store_walk_copy(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, size_t hdr,
+int store_walk_aligned(struct dml_store *s, MDB_dbi dbi, const MDB_val *from, size_t hdr,
 		    const char *what, store_walk_fn one, void *ctx, char *err, size_t errlen)
 {
 	return walk(s, dbi, from, 1, hdr, what, one, ctx, err, errlen);

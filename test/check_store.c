@@ -276,7 +276,7 @@ START_TEST(test_other_format_refused)
 
 	dml_store_close(open_ok(1, MAP));
 	raw_put("meta", "format", 6, one, sizeof(one));
-	open_refused(1, DML_ECONF, "store format 1, this build reads 4", NULL);
+	open_refused(1, DML_ECONF, "store format 1, this build reads 5", NULL);
 	raw_put("meta", "format", 6, one, 3);
 	open_refused(1, DML_ECONF, "meta \"format\" of 3 bytes", NULL);
 }

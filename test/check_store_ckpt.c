@@ -51,7 +51,7 @@ static void checkpoint_rows(struct dml_store *s, const struct dml_ckpt_info *inf
 	ck_assert_msg(dml_store_checkpoint_begin(s, info, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &d, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_msg(dml_store_checkpoint_add(s, &sp, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_uint_eq(dml_store_checkpoint_bytes(s), 2 * 25 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
+	ck_assert_uint_eq(dml_store_checkpoint_bytes(s), 2 * 32 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
 	ck_assert_msg(dml_store_checkpoint_end(s, commit, err, sizeof(err)) == 0, "%s", err);
 }
 
@@ -169,7 +169,7 @@ static void listed_expect(struct dml_store *s, const char *want)
 		len += (size_t)snprintf(got + len, sizeof(got) - len, "%s%" PRIu64, i ? " " : "",
 					sn[i].clock);
 		ck_assert_uint_eq(sn[i].version, 3);
-		ck_assert_uint_eq(sn[i].bytes, 2 * 25 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
+		ck_assert_uint_eq(sn[i].bytes, 2 * 32 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
 		ck_assert_uint_gt(sn[i].unix_ms, 0);
 	}
 	free(sn);
@@ -353,7 +353,7 @@ START_TEST(test_writer_thread)
 	dml_ckpt_writer_drop(w, 10, 79);
 	writer_result(w, &r);
 	ck_assert(!r.drop && r.tag == 77 && r.clock == 10 && r.rc == 0 && r.rows == 9);
-	ck_assert_uint_eq(r.bytes, 2 * 25 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
+	ck_assert_uint_eq(r.bytes, 2 * 32 + 5 * 2 * 4 + 4 * 8 + 4 * 3 * 4);
 	writer_result(w, &r);
 	ck_assert(r.drop && r.tag == 78 && r.rc == DML_ENOTFOUND);
 	ck_assert_msg(strstr(r.err, "no checkpoint at clock 99"), "%s", r.err);
