@@ -19,7 +19,8 @@
 #include "proto/dml.pb-c.h"
 #include "proto/frame.h"
 
-/* Payloads at least this large are read straight into their destination. */
+/* Payloads at least this large (the whole payload, however it arrives) are
+ * read straight into their destination. */
 #define DIRECT_READ_MIN (64u * 1024)
 
 struct dml_conn {
@@ -61,6 +62,7 @@ struct dml_conn {
 	int held;                     /* on_frame held the current frame */
 	int corked;                   /* replies to a batch of frames go out together */
 	uint64_t bytes_in, bytes_out;
+	uint64_t direct_bytes;        /* payload bytes read straight into place */
 };
 
 /* Moves c to state st and logs the change. */
