@@ -16,7 +16,10 @@
  * buffer: all of the payload but what came in the read that carried its head.
  * Output: sends first try a direct write when nothing is queued; what the
  * socket does not take is queued (copied, or referenced when the caller
- * promises the memory outlives the send). A peer whose queued output exceeds
+ * promises the memory outlives the send). Replies to a batch of input frames
+ * gather apart and leave in one write at the batch's end; only what the
+ * socket does not take then waits on the bufferevent, so the loop watches
+ * for writability only while something does. A peer whose queued output exceeds
  * the high watermark stops being read until it drains (backpressure).
  *
  * Teardown is never done inside a callback of the connection itself:

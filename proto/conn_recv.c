@@ -219,14 +219,24 @@ static int start_direct(struct dml_conn *c)
 	return 0;
 }
 
-/* Write what a batch of frames queued, now rather than on the next loop turn. */
+/*
+ * Write what a batch of frames queued, now rather than on the next loop turn;
+ * only what the socket does not take goes to the bufferevent, behind what
+ * was queued there before.
+ */
 static void uncork(struct dml_conn *c)
 {
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 
 	c->corked = 0;
-	if (!c->closing && evbuffer_get_length(out) > 0)
-		(void)evbuffer_write(out, c->fd);
+	if (c->closing || evbuffer_get_length(c->corkbuf) == 0)
+		return;
+	if (evbuffer_get_length(out) == 0)
+		(void)evbuffer_write(c->corkbuf, c->fd);
+	if (evbuffer_get_length(c->corkbuf) > 0)
+		evbuffer_add_buffer(out, c->corkbuf);
+	else if (evbuffer_get_length(out) == 0)
+		dml_conn_output_drained(c);
 }
 
 void dml_conn_process_input(struct dml_conn *c)
