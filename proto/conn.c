@@ -76,7 +76,6 @@ static void conn_free(struct dml_conn *c)
 	if (c->ops->on_close)
 		c->ops->on_close(c, c->close_err, c->arg);
 	bufferevent_free(c->bev);
-	evbuffer_free(c->corkbuf);
 	event_free(c->resume_ev);
 	event_free(c->direct_ev);
 	event_free(c->free_ev);
@@ -120,8 +119,6 @@ void dml_conn_close(struct dml_conn *c, int err)
 	if (c->closing)
 		return;
 	begin_close(c, err);
-	/* Replies of the batch being handled leave before the connection goes. */
-	evbuffer_add_buffer(bufferevent_get_output(c->bev), c->corkbuf);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
 		schedule_free(c);
 		return;
@@ -195,12 +192,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
 
 static void write_cb(struct bufferevent *bev, void *arg)
 {
-	dml_conn_output_drained(arg);
-}
-
-void dml_conn_output_drained(struct dml_conn *c)
-{
-	struct bufferevent *bev = c->bev;
+	struct dml_conn *c = arg;
 	size_t pending = evbuffer_get_length(bufferevent_get_output(bev));
 
 	if (c->closing) {
@@ -273,14 +265,8 @@ static int conn_new(struct event_base *base, int fd, const struct dml_conn_conf 
 		free(c);
 		return DML_EIO;
 	}
-	c->corkbuf = evbuffer_new();
-	if (!c->corkbuf) {
-		free(c);
-		return DML_ENOMEM;
-	}
 	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!c->bev) {
-		evbuffer_free(c->corkbuf);
 		free(c);
 		return DML_ENOMEM;
 	}
@@ -386,15 +372,9 @@ const Dml__Handshake *dml_conn_peer_hello(const struct dml_conn *c)
 	return c->peer_meta ? c->peer_meta->handshake : NULL;
 }
 
-size_t dml_conn_queued(const struct dml_conn *c)
-{
-	return evbuffer_get_length(bufferevent_get_output(c->bev)) +
-	       evbuffer_get_length(c->corkbuf);
-}
-
 size_t dml_conn_output_pending(const struct dml_conn *c)
 {
-	return dml_conn_queued(c);
+	return evbuffer_get_length(bufferevent_get_output(c->bev));
 }
 
 void dml_conn_set_arg(struct dml_conn *c, void *arg)
@@ -410,9 +390,4 @@ uint64_t dml_conn_bytes_in(const struct dml_conn *c)
 uint64_t dml_conn_bytes_out(const struct dml_conn *c)
 {
 	return c->bytes_out;
-}
-
-uint64_t dml_conn_direct_bytes(const struct dml_conn *c)
-{
-	return c->direct_bytes;
 }

@@ -10,16 +10,12 @@
  *
  * Input: frames are parsed with frame.h, every length checked before any
  * allocation; at most DML_CONN_FRAMES_PER_WAKE frames are handled per wake-up
- * so one busy peer cannot starve the others. Payloads of 64 KiB and more are
- * read straight from the socket into their destination (the owner's buffer,
- * or a reusable per-connection one), bypassing the bufferevent's input
- * buffer: all of the payload but what came in the read that carried its head.
+ * so one busy peer cannot starve the others. Large payloads are read straight
+ * from the socket into their destination (the owner's buffer, or a reusable
+ * per-connection one), bypassing the bufferevent's input buffer.
  * Output: sends first try a direct write when nothing is queued; what the
  * socket does not take is queued (copied, or referenced when the caller
- * promises the memory outlives the send). Replies to a batch of input frames
- * gather apart and leave in one write at the batch's end; only what the
- * socket does not take then waits on the bufferevent, so the loop watches
- * for writability only while something does. A peer whose queued output exceeds
+ * promises the memory outlives the send). A peer whose queued output exceeds
  * the high watermark stops being read until it drains (backpressure).
  *
  * Teardown is never done inside a callback of the connection itself:
@@ -211,7 +207,5 @@ size_t dml_conn_output_pending(const struct dml_conn *c);
 void dml_conn_set_arg(struct dml_conn *c, void *arg);
 uint64_t dml_conn_bytes_in(const struct dml_conn *c);
 uint64_t dml_conn_bytes_out(const struct dml_conn *c);
-/** Payload bytes read straight from the socket into their destination. */
-uint64_t dml_conn_direct_bytes(const struct dml_conn *c);
 
 #endif

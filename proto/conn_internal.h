@@ -19,8 +19,7 @@
 #include "proto/dml.pb-c.h"
 #include "proto/frame.h"
 
-/* Payloads at least this large (the whole payload, however it arrives) are
- * read straight into their destination. */
+/* Payloads at least this large are read straight into their destination. */
 #define DIRECT_READ_MIN (64u * 1024)
 
 struct dml_conn {
@@ -61,19 +60,8 @@ struct dml_conn {
 	int read_paused;              /* backpressure */
 	int held;                     /* on_frame held the current frame */
 	int corked;                   /* replies to a batch of frames go out together */
-	struct evbuffer *corkbuf;     /* those replies, until the batch is done */
 	uint64_t bytes_in, bytes_out;
-	uint64_t direct_bytes;        /* payload bytes read straight into place */
 };
-
-/* What is queued for the peer: the bufferevent's output and, while corked,
- * the replies of the batch. */
-size_t dml_conn_queued(const struct dml_conn *c);
-
-/* Output was written: resume reading a peer paused for backpressure once
- * the queue drained to half the watermark, free a closing connection once
- * empty. */
-void dml_conn_output_drained(struct dml_conn *c);
 
 /* Moves c to state st and logs the change. */
 void dml_conn_set_state(struct dml_conn *c, enum dml_conn_state st);

@@ -155,14 +155,9 @@ static void set_lowat(struct dml_conn *c, size_t remaining)
 		c->lowat = want;
 }
 
-/*
- * Read the rest of the current payload straight from the socket into its
- * destination: 1 when it is all there, 0 when the socket ran dry (the kernel
- * asked to wake us once more of it is queued), -1 when the connection failed
- * (aborted).
- */
-static int direct_read(struct dml_conn *c)
+void dml_conn_direct_read_cb(evutil_socket_t fd, short what, void *arg)
 {
+	struct dml_conn *c = arg;
 	size_t want = c->hdr.payload_len;
 
 	while (c->got < want) {
@@ -171,72 +166,33 @@ static int direct_read(struct dml_conn *c)
 		if (n > 0) {
 			c->got += (size_t)n;
 			c->bytes_in += (uint64_t)n;
-			c->direct_bytes += (uint64_t)n;
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
 			set_lowat(c, want - c->got);
-			return 0;
+			return;
 		}
 		dml_warn("peer %s: %s", c->peer,
 			 n == 0 ? dml_strerror(DML_EFRAME_TRUNC) : strerror(errno));
 		dml_conn_abort(c, n == 0 ? DML_EFRAME_TRUNC : DML_ECONN);
-		return -1;
-	}
-	set_lowat(c, 1);
-	return 1;
-}
-
-void dml_conn_direct_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct dml_conn *c = arg;
-
-	if (direct_read(c) <= 0)
 		return;
+	}
 	event_del(c->direct_ev);
 	c->direct = 0;
+	set_lowat(c, 1);
 	if (!c->read_paused && !c->held)
 		bufferevent_enable(c->bev, EV_READ);
 	dml_conn_process_input(c);
 }
 
-/*
- * A large payload (DIRECT_READ_MIN or more, counted whole: what came with its
- * head does not make it small) is read on straight from the socket, at once
- * and then whenever the socket is readable, the bufferevent's reading off
- * meanwhile. 1 when the payload is complete, 0 when it is still coming,
- * -1 when the connection failed.
- */
-static int start_direct(struct dml_conn *c)
-{
-	int rc = direct_read(c);
-
-	if (rc != 0)
-		return rc;
-	c->direct = 1;
-	bufferevent_disable(c->bev, EV_READ);
-	event_add(c->direct_ev, NULL);
-	return 0;
-}
-
-/*
- * Write what a batch of frames queued, now rather than on the next loop turn;
- * only what the socket does not take goes to the bufferevent, behind what
- * was queued there before.
- */
+/* Write what a batch of frames queued, now rather than on the next loop turn. */
 static void uncork(struct dml_conn *c)
 {
 	struct evbuffer *out = bufferevent_get_output(c->bev);
 
 	c->corked = 0;
-	if (c->closing || evbuffer_get_length(c->corkbuf) == 0)
-		return;
-	if (evbuffer_get_length(out) == 0)
-		(void)evbuffer_write(c->corkbuf, c->fd);
-	if (evbuffer_get_length(c->corkbuf) > 0)
-		evbuffer_add_buffer(out, c->corkbuf);
-	else if (evbuffer_get_length(out) == 0)
-		dml_conn_output_drained(c);
+	if (!c->closing && evbuffer_get_length(out) > 0)
+		(void)evbuffer_write(out, c->fd);
 }
 
 void dml_conn_process_input(struct dml_conn *c)
@@ -271,10 +227,14 @@ static void process_frames(struct dml_conn *c)
 			c->got += take;
 			c->bytes_in += take;
 			left -= take;
-			if (left > 0 && c->hdr.payload_len >= DIRECT_READ_MIN) {
-				if (start_direct(c) != 1)
-					return;
-			} else if (left > 0) {
+			if (left >= DIRECT_READ_MIN) {
+				c->direct = 1;
+				set_lowat(c, left);
+				bufferevent_disable(c->bev, EV_READ);
+				event_add(c->direct_ev, NULL);
+				return;
+			}
+			if (left > 0) {
 				bufferevent_setwatermark(c->bev, EV_READ, left, 0);
 				return;
 			}

@@ -1,8 +1,7 @@
 /*
  * The send path of the connection layer (conn.h): frames built from a
  * message and payload pieces, copied or referenced (pinned) into the
- * bufferevent's output (while a batch of input is handled, into the batch's
- * own buffer: conn_recv.c writes it at the end), and error replies.
+ * bufferevent's output, and error replies.
  *
  * Must never block, or write to a connection that is closing.
  */
@@ -61,10 +60,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		      int iovcnt, int flags, const struct pin_release *pin)
 {
 	int pinned = 0;   /* a reference now owns the release */
-	/* While a batch of input is handled its replies gather in corkbuf, so
-	 * that the bufferevent is asked to watch for writability only when the
-	 * socket did not take them all at the batch's end (conn_recv.c). */
-	struct evbuffer *out = c->corked ? c->corkbuf : bufferevent_get_output(c->bev);
+	struct evbuffer *out = bufferevent_get_output(c->bev);
 	uint8_t stack_head[HEAD_STACK_BYTES];
 	uint8_t *head = stack_head;
 	size_t head_cap = dml_frame_head_size(meta), head_len, payload = 0, done = 0;
@@ -93,7 +89,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 	 * While a batch of input is handled, small frames are queued instead and
 	 * leave in one write at the end of the batch.
 	 */
-	if (c->state != DML_CONN_CONNECTING && dml_conn_queued(c) == 0 &&
+	if (c->state != DML_CONN_CONNECTING && evbuffer_get_length(out) == 0 &&
 	    (!c->corked || payload >= DIRECT_READ_MIN)) {
 		struct iovec v[9];
 		struct msghdr msg = { .msg_iov = v };
@@ -142,7 +138,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		}
 	}
 	c->bytes_out += head_len + payload;
-	if (!c->read_paused && dml_conn_queued(c) > c->conf.output_high_wm) {
+	if (!c->read_paused && evbuffer_get_length(out) > c->conf.output_high_wm) {
 		/* The peer does not read its replies: stop reading its requests. */
 		c->read_paused = 1;
 		bufferevent_disable(c->bev, EV_READ);
