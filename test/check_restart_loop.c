@@ -49,6 +49,13 @@ static dml_t *client_of(struct dml_test_env *env, struct dml_test_server *s, uin
 	return d;
 }
 
+/* Pushes of ones: with sgd at lr 1 from zeros every row counts them. */
+static void fill_ones(float *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = 1.0f;
+}
+
 static dml_t *client(struct dml_test_env *env, struct dml_test_server *s, const char *role)
 {
 	return client_of(env, s, 1, role);
@@ -110,8 +117,7 @@ static unsigned long long lives(const char *store_lines, int wait_due)
 	char *store;
 	dml_t *d;
 
-	for (size_t i = 0; i < KEYS * WIDTH; i++)
-		ones[i] = 1.0f;
+	fill_ones(ones, KEYS * WIDTH);
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n%s",
 				  dml_test_env_dir(env), store_lines), 0);
@@ -202,8 +208,7 @@ START_TEST(test_full_disk_is_named)
 		printf("SKIP: test_full_disk_is_named: not root (mounts a small tmpfs)\n");
 		return;
 	}
-	for (size_t i = 0; i < KEYS * WIDTH; i++)
-		ones[i] = 1.0f;
+	fill_ones(ones, KEYS * WIDTH);
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&dir, "%s/tiny", dml_test_env_dir(env)), 0);
 	ck_assert_int_eq(mkdir(dir, 0700), 0);
@@ -264,8 +269,7 @@ START_TEST(test_burst_never_fills_the_map)
 	char *store;
 	dml_t *d;
 
-	for (size_t i = 0; i < KEYS * WIDTH; i++)
-		ones[i] = 1.0f;
+	fill_ones(ones, KEYS * WIDTH);
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
 				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
@@ -305,8 +309,6 @@ static void big_push(dml_t *d, int k)
 {
 	dml_handle_t h;
 
-	for (size_t i = 0; i < BIG_FLOATS; i++)
-		big_ones[i] = 1.0f;
 	ck_assert_int_eq(dml_push_range(d, 0, 0, BIG_KEYS, big_ones, &h), 0);
 	ck_assert_msg(dml_wait(d, h) == 0, "push %d: %s", k, dml_error_detail(d));
 }
@@ -360,6 +362,7 @@ START_TEST(test_full_map_waits_for_the_trim)
 	int full;
 	dml_t *d;
 
+	fill_ones(big_ones, BIG_FLOATS);
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
 				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
@@ -393,6 +396,7 @@ START_TEST(test_full_map_grows_until_a_checkpoint)
 	char *store;
 	dml_t *a, *b;
 
+	fill_ones(big_ones, BIG_FLOATS);
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	ck_assert_int_gt(asprintf(&store, "[store]\npath = %s/store\ndurability = sync\n"
 				  "checkpoint_log = 0\nmap_size = 4M\n", dml_test_env_dir(env)), 0);
