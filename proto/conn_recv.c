@@ -188,11 +188,8 @@ void dml_conn_direct_read_cb(evutil_socket_t fd, short what, void *arg)
 /* Write what a batch of frames queued, now rather than on the next loop turn. */
 static void uncork(struct dml_conn *c)
 {
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-
 	c->corked = 0;
-	if (!c->closing && evbuffer_get_length(out) > 0)
-		(void)evbuffer_write(out, c->fd);
+	dml_conn_cork_flush(c, 1);
 }
 
 void dml_conn_process_input(struct dml_conn *c)

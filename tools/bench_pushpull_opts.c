@@ -46,7 +46,7 @@ static const char *const bench_no_yes[] = { "no", "yes" };
 /* The options, in --help's order; the list options in the order of
  * struct bench_defaults' lists. */
 enum bench_pushpull_opt {
-	P_SERVER, P_SECONDS, P_WARMUP, P_SIZES, P_CONNS, P_WINDOWS, P_OPS, P_DENSE,
+	P_SERVER, P_SECONDS, P_WARMUP, P_SIZES, P_CONNS, P_WINDOWS, P_THREADS, P_OPS, P_DENSE,
 	P_SPARSE, P_QUICK, P_BASELINE, P_BASELINE_ONLY, P_DURABILITY, P_ROUNDS,
 	P_BATCH_MS, P_CSV, P_KEEP, P_VERBOSE, P_HELP, P_NOPTS
 };
@@ -232,12 +232,18 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		.help = "dense request sizes, K/M suffixes (default " BENCH_FULL_SIZES ")" },
 	[P_CONNS] = { .name = "conns", .arg = "LIST", .parse = bench_opt_counts,
 		.offset = P_FIELD(conns), .min = 1, .max = BENCH_MAX_CONNS,
-		.want = "1 to 64",
-		.help = "client connections, one thread each (default " BENCH_FULL_CONNS ")" },
+		.want = "1 to " BENCH_STR(BENCH_MAX_CONNS),
+		.help = "client connections (default " BENCH_FULL_CONNS ")" },
 	[P_WINDOWS] = { .name = "windows", .arg = "LIST", .parse = bench_opt_counts,
 		.offset = P_FIELD(windows), .min = 1, .max = BENCH_MAX_WINDOW,
 		.want = "1 to 4096",
 		.help = "requests in flight per connection (default " BENCH_FULL_WINDOWS ")" },
+	[P_THREADS] = { .name = "threads", .arg = "N", .parse = bench_opt_unsigned,
+		.offset = P_FIELD(threads), .max = BENCH_MAX_CONNS,
+		.want = "0 to " BENCH_STR(BENCH_MAX_CONNS),
+		.help = "client threads driving the connections, dealt\n"
+		        "round robin, each on one event loop (default 1;\n"
+		        "0: one per connection); raw TCP uses as many" },
 	[P_OPS] = { .name = "ops", .arg = "LIST", .parse = bench_opt_ops,
 		.want = "push and/or pull", .help = "push,pull (default both)" },
 	[P_DENSE] = { .name = "dense", .arg = "yes|no", .parse = bench_opt_yes_no,
@@ -352,6 +358,7 @@ int bench_pushpull_opts_parse(int argc, char **argv, struct bench_opts *o, int *
 	memset(o, 0, sizeof(*o));
 	o->seconds = o->warmup = -1; /* unset */
 	o->dense = o->sparse = 1;
+	o->threads = 1;
 	rc = bench_opts_parse(&pushpull_table, argc, argv, o, help);
 	return rc || *help ? rc : bench_opts_finish(o);
 }
