@@ -472,6 +472,56 @@ static int bench_case_run_raw(struct bench_case *bc, unsigned threads,
 
 /* ---- pushpull -------------------------------------------------------- */
 
+static int bench_result_rps_cmp(const void *a, const void *b)
+{
+	const struct bench_result *x = a, *y = b;
+
+	return (x->rps > y->rps) - (x->rps < y->rps);
+}
+
+/* The median of v[0..n) by requests per second (v is sorted). */
+static struct bench_result bench_result_median(struct bench_result *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), bench_result_rps_cmp);
+	return v[n / 2];
+}
+
+/*
+ * --rounds N without --durability: every case measured N times, the cases
+ * taking turns (a machine whose speed drifts weighs on all of them alike),
+ * raw TCP once; each case keeps its median. Then the rows and targets.
+ */
+static int bench_run_rounds(struct bench_case *cases, size_t n, struct bench_conn *conns,
+			    size_t nconns, const struct bench_opts *o, int run_raw)
+{
+	struct bench_plan plan = { o->warmup, o->seconds };
+	const size_t nr = (size_t)o->rounds;
+	struct bench_result *got = dml_xcalloc(n * nr, sizeof(*got));
+	int rc = 0;
+
+	for (size_t r = 0; r < nr && rc == 0; r++) {
+		printf("%sround %zu of %zu\n", o->csv ? "# " : "", r + 1, nr);
+		fflush(stdout);
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			if (r == 0 && run_raw && o->baseline != BENCH_BASELINE_NO)
+				rc = bench_case_run_raw(&cases[i], o->threads, &plan);
+			if (rc == 0)
+				rc = bench_case_run_dml(&cases[i], conns, nconns, o->threads,
+							&plan);
+			got[i * nr + r] = cases[i].dml;
+		}
+	}
+	for (size_t i = 0; i < n && rc == 0; i++)
+		cases[i].dml = bench_result_median(&got[i * nr], nr);
+	if (rc == 0) {
+		printf("%s\n%sthe median of %zu rounds\n", o->csv ? "# " : "", o->csv ? "# " : "",
+		       nr);
+		bench_print_cases(cases, n, o);
+	}
+	free(got);
+	return rc;
+}
+
 /* Measure every case (raw TCP too when run_raw), print the rows and targets. */
 static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn *conns,
 			   size_t nconns, const struct bench_opts *o, int run_raw)
@@ -479,6 +529,8 @@ static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn
 	struct bench_plan plan = { o->warmup, o->seconds };
 	int rc = 0;
 
+	if (o->rounds > 1 && o->baseline != BENCH_BASELINE_ONLY)
+		return bench_run_rounds(cases, n, conns, nconns, o, run_raw);
 	bench_print_header(o);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (run_raw && o->baseline != BENCH_BASELINE_NO)
@@ -548,20 +600,13 @@ static int bench_pushpull_serve(const struct bench_opts *o, const char *exe,
 	int rc = bench_rig_up(&rig, o, -1, exe);
 
 	if (rc == 0) {
-		bench_print_preface(o, &rig.srv, exe, ncases, 1);
+		bench_print_preface(o, &rig.srv, exe, ncases, (size_t)o->rounds);
 		rc = bench_run_cases(cases, ncases, rig.conns, rig.nconns, o, 1);
 		if (rc && bench_interrupted())
 			dml_warn("interrupted; stopping");
 	}
 	bench_rig_down(&rig, o, rc != 0);
 	return rc;
-}
-
-static int bench_result_rps_cmp(const void *a, const void *b)
-{
-	const struct bench_result *x = a, *y = b;
-
-	return (x->rps > y->rps) - (x->rps < y->rps);
 }
 
 /*
@@ -603,10 +648,7 @@ static int bench_durability_run(const struct bench_opts *o, const char *exe,
 		printf("%s\n%s[store] durability = %s: the median of %zu\n", o->csv ? "# " : "",
 		       o->csv ? "# " : "", dml_durability_names[o->durability[m]], nr);
 		for (size_t i = 0; i < ncases; i++) {
-			struct bench_result *v = &got[(m * ncases + i) * nr];
-
-			qsort(v, nr, sizeof(*v), bench_result_rps_cmp);
-			runs[m][i].dml = v[nr / 2];
+			runs[m][i].dml = bench_result_median(&got[(m * ncases + i) * nr], nr);
 			runs[m][i].tcp = runs[0][i].tcp;
 			runs[m][i].have_tcp = runs[0][i].have_tcp;
 		}

@@ -272,9 +272,10 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		        "the servers run side by side and take turns" },
 	[P_ROUNDS] = { .name = "rounds", .arg = "N", .parse = bench_opt_u64,
 		.offset = P_FIELD(rounds), .min = 1, .max = 99, .want = "1 to 99",
-		.help = "with --durability: measure each case N times per\n"
-		        "mode and keep the median (default "
-		        BENCH_STR(BENCH_DURABILITY_ROUNDS) ")" },
+		.help = "measure each case N times, the cases (and with\n"
+		        "--durability the modes) taking turns, and keep\n"
+		        "the median; raw TCP once (default 1, with\n"
+		        "--durability " BENCH_STR(BENCH_DURABILITY_ROUNDS) ")" },
 	[P_BATCH_MS] = { .name = "batch-ms", .arg = "MS", .parse = bench_opt_u64,
 		.offset = P_FIELD(batch_ms), .min = 1, .max = 60000, .want = "1 to 60000",
 		.help = "with --durability: the batch server's batch_ms\n"
@@ -327,8 +328,8 @@ static int bench_opts_finish(struct bench_opts *o)
 		bench_opt_sizes(cmd, &pushpull_opt_rows[P_SIZES], BENCH_DURABILITY_SIZES, o);
 	if (o->rounds == 0)
 		o->rounds = o->ndurability ? BENCH_DURABILITY_ROUNDS : 1;
-	if ((o->rounds > 1 || o->batch_ms) && !o->ndurability) {
-		dml_err("pushpull: --rounds and --batch-ms go with --durability");
+	if (o->batch_ms && !o->ndurability) {
+		dml_err("pushpull: --batch-ms goes with --durability");
 		return BENCH_EXIT_USAGE;
 	}
 	/* A given list is never empty. */
