@@ -1,10 +1,10 @@
 /*
  * dml-bench's timing core (see bench.h): request latencies and their
  * quantiles, and the windowed driver that keeps a number of requests in
- * flight on each of several connections, from one or more threads, for a warm-up
- * and then a counted time, each thread driving its share of the connections
- * round robin. pushpull's libdml path and its raw-TCP baseline
- * (bench_raw.c) are both timed by this one code.
+ * flight on each of several connections for a warm-up and then a counted
+ * time, from one or more threads that each drive their share of the
+ * connections round robin. pushpull's libdml path and its raw-TCP
+ * baseline (bench_raw.c) are both timed by this one code.
  *
  * It must never outlive its threads: every thread it starts is joined
  * before bench_run_drivers() returns, on success, error or interruption.
