@@ -76,6 +76,7 @@ static void conn_free(struct dml_conn *c)
 	if (c->ops->on_close)
 		c->ops->on_close(c, c->close_err, c->arg);
 	bufferevent_free(c->bev);
+	evbuffer_free(c->cork);
 	event_free(c->resume_ev);
 	event_free(c->direct_ev);
 	event_free(c->free_ev);
@@ -119,6 +120,7 @@ void dml_conn_close(struct dml_conn *c, int err)
 	if (c->closing)
 		return;
 	begin_close(c, err);
+	dml_conn_cork_flush(c, 0);
 	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
 		schedule_free(c);
 		return;
@@ -266,7 +268,12 @@ static int conn_new(struct event_base *base, int fd, const struct dml_conn_conf 
 		return DML_EIO;
 	}
 	c->bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-	if (!c->bev) {
+	c->cork = evbuffer_new();
+	if (!c->bev || !c->cork) {
+		if (c->bev)
+			bufferevent_free(c->bev);
+		if (c->cork)
+			evbuffer_free(c->cork);
 		free(c);
 		return DML_ENOMEM;
 	}
@@ -374,7 +381,7 @@ const Dml__Handshake *dml_conn_peer_hello(const struct dml_conn *c)
 
 size_t dml_conn_output_pending(const struct dml_conn *c)
 {
-	return evbuffer_get_length(bufferevent_get_output(c->bev));
+	return evbuffer_get_length(bufferevent_get_output(c->bev)) + evbuffer_get_length(c->cork);
 }
 
 void dml_conn_set_arg(struct dml_conn *c, void *arg)

@@ -60,11 +60,19 @@ struct dml_conn {
 	int read_paused;              /* backpressure */
 	int held;                     /* on_frame held the current frame */
 	int corked;                   /* replies to a batch of frames go out together */
+	struct evbuffer *cork;        /* what a batch queued, out of the bufferevent's
+				       * sight: no write event to arm and disarm */
 	uint64_t bytes_in, bytes_out;
 };
 
 /* Moves c to state st and logs the change. */
 void dml_conn_set_state(struct dml_conn *c, enum dml_conn_state st);
+
+/*
+ * The frames a batch queued in c->cork: written now when write is set (one
+ * writev), and what the socket did not take handed to the bufferevent.
+ */
+void dml_conn_cork_flush(struct dml_conn *c, int write);
 
 /* A protocol failure: log one line, tell the peer if possible, close. */
 void dml_conn_fail(struct dml_conn *c, int err, uint64_t request_id);

@@ -231,21 +231,11 @@ static int read_ahead(struct dml_conn *c, struct evbuffer *in)
 	return rc == 0 && v[0].iov_len > 0;
 }
 
-/*
- * Write what a batch of frames queued, now rather than on the next loop
- * turn. The bufferevent keeps its output's front frozen but while it
- * writes, and evbuffer_write fails on a frozen front; so thaw it here.
- */
+/* Write what a batch of frames queued, now rather than on the next loop turn. */
 static void uncork(struct dml_conn *c)
 {
-	struct evbuffer *out = bufferevent_get_output(c->bev);
-
 	c->corked = 0;
-	if (c->closing || evbuffer_get_length(out) == 0)
-		return;
-	evbuffer_unfreeze(out, 1);
-	(void)evbuffer_write(out, c->fd);
-	evbuffer_freeze(out, 1);
+	dml_conn_cork_flush(c, 1);
 }
 
 void dml_conn_process_input(struct dml_conn *c)

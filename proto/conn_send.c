@@ -1,7 +1,8 @@
 /*
  * The send path of the connection layer (conn.h): frames built from a
  * message and payload pieces, copied or referenced (pinned) into the
- * bufferevent's output, and error replies.
+ * bufferevent's output (or, while a batch of input is handled, into the
+ * cork that leaves in one write at its end), and error replies.
  *
  * Must never block, or write to a connection that is closing.
  */
@@ -56,11 +57,51 @@ int dml_conn_send_pinned(struct dml_conn *c, Dml__Meta *meta, const void *payloa
 	return send_frame(c, meta, &v, len ? 1 : 0, DML_SEND_REF, &pin);
 }
 
+/* The peer does not read its replies: stop reading its requests. */
+static void check_backpressure(struct dml_conn *c)
+{
+	if (!c->read_paused && dml_conn_output_pending(c) > c->conf.output_high_wm) {
+		c->read_paused = 1;
+		bufferevent_disable(c->bev, EV_READ);
+		bufferevent_setwatermark(c->bev, EV_WRITE, c->conf.output_high_wm / 2, 0);
+	}
+}
+
+void dml_conn_cork_flush(struct dml_conn *c, int write)
+{
+	struct evbuffer *out = bufferevent_get_output(c->bev);
+
+	if (write && !c->closing) {
+		if (evbuffer_get_length(out) > 0) {
+			/* The bufferevent keeps its output's front frozen but
+			 * while it writes; evbuffer_write fails on a frozen front. */
+			evbuffer_unfreeze(out, 1);
+			(void)evbuffer_write(out, c->fd);
+			evbuffer_freeze(out, 1);
+		}
+		if (evbuffer_get_length(out) == 0 && evbuffer_get_length(c->cork) > 0)
+			(void)evbuffer_write(c->cork, c->fd);
+	}
+	if (evbuffer_get_length(c->cork) > 0) {
+		/* Moves the chains, pinned ones too; the bufferevent arms its
+		 * write event for them. */
+		(void)evbuffer_add_buffer(out, c->cork);
+		check_backpressure(c);
+	}
+	/* Paused by what the cork held: with no write event armed for it,
+	 * the write callback that resumes reading must be run from here. */
+	if (c->read_paused && !c->closing)
+		bufferevent_trigger(c->bev, EV_WRITE, 0);
+}
+
 static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
 		      int iovcnt, int flags, const struct pin_release *pin)
 {
 	int pinned = 0;   /* a reference now owns the release */
 	struct evbuffer *out = bufferevent_get_output(c->bev);
+	/* While a batch is handled, frames gather in the cork unless output
+	 * is already waiting (they must follow it). */
+	struct evbuffer *q = c->corked && evbuffer_get_length(out) == 0 ? c->cork : out;
 	uint8_t stack_head[HEAD_STACK_BYTES];
 	uint8_t *head = stack_head;
 	size_t head_cap = dml_frame_head_size(meta), head_len, payload = 0, done = 0;
@@ -86,11 +127,12 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 
 	/*
 	 * Fast path: nothing queued, so write straight from the caller's memory.
-	 * While a batch of input is handled, small frames are queued instead and
-	 * leave in one write at the end of the batch.
+	 * While a batch of input is handled, small frames are queued in the
+	 * cork instead and leave in one write at the end of the batch
+	 * (dml_conn_cork_flush).
 	 */
 	if (c->state != DML_CONN_CONNECTING && evbuffer_get_length(out) == 0 &&
-	    (!c->corked || payload >= DIRECT_READ_MIN)) {
+	    evbuffer_get_length(c->cork) == 0 && (!c->corked || payload >= DIRECT_READ_MIN)) {
 		struct iovec v[9];
 		struct msghdr msg = { .msg_iov = v };
 		ssize_t n;
@@ -107,7 +149,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 	}
 
 	/* Queue whatever the socket did not take. */
-	if (done < head_len && evbuffer_add(out, head + done, head_len - done) != 0) {
+	if (done < head_len && evbuffer_add(q, head + done, head_len - done) != 0) {
 		rc = DML_ENOMEM;
 		goto out;
 	}
@@ -125,12 +167,12 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		len -= done;
 		done = 0;
 		if (pin && i == iovcnt - 1) {
-			r = evbuffer_add_reference(out, p, len, pin->fn, pin->token);
+			r = evbuffer_add_reference(q, p, len, pin->fn, pin->token);
 			pinned = r == 0;
 		} else if (flags & DML_SEND_REF) {
-			r = evbuffer_add_reference(out, p, len, NULL, NULL);
+			r = evbuffer_add_reference(q, p, len, NULL, NULL);
 		} else {
-			r = evbuffer_add(out, p, len);
+			r = evbuffer_add(q, p, len);
 		}
 		if (r != 0) {
 			rc = DML_ENOMEM;
@@ -138,12 +180,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		}
 	}
 	c->bytes_out += head_len + payload;
-	if (!c->read_paused && evbuffer_get_length(out) > c->conf.output_high_wm) {
-		/* The peer does not read its replies: stop reading its requests. */
-		c->read_paused = 1;
-		bufferevent_disable(c->bev, EV_READ);
-		bufferevent_setwatermark(c->bev, EV_WRITE, c->conf.output_high_wm / 2, 0);
-	}
+	check_backpressure(c);
 out:
 	if (head != stack_head)
 		free(head);

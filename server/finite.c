@@ -9,6 +9,8 @@
 
 /* Values looked at between two early-exit checks. */
 #define BLOCK 4096
+/* Values of a block's tail looked at per vectorised step. */
+#define STEP 256
 /* Exponent bits all set: an infinity or a NaN. */
 #define EXP_MASK 0x7f800000u
 
@@ -25,6 +27,22 @@ int dml_values_finite(const float *v, size_t n)
 			bad += (p[i + j] & EXP_MASK) == EXP_MASK;
 		if (bad)
 			return 0;
+	}
+	/* The rest of a block (all of a 4 KiB push) in fixed steps too: gcc
+	 * -O2 vectorises only loops of a known count, and a scalar pass cost
+	 * a 4 KiB push about a microsecond. A last partial step is the last
+	 * STEP values, some of them seen twice. */
+	if (i < n && n >= STEP) {
+		const size_t last = n - STEP;
+
+		for (;; i += STEP) {
+			size_t at = i < last ? i : last;
+
+			for (size_t j = 0; j < STEP; j++)
+				bad += (p[at + j] & EXP_MASK) == EXP_MASK;
+			if (at == last)
+				return bad == 0;
+		}
 	}
 	for (; i < n; i++)
 		bad += (p[i] & EXP_MASK) == EXP_MASK;

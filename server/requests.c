@@ -103,11 +103,15 @@ static int request_served(struct session *ss, const Dml__Meta *m, struct table_e
 static const uint8_t *stale_scaled(struct dml_server *s, const struct dml_ssp_worker *w,
 				   const Dml__Meta *m, const uint8_t *payload)
 {
-	uint64_t newest = dml_ssp_max_clock(&s->ssp), keybytes, n;
+	uint64_t newest, keybytes, n;
 	float *copy, *vals;
 	float k;
 
-	if (s->stale_scaling != DML_STALE_INVERSE || !w || newest <= m->clock)
+	/* The newest clock is a walk over every worker: only when it matters. */
+	if (s->stale_scaling != DML_STALE_INVERSE || !w)
+		return payload;
+	newest = dml_ssp_max_clock(&s->ssp);
+	if (newest <= m->clock)
 		return payload;
 	keybytes = m->dense ? 0 : m->num_keys * 8ull;
 	n = (m->dense ? m->key_end - m->key_begin : m->num_keys) * (uint64_t)m->value_width;

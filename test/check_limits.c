@@ -213,6 +213,28 @@ START_TEST(test_finite_scan_is_cheap)
 }
 END_TEST
 
+/* Every position of short and odd lengths is looked at: the vectorised tail
+ * steps, the overlapping last one and the scalar rest. */
+START_TEST(test_finite_scan_sees_every_position)
+{
+	static const size_t lens[] = { 1, 3, 255, 256, 257, 511, 1000, 1024, 4095, 4096,
+				       4097, 4096 + 300 };
+	float *v = dml_xcalloc(4096 + 300, sizeof(float));
+
+	for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+		size_t n = lens[k];
+
+		ck_assert_int_eq(dml_values_finite(v, n), 1);
+		for (size_t i = 0; i < n; i++) {
+			v[i] = i % 2 ? NAN : INFINITY;
+			ck_assert_msg(dml_values_finite(v, n) == 0, "n %zu: %zu missed", n, i);
+			v[i] = 0;
+		}
+	}
+	free(v);
+}
+END_TEST
+
 /* ---- (e) sequence numbers past the resend window -------------------------- */
 
 START_TEST(test_seq_jump_is_refused)
@@ -271,6 +293,7 @@ static Suite *limits_suite(void)
 	tcase_add_test(tc, test_fd_exhaustion_pauses_accepting);
 	tcase_add_test(tc, test_nonfinite_push_is_refused);
 	tcase_add_test(tc, test_finite_scan_is_cheap);
+	tcase_add_test(tc, test_finite_scan_sees_every_position);
 	tcase_add_test(tc, test_seq_jump_is_refused);
 	suite_add_tcase(s, tc);
 	return s;

@@ -80,6 +80,15 @@ test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_ra
 test_check_limits_CFLAGS = $(TEST_CFLAGS)
 test_check_limits_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 
+# Integration: many connections with requests in flight (every ACK once,
+# in order; a hostile frame refused on its own connection only).
+check_PROGRAMS += test/check_many_conns
+TESTS += test/check_many_conns
+test_check_many_conns_SOURCES = test/check_many_conns.c test/limits_raw.c test/limits_raw.h \
+	test/raw_frame.c test/raw_frame.h $(HARNESS_SOURCES)
+test_check_many_conns_CFLAGS = $(TEST_CFLAGS)
+test_check_many_conns_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # Integration: memory no peer can pin (refused buffers, sparse pulls,
 # forgotten workers, the output budget).
 check_PROGRAMS += test/check_memory

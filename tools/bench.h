@@ -54,6 +54,9 @@ struct bench_result {
  * (0..window-1, reused round robin); complete() blocks until the request in
  * `slot` is done. Requests complete in the order they were submitted. Both
  * return 0 or a DML_E... code, and are only ever called from one thread.
+ * A thread that drives several connections blocks in complete() on one
+ * while the others' replies wait: their sockets or event loop must let
+ * them queue meanwhile.
  */
 struct bench_driver {
 	void *ctx;
@@ -65,18 +68,24 @@ struct bench_driver {
 #define BENCH_MAX_STRETCH 10
 
 /**
- * Run drivers[0..conns-1], each on its own thread keeping `window` requests
- * in flight (submit until the window is full, then complete the oldest and
- * submit another), for plan's warm-up plus counted time, then drain. The
- * counted time is stretched (at most tenfold) until window * conns requests
- * completed in it. Latency is submit to completion of each request completed
- * in the counted time. value_bytes is what one request moves, for GB/s.
- * Returns 0, the first driver error, DML_EIO when a thread cannot start, or
- * DML_ECLOSED when interrupted (*res is then filled from what was measured).
+ * Run drivers[0..conns-1] from `threads` threads (0: one per connection;
+ * connection i is driven by thread bench_thread_of(i, threads)), each
+ * thread keeping `window` requests in flight on each of its connections
+ * (round robin: top a window up, then complete its oldest request and move
+ * on), for plan's warm-up plus counted time, then drain. The counted time
+ * is stretched (at most tenfold) until window * conns requests completed in
+ * it. Latency is submit to completion of each request completed in the
+ * counted time. value_bytes is what one request moves, for GB/s. Returns 0,
+ * the first driver error, DML_EIO when a thread cannot start, or
+ * DML_ECLOSED when interrupted (*res is then filled from what was
+ * measured).
  */
 int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
-		      unsigned window, const struct bench_plan *plan,
+		      unsigned threads, unsigned window, const struct bench_plan *plan,
 		      uint64_t value_bytes, struct bench_result *res);
+
+/** The thread (of `threads`, 0: one per connection) that drives connection conn. */
+unsigned bench_thread_of(unsigned conn, unsigned threads);
 
 /** Non-zero once SIGINT or SIGTERM arrived: drivers stop submitting. */
 int bench_interrupted(void);
@@ -93,12 +102,12 @@ struct bench_raw_shape {
 /**
  * The raw-TCP baseline: `conns` blocking loopback connections with
  * TCP_NODELAY, each answered by its own thread of this process, moving
- * shape's bytes request/response style with the same window and timing as
- * the libdml path. Returns 0, DML_EINVAL (bad shape or counts), DML_EIO,
+ * shape's bytes request/response style with the same client threads,
+ * window and timing as the libdml path. Returns 0, DML_EINVAL (bad shape or counts), DML_EIO,
  * DML_ECONN, DML_ENOMEM or DML_ECLOSED (interrupted).
  */
-int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned window,
-		  const struct bench_plan *plan, uint64_t value_bytes,
+int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned threads,
+		  unsigned window, const struct bench_plan *plan, uint64_t value_bytes,
 		  struct bench_result *res);
 
 #endif

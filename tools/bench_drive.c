@@ -1,9 +1,10 @@
 /*
  * dml-bench's timing core (see bench.h): request latencies and their
  * quantiles, and the windowed driver that keeps a number of requests in
- * flight on each of several connections, one thread each, for a warm-up
- * and then a counted time. pushpull's libdml path and its raw-TCP baseline
- * (bench_raw.c) are both timed by this one code.
+ * flight on each of several connections for a warm-up and then a counted
+ * time, from one or more threads that each drive their share of the
+ * connections round robin. pushpull's libdml path and its raw-TCP
+ * baseline (bench_raw.c) are both timed by this one code.
  *
  * It must never outlive its threads: every thread it starts is joined
  * before bench_run_drivers() returns, on success, error or interruption.
@@ -103,8 +104,17 @@ static uint64_t bench_window_end(struct bench_window *w, uint64_t now)
 	return end;
 }
 
-struct bench_thread {
+/* One connection's window as its thread keeps it. */
+struct bench_slots {
 	const struct bench_driver *drv;
+	uint64_t *sent; /* submit time of each slot */
+	unsigned head, inflight;
+};
+
+/* A client thread and the connections it drives, one event loop's worth. */
+struct bench_thread {
+	struct bench_slots *conns;
+	unsigned nconns;
 	unsigned window;
 	struct bench_window *counted;
 	uint64_t done;
@@ -114,43 +124,65 @@ struct bench_thread {
 	pthread_t tid;
 };
 
+/* Fill c's window while the counted time lasts; 1 when it submitted any. */
+static int bench_slots_fill(struct bench_thread *t, struct bench_slots *c, int *rc)
+{
+	int any = 0;
+
+	while (c->inflight < t->window && *rc == 0) {
+		uint64_t now = dml_now_ns();
+		unsigned slot = (c->head + c->inflight) % t->window;
+
+		if (now >= bench_window_end(t->counted, now) || bench_interrupted())
+			break;
+		c->sent[slot] = now;
+		*rc = c->drv->submit(c->drv->ctx, slot);
+		c->inflight += *rc == 0;
+		any = 1;
+	}
+	return any;
+}
+
+/* Complete c's oldest request and count it if it ended in the counted time. */
+static int bench_slots_complete(struct bench_thread *t, struct bench_slots *c)
+{
+	struct bench_window *w = t->counted;
+	int rc = c->drv->complete(c->drv->ctx, c->head);
+	uint64_t now = dml_now_ns();
+
+	if (rc)
+		return rc;
+	if (now >= w->begin_ns && now < atomic_load(&w->end_ns)) {
+		t->done++;
+		atomic_fetch_add(&w->done, 1);
+		bench_lat_add(&t->lat, now - c->sent[c->head]);
+	}
+	c->head = (c->head + 1) % t->window;
+	c->inflight--;
+	return 0;
+}
+
+/*
+ * Round robin over the thread's connections: top each window up, then wait
+ * for its oldest request, so every connection keeps `window` in flight while
+ * the thread blocks on one of them (the others' replies queue meanwhile).
+ */
 static int bench_thread_loop(struct bench_thread *t)
 {
-	const struct bench_driver *d = t->drv;
-	struct bench_window *w = t->counted;
-	uint64_t *sent = dml_xcalloc(t->window, sizeof(*sent));
-	unsigned head = 0, inflight = 0;
-	int rc = 0;
+	int rc = 0, busy = 1;
 
-	for (;;) {
-		uint64_t now = dml_now_ns();
+	while (busy && rc == 0) {
+		busy = 0;
+		for (unsigned i = 0; i < t->nconns && rc == 0; i++) {
+			struct bench_slots *c = &t->conns[i];
 
-		if (inflight < t->window && now < bench_window_end(w, now) &&
-		    !bench_interrupted()) {
-			unsigned slot = (head + inflight) % t->window;
-
-			sent[slot] = now;
-			rc = d->submit(d->ctx, slot);
-			if (rc)
-				break;
-			inflight++;
-			continue;
+			busy |= bench_slots_fill(t, c, &rc);
+			if (rc == 0 && c->inflight > 0) {
+				rc = bench_slots_complete(t, c);
+				busy = 1;
+			}
 		}
-		if (inflight == 0)
-			break;
-		rc = d->complete(d->ctx, head);
-		if (rc)
-			break;
-		now = dml_now_ns();
-		if (now >= w->begin_ns && now < atomic_load(&w->end_ns)) {
-			t->done++;
-			atomic_fetch_add(&w->done, 1);
-			bench_lat_add(&t->lat, now - sent[head]);
-		}
-		head = (head + 1) % t->window;
-		inflight--;
 	}
-	free(sent);
 	return rc;
 }
 
@@ -181,41 +213,80 @@ static void bench_window_init(struct bench_window *w, const struct bench_plan *p
 	w->min_done = min_done;
 }
 
+/* Deal connection i to thread i % nth, as bench_thread_of() says. */
+static struct bench_thread *bench_threads_new(const struct bench_driver *drivers,
+					      unsigned conns, unsigned nth, unsigned window,
+					      struct bench_window *counted)
+{
+	struct bench_thread *th = dml_xcalloc(nth, sizeof(*th));
+
+	for (unsigned i = 0; i < nth; i++) {
+		th[i].conns = dml_xcalloc(conns / nth + 1, sizeof(*th[i].conns));
+		th[i].window = window;
+		th[i].counted = counted;
+		bench_lat_init(&th[i].lat);
+	}
+	for (unsigned i = 0; i < conns; i++) {
+		struct bench_thread *t = &th[bench_thread_of(i, nth)];
+		struct bench_slots *c = &t->conns[t->nconns++];
+
+		c->drv = &drivers[i];
+		c->sent = dml_xcalloc(window, sizeof(*c->sent));
+	}
+	return th;
+}
+
+/* Join the threads, gather their counts and latencies, free them. */
+static int bench_threads_join(struct bench_thread *th, unsigned nth, uint64_t *done,
+			      struct bench_lat *all)
+{
+	int rc = 0;
+
+	for (unsigned i = 0; i < nth; i++) {
+		if (th[i].started)
+			pthread_join(th[i].tid, NULL);
+		if (th[i].rc && !rc)
+			rc = th[i].rc;
+		*done += th[i].done;
+		bench_lat_append(all, &th[i].lat);
+		bench_lat_destroy(&th[i].lat);
+		for (unsigned j = 0; j < th[i].nconns; j++)
+			free(th[i].conns[j].sent);
+		free(th[i].conns);
+	}
+	free(th);
+	return rc;
+}
+
+unsigned bench_thread_of(unsigned conn, unsigned threads)
+{
+	return threads ? conn % threads : conn;
+}
+
 int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
-		      unsigned window, const struct bench_plan *plan,
+		      unsigned threads, unsigned window, const struct bench_plan *plan,
 		      uint64_t value_bytes, struct bench_result *res)
 {
+	unsigned nth = threads == 0 || threads > conns ? conns : threads;
 	struct bench_window counted;
 	struct bench_thread *th;
 	struct bench_lat all;
 	uint64_t end, stop, done = 0;
-	int rc = 0;
+	int rc;
 
 	if (!drivers || !plan || !res || conns == 0 || window == 0)
 		return DML_EINVAL;
-	th = dml_xcalloc(conns, sizeof(*th));
 	/* Every connection's window should turn over once while counted. */
 	bench_window_init(&counted, plan, (uint64_t)window * conns);
-	for (unsigned i = 0; i < conns; i++) {
-		th[i].drv = &drivers[i];
-		th[i].window = window;
-		th[i].counted = &counted;
-		bench_lat_init(&th[i].lat);
+	th = bench_threads_new(drivers, conns, nth, window, &counted);
+	for (unsigned i = 0; i < nth; i++) {
 		th[i].started =
 			pthread_create(&th[i].tid, NULL, bench_thread_main, &th[i]) == 0;
 		if (!th[i].started)
 			th[i].rc = DML_EIO;
 	}
 	bench_lat_init(&all);
-	for (unsigned i = 0; i < conns; i++) {
-		if (th[i].started)
-			pthread_join(th[i].tid, NULL);
-		if (th[i].rc && !rc)
-			rc = th[i].rc;
-		done += th[i].done;
-		bench_lat_append(&all, &th[i].lat);
-		bench_lat_destroy(&th[i].lat);
-	}
+	rc = bench_threads_join(th, nth, &done, &all);
 	stop = dml_now_ns();
 	end = atomic_load(&counted.end_ns);
 	if (stop > end)
@@ -231,7 +302,6 @@ int bench_run_drivers(const struct bench_driver *drivers, unsigned conns,
 	res->p50_us = bench_lat_quantile_us(&all, 0.50);
 	res->p99_us = bench_lat_quantile_us(&all, 0.99);
 	bench_lat_destroy(&all);
-	free(th);
 	if (rc == 0 && bench_interrupted())
 		rc = DML_ECLOSED;
 	return rc;

@@ -1,7 +1,8 @@
 /*
  * dml-bench pushpull: starts one real dml-server in a private temporary
  * directory, drives it through libdml with dense and sparse pushes and
- * pulls from 1..N connections (one thread and one dml_t each) at several
+ * pulls from 1..N connections (one dml_t each, all driven by one client
+ * thread on one event loop unless --threads says otherwise) at several
  * windows of requests in flight, measures the same traffic over raw
  * loopback TCP (bench_raw.c) in the same run, prints one row per
  * configuration (bench_pushpull_print.c) and checks the targets of the
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "tools/bench.h"
 #include "tools/bench_pushpull.h"
@@ -205,12 +207,23 @@ static int bench_server_start(struct bench_server *s, const char *exe,
 
 /* ---- libdml connections ---------------------------------------------- */
 
+/*
+ * What every connection of a rig shares: the sparse key sets (read only)
+ * and, per client thread, one value buffer that its connections push from
+ * and pull into (one thread, so pulls into it never race).
+ */
+struct bench_shared {
+	uint64_t *pool[BENCH_NSPARSE]; /* BENCH_KEY_BATCHES sets of keys each */
+	size_t nvals;                  /* floats of each value buffer */
+};
+
 struct bench_conn {
 	dml_opts_t *opts;
 	dml_t *d;
 	float *vals;       /* push source and pull destination, nvals floats */
-	size_t nvals;
-	uint64_t *pool[BENCH_NSPARSE]; /* BENCH_KEY_BATCHES sets of keys each */
+	int own_vals;      /* the first connection of its thread owns vals */
+	const struct bench_shared *shared;
+	unsigned index;
 	size_t batch;
 	dml_handle_t *handles;        /* one per window slot */
 	const struct bench_case *cur; /* what submit() sends now */
@@ -258,8 +271,38 @@ static int bench_keys_generate(uint32_t universe, uint64_t seed, uint64_t **out)
 	return 0;
 }
 
-static int bench_conn_open(struct bench_conn *c, unsigned index,
-			   const struct bench_server *s, const struct bench_opts *o)
+static int bench_shared_init(struct bench_shared *sh, const struct bench_opts *o)
+{
+	uint64_t dense_max = bench_list_max(&o->sizes) / sizeof(float);
+	uint64_t sparse_max = BENCH_SPARSE_KEYS * bench_sparse_max_width();
+
+	memset(sh, 0, sizeof(*sh));
+	sh->nvals = dense_max > sparse_max ? dense_max : sparse_max;
+	for (size_t i = 0; o->sparse && i < BENCH_NSPARSE; i++) {
+		int rc = bench_keys_generate(1u << bench_sparse[i].universe_log2, i + 1,
+					     &sh->pool[i]);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static void bench_shared_free(struct bench_shared *sh)
+{
+	for (size_t i = 0; i < BENCH_NSPARSE; i++)
+		free(sh->pool[i]);
+	memset(sh, 0, sizeof(*sh));
+}
+
+/*
+ * Connection `index` of conns[]: on the event loop and value buffer of the
+ * first connection of its client thread (bench_thread_of), so one thread
+ * waits for all of its connections' replies at once.
+ */
+static int bench_conn_open(struct bench_conn *conns, unsigned index,
+			   const struct bench_server *s, const struct bench_opts *o,
+			   const struct bench_shared *sh)
 {
 	char servers[32], secret[PATH_MAX], id[16], payload[32];
 	/* Reconnect briefly and fail a request stuck for a minute: a
@@ -273,30 +316,26 @@ static int bench_conn_open(struct bench_conn *c, unsigned index,
 		{ "request_timeout_ms", "60000" },
 		{ "reconnect_timeout_ms", "5000" },
 	};
-	uint64_t dense_max = bench_list_max(&o->sizes) / sizeof(float);
-	uint64_t sparse_max = BENCH_SPARSE_KEYS * bench_sparse_max_width();
+	struct bench_conn *c = &conns[index];
+	struct bench_conn *first = &conns[bench_thread_of(index, o->threads)];
 	int rc;
 
 	memset(c, 0, sizeof(*c));
+	c->index = index;
+	c->shared = sh;
 	snprintf(servers, sizeof(servers), "127.0.0.1:%u", (unsigned)s->port);
 	snprintf(id, sizeof(id), "%u", index + 1);
 	snprintf(payload, sizeof(payload), "%" PRIu64, bench_max_payload(o));
 	if (bench_server_file(s, "secret", secret, sizeof(secret)))
 		return DML_EINVAL;
-	c->nvals = dense_max > sparse_max ? dense_max : sparse_max;
-	c->vals = malloc(c->nvals * sizeof(*c->vals));
+	c->own_vals = first == c;
+	c->vals = c->own_vals ? malloc(sh->nvals * sizeof(*c->vals)) : first->vals;
 	if (!c->vals)
 		return DML_ENOMEM;
 	c->handles = dml_xcalloc(bench_list_max(&o->windows), sizeof(*c->handles));
-	for (size_t i = 0; o->sparse && i < BENCH_NSPARSE; i++) {
-		rc = bench_keys_generate(1u << bench_sparse[i].universe_log2,
-					 index * BENCH_NSPARSE + i + 1, &c->pool[i]);
-		if (rc)
-			return rc;
-	}
 	rc = bench_dml_opts_new(opts, DML_ARRAY_LEN(opts), &c->opts);
 	if (rc == 0) {
-		rc = dml_connect(c->opts, &c->d);
+		rc = dml_connect_shared(c->opts, first == c ? NULL : first->d, &c->d);
 		if (rc)
 			dml_err("connection %u to %s: %s", index + 1, servers,
 				dml_strerror(rc));
@@ -309,10 +348,9 @@ static void bench_conn_close(struct bench_conn *c)
 	if (c->d)
 		dml_close(c->d);
 	dml_opts_free(c->opts);
-	for (size_t i = 0; i < BENCH_NSPARSE; i++)
-		free(c->pool[i]);
 	free(c->handles);
-	free(c->vals);
+	if (c->own_vals)
+		free(c->vals);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -365,7 +403,7 @@ static int bench_dml_submit(void *ctx, unsigned slot)
 		rc = push ? dml_push_range(c->d, bc->table, 0, bc->nkeys, c->vals, h)
 			  : dml_pull_range(c->d, bc->table, 0, bc->nkeys, c->vals, h);
 	} else {
-		const uint64_t *keys = c->pool[bc->pool] + c->batch * BENCH_SPARSE_KEYS;
+		const uint64_t *keys = c->shared->pool[bc->pool] + c->batch * BENCH_SPARSE_KEYS;
 
 		c->batch = (c->batch + 1) % BENCH_KEY_BATCHES;
 		rc = push ? dml_push(c->d, bc->table, keys, bc->nkeys, c->vals, h)
@@ -390,7 +428,7 @@ static int bench_dml_complete(void *ctx, unsigned slot)
  * from needing half a gigabyte per connection.
  */
 static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
-			      size_t nconns, const struct bench_plan *plan)
+			      size_t nconns, unsigned threads, const struct bench_plan *plan)
 {
 	struct bench_driver *drv = dml_xcalloc(bc->conns, sizeof(*drv));
 	int rc;
@@ -399,31 +437,33 @@ static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
 		struct bench_conn *c = &conns[i];
 
 		c->cur = bc;
-		c->batch = 0;
-		if (bc->op == BENCH_PUSH) {
-			for (size_t j = 0; j < c->nvals; j++)
-				c->vals[j] = 1.0f / 1024;
-		}
+		/* Connections draw the shared key sets from different places. */
+		c->batch = c->index % BENCH_KEY_BATCHES;
+		for (size_t j = 0; bc->op == BENCH_PUSH && c->own_vals && j < c->shared->nvals; j++)
+			c->vals[j] = 1.0f / 1024;
 		drv[i] = (struct bench_driver){ c, bench_dml_submit,
 						bench_dml_complete };
 	}
-	rc = bench_run_drivers(drv, bc->conns, bc->window, plan,
+	rc = bench_run_drivers(drv, bc->conns, threads, bc->window, plan,
 			       bench_case_value_bytes(bc), &bc->dml);
 	bc->have_dml = rc == 0;
 	free(drv);
-	/* Let the idle connections answer whatever the server sent meanwhile. */
+	/* Let the idle connections answer whatever the server sent meanwhile
+	 * (once per event loop). */
 	for (size_t i = 0; i < nconns; i++)
-		dml_progress(conns[i].d, 0);
+		if (conns[i].own_vals)
+			dml_progress(conns[i].d, 0);
 	return rc;
 }
 
-static int bench_case_run_raw(struct bench_case *bc, const struct bench_plan *plan)
+static int bench_case_run_raw(struct bench_case *bc, unsigned threads,
+			      const struct bench_plan *plan)
 {
 	struct bench_raw_shape shape;
 	int rc;
 
 	bench_case_raw_shape(bc, &shape);
-	rc = bench_raw_run(&shape, bc->conns, bc->window, plan,
+	rc = bench_raw_run(&shape, bc->conns, threads, bc->window, plan,
 			   bench_case_value_bytes(bc), &bc->tcp);
 	bc->have_tcp = rc == 0;
 	return rc;
@@ -432,6 +472,56 @@ static int bench_case_run_raw(struct bench_case *bc, const struct bench_plan *pl
 
 /* ---- pushpull -------------------------------------------------------- */
 
+static int bench_result_rps_cmp(const void *a, const void *b)
+{
+	const struct bench_result *x = a, *y = b;
+
+	return (x->rps > y->rps) - (x->rps < y->rps);
+}
+
+/* The median of v[0..n) by requests per second (v is sorted). */
+static struct bench_result bench_result_median(struct bench_result *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), bench_result_rps_cmp);
+	return v[n / 2];
+}
+
+/*
+ * --rounds N without --durability: every case measured N times, the cases
+ * taking turns (a machine whose speed drifts weighs on all of them alike),
+ * raw TCP once; each case keeps its median. Then the rows and targets.
+ */
+static int bench_run_rounds(struct bench_case *cases, size_t n, struct bench_conn *conns,
+			    size_t nconns, const struct bench_opts *o, int run_raw)
+{
+	struct bench_plan plan = { o->warmup, o->seconds };
+	const size_t nr = (size_t)o->rounds;
+	struct bench_result *got = dml_xcalloc(n * nr, sizeof(*got));
+	int rc = 0;
+
+	for (size_t r = 0; r < nr && rc == 0; r++) {
+		printf("%sround %zu of %zu\n", o->csv ? "# " : "", r + 1, nr);
+		fflush(stdout);
+		for (size_t i = 0; i < n && rc == 0; i++) {
+			if (r == 0 && run_raw && o->baseline != BENCH_BASELINE_NO)
+				rc = bench_case_run_raw(&cases[i], o->threads, &plan);
+			if (rc == 0)
+				rc = bench_case_run_dml(&cases[i], conns, nconns, o->threads,
+							&plan);
+			got[i * nr + r] = cases[i].dml;
+		}
+	}
+	for (size_t i = 0; i < n && rc == 0; i++)
+		cases[i].dml = bench_result_median(&got[i * nr], nr);
+	if (rc == 0) {
+		printf("%s\n%sthe median of %zu rounds\n", o->csv ? "# " : "", o->csv ? "# " : "",
+		       nr);
+		bench_print_cases(cases, n, o);
+	}
+	free(got);
+	return rc;
+}
+
 /* Measure every case (raw TCP too when run_raw), print the rows and targets. */
 static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn *conns,
 			   size_t nconns, const struct bench_opts *o, int run_raw)
@@ -439,12 +529,14 @@ static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn
 	struct bench_plan plan = { o->warmup, o->seconds };
 	int rc = 0;
 
+	if (o->rounds > 1 && o->baseline != BENCH_BASELINE_ONLY)
+		return bench_run_rounds(cases, n, conns, nconns, o, run_raw);
 	bench_print_header(o);
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		if (run_raw && o->baseline != BENCH_BASELINE_NO)
-			rc = bench_case_run_raw(&cases[i], &plan);
+			rc = bench_case_run_raw(&cases[i], o->threads, &plan);
 		if (rc == 0 && o->baseline != BENCH_BASELINE_ONLY)
-			rc = bench_case_run_dml(&cases[i], conns, nconns, &plan);
+			rc = bench_case_run_dml(&cases[i], conns, nconns, o->threads, &plan);
 		if (rc == 0)
 			bench_print_row(&cases[i], o);
 	}
@@ -455,6 +547,7 @@ static int bench_run_cases(struct bench_case *cases, size_t n, struct bench_conn
 /* One server (with [store] durability, or none when -1) and its connections. */
 struct bench_rig {
 	struct bench_server srv;
+	struct bench_shared shared;
 	struct bench_conn *conns;
 	size_t nconns;
 };
@@ -467,11 +560,13 @@ static int bench_rig_up(struct bench_rig *r, const struct bench_opts *o, int dur
 	memset(r, 0, sizeof(*r));
 	r->srv.durability = durability;
 	rc = bench_server_start(&r->srv, exe, o);
+	if (rc == 0)
+		rc = bench_shared_init(&r->shared, o);
 	if (rc == 0) {
 		r->nconns = bench_list_max(&o->conns);
 		r->conns = dml_xcalloc(r->nconns, sizeof(*r->conns));
 		for (size_t i = 0; i < r->nconns && rc == 0; i++)
-			rc = bench_conn_open(&r->conns[i], (unsigned)i, &r->srv, o);
+			rc = bench_conn_open(r->conns, (unsigned)i, &r->srv, o, &r->shared);
 		if (rc == 0)
 			rc = bench_conn_check_tables(&r->conns[0], o);
 	}
@@ -481,8 +576,10 @@ static int bench_rig_up(struct bench_rig *r, const struct bench_opts *o, int dur
 /* Close the connections, stop the server (its log tail after a failure). */
 static void bench_rig_down(struct bench_rig *r, const struct bench_opts *o, int failed)
 {
-	for (size_t i = 0; i < r->nconns; i++)
+	/* The first connection of each thread last: the others use its buffer. */
+	for (size_t i = r->nconns; i-- > 0;)
 		bench_conn_close(&r->conns[i]);
+	bench_shared_free(&r->shared);
 	free(r->conns);
 	r->conns = NULL;
 	r->nconns = 0;
@@ -503,20 +600,13 @@ static int bench_pushpull_serve(const struct bench_opts *o, const char *exe,
 	int rc = bench_rig_up(&rig, o, -1, exe);
 
 	if (rc == 0) {
-		bench_print_preface(o, &rig.srv, exe, ncases, 1);
+		bench_print_preface(o, &rig.srv, exe, ncases, (size_t)o->rounds);
 		rc = bench_run_cases(cases, ncases, rig.conns, rig.nconns, o, 1);
 		if (rc && bench_interrupted())
 			dml_warn("interrupted; stopping");
 	}
 	bench_rig_down(&rig, o, rc != 0);
 	return rc;
-}
-
-static int bench_result_rps_cmp(const void *a, const void *b)
-{
-	const struct bench_result *x = a, *y = b;
-
-	return (x->rps > y->rps) - (x->rps < y->rps);
 }
 
 /*
@@ -544,12 +634,12 @@ static int bench_durability_run(const struct bench_opts *o, const char *exe,
 	for (size_t r = 0; r < nr && rc == 0; r++) {
 		for (size_t i = 0; i < ncases && rc == 0; i++) {
 			if (r == 0 && o->baseline != BENCH_BASELINE_NO)
-				rc = bench_case_run_raw(&runs[0][i], &plan);
+				rc = bench_case_run_raw(&runs[0][i], o->threads, &plan);
 			for (size_t k = 0; k < nm && rc == 0; k++) {
 				size_t m = (k + r + i) % nm;
 
 				rc = bench_case_run_dml(&runs[m][i], rigs[m].conns, rigs[m].nconns,
-							&plan);
+							o->threads, &plan);
 				got[(m * ncases + i) * nr + r] = runs[m][i].dml;
 			}
 		}
@@ -558,10 +648,7 @@ static int bench_durability_run(const struct bench_opts *o, const char *exe,
 		printf("%s\n%s[store] durability = %s: the median of %zu\n", o->csv ? "# " : "",
 		       o->csv ? "# " : "", dml_durability_names[o->durability[m]], nr);
 		for (size_t i = 0; i < ncases; i++) {
-			struct bench_result *v = &got[(m * ncases + i) * nr];
-
-			qsort(v, nr, sizeof(*v), bench_result_rps_cmp);
-			runs[m][i].dml = v[nr / 2];
+			runs[m][i].dml = bench_result_median(&got[(m * ncases + i) * nr], nr);
 			runs[m][i].tcp = runs[0][i].tcp;
 			runs[m][i].have_tcp = runs[0][i].have_tcp;
 		}
@@ -575,7 +662,26 @@ static int bench_durability_run(const struct bench_opts *o, const char *exe,
 	return rc;
 }
 
-/* The least push rate a batch-durability server must keep, next to none. */
+/*
+ * Descriptors this process may hold at once: per connection a socket of
+ * each rig (three with --durability), two of the raw baseline, an event
+ * loop per thread; the soft limit (often 1024) is raised as far as the hard
+ * one allows, so that 256 connections need no ulimit.
+ */
+static void bench_raise_nofile(const struct bench_opts *o)
+{
+	uint64_t conns = bench_list_max(&o->conns);
+	uint64_t need = conns * (2 + (o->ndurability ? o->ndurability : 1) * 2) + 64;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need)
+		return;
+	rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < need)
+		dml_warn("pushpull: %" PRIu64 " connections may need %" PRIu64 " open files; "
+			 "the limit is %llu", conns, need, (unsigned long long)rl.rlim_cur);
+}
+
 int bench_pushpull_main(int argc, char **argv)
 {
 	struct bench_opts o;
@@ -588,6 +694,7 @@ int bench_pushpull_main(int argc, char **argv)
 	if (bench_cmd_begin(rc, help, bench_pushpull_usage, o.verbose))
 		return rc;
 	ncases = bench_cases_build(&o, &cases);
+	bench_raise_nofile(&o);
 	if (o.baseline == BENCH_BASELINE_ONLY) {
 		bench_print_preface(&o, NULL, exe, ncases, 0);
 		rc = bench_run_cases(cases, ncases, NULL, 0, &o, 1);

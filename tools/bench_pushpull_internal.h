@@ -17,7 +17,7 @@
 #include "tools/bench_server.h"
 
 #define BENCH_MAX_LIST 16
-#define BENCH_MAX_CONNS 64
+#define BENCH_MAX_CONNS 1024
 #define BENCH_MAX_WINDOW 4096
 #define BENCH_MAX_SIZE (256ull << 20)
 #define BENCH_SPARSE_KEYS 1000
@@ -42,6 +42,7 @@ struct bench_opts {
 	const char *server;
 	double seconds, warmup;
 	struct bench_list sizes, conns, windows;
+	unsigned threads;  /* client threads; 0: one per connection */
 	unsigned ops; /* bit (1 << enum bench_op) */
 	int dense, sparse;
 	int csv, quick, keep;

@@ -46,7 +46,7 @@ static const char *const bench_no_yes[] = { "no", "yes" };
 /* The options, in --help's order; the list options in the order of
  * struct bench_defaults' lists. */
 enum bench_pushpull_opt {
-	P_SERVER, P_SECONDS, P_WARMUP, P_SIZES, P_CONNS, P_WINDOWS, P_OPS, P_DENSE,
+	P_SERVER, P_SECONDS, P_WARMUP, P_SIZES, P_CONNS, P_WINDOWS, P_THREADS, P_OPS, P_DENSE,
 	P_SPARSE, P_QUICK, P_BASELINE, P_BASELINE_ONLY, P_DURABILITY, P_ROUNDS,
 	P_BATCH_MS, P_CSV, P_KEEP, P_VERBOSE, P_HELP, P_NOPTS
 };
@@ -232,12 +232,18 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		.help = "dense request sizes, K/M suffixes (default " BENCH_FULL_SIZES ")" },
 	[P_CONNS] = { .name = "conns", .arg = "LIST", .parse = bench_opt_counts,
 		.offset = P_FIELD(conns), .min = 1, .max = BENCH_MAX_CONNS,
-		.want = "1 to 64",
-		.help = "client connections, one thread each (default " BENCH_FULL_CONNS ")" },
+		.want = "1 to " BENCH_STR(BENCH_MAX_CONNS),
+		.help = "client connections (default " BENCH_FULL_CONNS ")" },
 	[P_WINDOWS] = { .name = "windows", .arg = "LIST", .parse = bench_opt_counts,
 		.offset = P_FIELD(windows), .min = 1, .max = BENCH_MAX_WINDOW,
 		.want = "1 to 4096",
 		.help = "requests in flight per connection (default " BENCH_FULL_WINDOWS ")" },
+	[P_THREADS] = { .name = "threads", .arg = "N", .parse = bench_opt_unsigned,
+		.offset = P_FIELD(threads), .max = BENCH_MAX_CONNS,
+		.want = "0 to " BENCH_STR(BENCH_MAX_CONNS),
+		.help = "client threads driving the connections, dealt\n"
+		        "round robin, each on one event loop (default 1;\n"
+		        "0: one per connection); raw TCP uses as many" },
 	[P_OPS] = { .name = "ops", .arg = "LIST", .parse = bench_opt_ops,
 		.want = "push and/or pull", .help = "push,pull (default both)" },
 	[P_DENSE] = { .name = "dense", .arg = "yes|no", .parse = bench_opt_yes_no,
@@ -266,9 +272,10 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		        "the servers run side by side and take turns" },
 	[P_ROUNDS] = { .name = "rounds", .arg = "N", .parse = bench_opt_u64,
 		.offset = P_FIELD(rounds), .min = 1, .max = 99, .want = "1 to 99",
-		.help = "with --durability: measure each case N times per\n"
-		        "mode and keep the median (default "
-		        BENCH_STR(BENCH_DURABILITY_ROUNDS) ")" },
+		.help = "measure each case N times, the cases (and with\n"
+		        "--durability the modes) taking turns, and keep\n"
+		        "the median; raw TCP once (default 1, with\n"
+		        "--durability " BENCH_STR(BENCH_DURABILITY_ROUNDS) ")" },
 	[P_BATCH_MS] = { .name = "batch-ms", .arg = "MS", .parse = bench_opt_u64,
 		.offset = P_FIELD(batch_ms), .min = 1, .max = 60000, .want = "1 to 60000",
 		.help = "with --durability: the batch server's batch_ms\n"
@@ -321,8 +328,8 @@ static int bench_opts_finish(struct bench_opts *o)
 		bench_opt_sizes(cmd, &pushpull_opt_rows[P_SIZES], BENCH_DURABILITY_SIZES, o);
 	if (o->rounds == 0)
 		o->rounds = o->ndurability ? BENCH_DURABILITY_ROUNDS : 1;
-	if ((o->rounds > 1 || o->batch_ms) && !o->ndurability) {
-		dml_err("pushpull: --rounds and --batch-ms go with --durability");
+	if (o->batch_ms && !o->ndurability) {
+		dml_err("pushpull: --batch-ms goes with --durability");
 		return BENCH_EXIT_USAGE;
 	}
 	/* A given list is never empty. */
@@ -352,6 +359,7 @@ int bench_pushpull_opts_parse(int argc, char **argv, struct bench_opts *o, int *
 	memset(o, 0, sizeof(*o));
 	o->seconds = o->warmup = -1; /* unset */
 	o->dense = o->sparse = 1;
+	o->threads = 1;
 	rc = bench_opts_parse(&pushpull_table, argc, argv, o, help);
 	return rc || *help ? rc : bench_opts_finish(o);
 }

@@ -151,6 +151,72 @@ static int bench_target_needs_tcp(const struct bench_target *tg)
 	return tg->metric != BENCH_TAIL;
 }
 
+/*
+ * Targets that compare two dml cases of the same run: aggregate push rate
+ * over many connections against one connection's, the same size and
+ * window, so that what a server does per wake-up (and not the machine)
+ * decides the verdict.
+ */
+static const struct bench_conn_target {
+	const char *name;
+	uint64_t value_bytes;
+	unsigned window;
+	unsigned min_conns; /* judged at every measured count from here up */
+	double limit;       /* at least this times the one-connection rate */
+} bench_conn_targets[] = {
+	{ "dense 4 KiB push, many connections", 4096, 8, 4, 0.9 },
+	{ "dense 1 MiB push, many connections", 1u << 20, 8, 4, 0.9 },
+};
+
+static int bench_conn_target_matches(const struct bench_conn_target *t,
+				     const struct bench_case *bc)
+{
+	return bc->op == BENCH_PUSH && bc->kind == BENCH_DENSE && bc->have_dml &&
+	       bench_case_value_bytes(bc) == t->value_bytes && bc->window == t->window;
+}
+
+/* The one-connection case of the target, or NULL when not measured. */
+static const struct bench_case *bench_conn_target_base(const struct bench_conn_target *t,
+						       const struct bench_case *cases,
+						       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (bench_conn_target_matches(t, &cases[i]) && cases[i].conns == 1 &&
+		    cases[i].dml.rps > 0)
+			return &cases[i];
+	return NULL;
+}
+
+static void bench_print_conn_targets(const struct bench_case *cases, size_t n,
+				     const struct bench_opts *o)
+{
+	const char *pre = o->csv ? "# " : "";
+
+	for (size_t t = 0; t < DML_ARRAY_LEN(bench_conn_targets); t++) {
+		const struct bench_conn_target *tg = &bench_conn_targets[t];
+		const struct bench_case *base = bench_conn_target_base(tg, cases, n);
+		int seen = 0;
+
+		for (size_t i = 0; base && i < n; i++) {
+			const struct bench_case *bc = &cases[i];
+			double r;
+			char label[32];
+
+			if (!bench_conn_target_matches(tg, bc) || bc->conns < tg->min_conns)
+				continue;
+			seen = 1;
+			r = bc->dml.rps / base->dml.rps;
+			bench_case_label(bc, label, sizeof(label));
+			printf("%s%s push dense %s conns=%u window=%u: %.2f x conns=1 "
+			       "(target >= %.2f x)\n", pre, r >= tg->limit ? "PASS" : "FAIL",
+			       label, bc->conns, bc->window, r, tg->limit);
+		}
+		if (!seen)
+			printf("%sSKIP %s: needs conns 1 and >= %u at window %u\n", pre,
+			       tg->name, tg->min_conns, tg->window);
+	}
+}
+
 void bench_print_targets(const struct bench_case *cases, size_t n,
 			 const struct bench_opts *o)
 {
@@ -182,6 +248,7 @@ void bench_print_targets(const struct bench_case *cases, size_t n,
 		if (!seen)
 			printf("%sSKIP %s: not measured in this run\n", pre, tg->name);
 	}
+	bench_print_conn_targets(cases, n, o);
 	fflush(stdout);
 }
 

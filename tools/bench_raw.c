@@ -30,12 +30,23 @@
 #define RAW_MAGIC 0x52424d44u /* bytes 'D' 'M' 'B' 'R' */
 #define RAW_HDR_LEN 16
 
+/*
+ * The bytes every connection moves, shared by all of them: nobody looks at
+ * their contents, so one buffer serves 256 connections of 16 MiB requests
+ * as well as one.
+ */
+struct raw_bufs {
+	uint8_t *req;   /* req_bytes of filler, sent after each header */
+	uint8_t *reply; /* the clients read every reply into it */
+	uint8_t *sink;  /* the serving ends read requests into it and reply from it */
+	size_t sink_len;
+};
+
 /* The client end of one connection: a bench_driver context. */
 struct raw_client {
 	int fd;
 	uint8_t hdr[RAW_HDR_LEN];
-	uint8_t *req;   /* req_bytes of filler, sent after each header */
-	uint8_t *reply; /* every reply is read into this one buffer */
+	const struct raw_bufs *bufs;
 	uint32_t req_bytes, reply_bytes;
 };
 
@@ -45,8 +56,7 @@ struct raw_server {
 	pthread_t tid;
 	int started;
 	int rc;
-	uint8_t *buf;
-	size_t cap;
+	const struct raw_bufs *bufs;
 };
 
 /* 0, or DML_ECONN when the peer closed before len bytes, DML_EIO on error. */
@@ -103,7 +113,6 @@ static int raw_serve_one(struct raw_server *s)
 {
 	uint8_t hdr[RAW_HDR_LEN];
 	uint32_t req, reply;
-	size_t need;
 	struct iovec iov;
 	int rc;
 
@@ -114,22 +123,13 @@ static int raw_serve_one(struct raw_server *s)
 		return rc;
 	req = dml_load_le32(hdr + 4);
 	reply = dml_load_le32(hdr + 8);
-	if (dml_load_le32(hdr) != RAW_MAGIC || req > BENCH_RAW_MAX_LEN ||
-	    reply == 0 || reply > BENCH_RAW_MAX_LEN)
+	if (dml_load_le32(hdr) != RAW_MAGIC || req > s->bufs->sink_len || reply == 0 ||
+	    reply > s->bufs->sink_len)
 		return DML_EINVAL;
-	need = req > reply ? req : reply;
-	if (need > s->cap) {
-		uint8_t *b = realloc(s->buf, need);
-
-		if (!b)
-			return DML_ENOMEM;
-		s->buf = b;
-		s->cap = need;
-	}
-	rc = raw_read_full(s->fd, s->buf, req);
+	rc = raw_read_full(s->fd, s->bufs->sink, req);
 	if (rc)
 		return rc;
-	iov.iov_base = s->buf;
+	iov.iov_base = s->bufs->sink;
 	iov.iov_len = reply;
 	return raw_write_full(s->fd, &iov, 1);
 }
@@ -152,7 +152,7 @@ static int raw_submit(void *ctx, unsigned slot)
 	struct raw_client *c = ctx;
 	struct iovec iov[2] = {
 		{ .iov_base = c->hdr, .iov_len = sizeof(c->hdr) },
-		{ .iov_base = c->req, .iov_len = c->req_bytes },
+		{ .iov_base = c->bufs->req, .iov_len = c->req_bytes },
 	};
 
 	return raw_write_full(c->fd, iov, c->req_bytes ? 2 : 1);
@@ -162,7 +162,7 @@ static int raw_complete(void *ctx, unsigned slot)
 {
 	struct raw_client *c = ctx;
 
-	return raw_read_full(c->fd, c->reply, c->reply_bytes);
+	return raw_read_full(c->fd, c->bufs->reply, c->reply_bytes);
 }
 
 static int raw_nodelay(int fd)
@@ -215,23 +215,39 @@ static int raw_pair(int lfd, const struct sockaddr_in *addr, int *cfd, int *sfd)
 	return 0;
 }
 
-static int raw_client_init(struct raw_client *c, const struct bench_raw_shape *shape)
+/* The shared buffers of a run, every page touched so that page faults do
+ * not land in the timing. */
+static int raw_bufs_init(struct raw_bufs *b, const struct bench_raw_shape *shape)
 {
-	memset(c, 0, sizeof(*c));
-	c->fd = -1;
+	b->sink_len = shape->req_bytes > shape->reply_bytes ? shape->req_bytes
+							      : shape->reply_bytes;
+	b->req = malloc(shape->req_bytes ? shape->req_bytes : 1);
+	b->reply = malloc(shape->reply_bytes);
+	b->sink = malloc(b->sink_len);
+	if (!b->req || !b->reply || !b->sink)
+		return DML_ENOMEM;
+	memset(b->req, 0x3c, shape->req_bytes);
+	memset(b->reply, 0, shape->reply_bytes);
+	memset(b->sink, 0, b->sink_len);
+	return 0;
+}
+
+static void raw_bufs_free(struct raw_bufs *b)
+{
+	free(b->req);
+	free(b->reply);
+	free(b->sink);
+}
+
+static void raw_client_init(struct raw_client *c, const struct bench_raw_shape *shape,
+			    const struct raw_bufs *bufs)
+{
+	c->bufs = bufs;
 	c->req_bytes = shape->req_bytes;
 	c->reply_bytes = shape->reply_bytes;
 	dml_store_le32(c->hdr, RAW_MAGIC);
 	dml_store_le32(c->hdr + 4, shape->req_bytes);
 	dml_store_le32(c->hdr + 8, shape->reply_bytes);
-	c->req = malloc(shape->req_bytes ? shape->req_bytes : 1);
-	c->reply = malloc(shape->reply_bytes);
-	if (!c->req || !c->reply)
-		return DML_ENOMEM;
-	/* Touch every page now so page faults do not land in the timing. */
-	memset(c->req, 0x3c, shape->req_bytes);
-	memset(c->reply, 0, shape->reply_bytes);
-	return 0;
 }
 
 /* Close clients first so serving threads see end of stream, then join them. */
@@ -239,12 +255,9 @@ static int raw_teardown(struct raw_client *cl, struct raw_server *sv, unsigned c
 {
 	int rc = 0;
 
-	for (unsigned i = 0; i < conns; i++) {
+	for (unsigned i = 0; i < conns; i++)
 		if (cl[i].fd >= 0)
 			close(cl[i].fd);
-		free(cl[i].req);
-		free(cl[i].reply);
-	}
 	for (unsigned i = 0; i < conns; i++) {
 		if (sv[i].started)
 			pthread_join(sv[i].tid, NULL);
@@ -252,18 +265,18 @@ static int raw_teardown(struct raw_client *cl, struct raw_server *sv, unsigned c
 			close(sv[i].fd);
 		if (sv[i].started && sv[i].rc && !rc)
 			rc = sv[i].rc;
-		free(sv[i].buf);
 	}
 	return rc;
 }
 
-int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned window,
-		  const struct bench_plan *plan, uint64_t value_bytes,
+int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned threads,
+		  unsigned window, const struct bench_plan *plan, uint64_t value_bytes,
 		  struct bench_result *res)
 {
 	struct raw_client *cl;
 	struct raw_server *sv;
 	struct bench_driver *drv;
+	struct raw_bufs bufs = { 0 };
 	struct sockaddr_in addr;
 	int lfd = -1, rc, trc;
 
@@ -277,12 +290,14 @@ int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned 
 	for (unsigned i = 0; i < conns; i++) {
 		cl[i].fd = -1;
 		sv[i].fd = -1;
+		sv[i].bufs = &bufs;
 	}
-	rc = raw_listen(conns, &lfd, &addr);
+	rc = raw_bufs_init(&bufs, shape);
+	if (rc == 0)
+		rc = raw_listen(conns, &lfd, &addr);
 	for (unsigned i = 0; i < conns && rc == 0; i++) {
-		rc = raw_client_init(&cl[i], shape);
-		if (rc == 0)
-			rc = raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
+		raw_client_init(&cl[i], shape, &bufs);
+		rc = raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
 		if (rc == 0 && pthread_create(&sv[i].tid, NULL, raw_server_main, &sv[i]))
 			rc = DML_EIO;
 		sv[i].started = rc == 0;
@@ -291,7 +306,7 @@ int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned 
 	if (lfd >= 0)
 		close(lfd);
 	if (rc == 0)
-		rc = bench_run_drivers(drv, conns, window, plan, value_bytes, res);
+		rc = bench_run_drivers(drv, conns, threads, window, plan, value_bytes, res);
 	else
 		dml_err("raw baseline: setup failed: %s", dml_strerror(rc));
 	trc = raw_teardown(cl, sv, conns);
@@ -300,6 +315,7 @@ int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned 
 		dml_err("raw baseline: serving thread: %s", dml_strerror(trc));
 		rc = trc;
 	}
+	raw_bufs_free(&bufs);
 	free(drv);
 	free(sv);
 	free(cl);

@@ -303,8 +303,10 @@ void dml_client_free_all(struct dml *d)
 	dml_shard_map_destroy(&d->map);
 	if (d->tick)
 		event_free(d->tick);
-	if (d->base)
-		event_base_free(d->base);
+	if (d->loop && --d->loop->refs == 0) {
+		event_base_free(d->loop->base);
+		free(d->loop);
+	}
 	dml_secret_free(d->secret, d->secret_len);
 	dml_conf_free(&dml_client_conf_schema, &d->conf);
 	free(d);
@@ -332,8 +334,26 @@ static void copy_conf(struct dml_client_conf *dst, const struct dml_client_conf 
 	dst->cluster = dml_xstrdup(src->cluster ? src->cluster : "dml");
 }
 
+/* Share's event loop, or a new one when share is NULL. */
+static int client_loop(struct dml *d, struct dml *share)
+{
+	if (share) {
+		d->loop = share->loop;
+	} else {
+		struct event_base *base = event_base_new();
+
+		if (!base)
+			return DML_ENOMEM;
+		d->loop = dml_xcalloc(1, sizeof(*d->loop));
+		d->loop->base = base;
+	}
+	d->loop->refs++;
+	d->base = d->loop->base;
+	return 0;
+}
+
 /* Options, secret, event loop and connection identity; no network yet. */
-static int client_setup(struct dml *d)
+static int client_setup(struct dml *d, struct dml *share)
 {
 	struct timeval tick = { 0, TICK_MS * 1000 };
 	int rc;
@@ -354,9 +374,8 @@ static int client_setup(struct dml *d)
 		return rc;
 	}
 	ignore_sigpipe();
-	d->base = event_base_new();
-	if (!d->base)
-		return DML_ENOMEM;
+	if ((rc = client_loop(d, share)) != 0)
+		return rc;
 	dml_conn_conf_default(&d->cc);
 	d->cc.limits.max_payload = (uint32_t)d->conf.max_payload;
 	d->cc.limits.max_meta = (uint32_t)d->conf.max_meta;
@@ -377,7 +396,7 @@ static int client_setup(struct dml *d)
 	return 0;
 }
 
-int dml_connect(const dml_opts_t *opts, dml_t **out)
+int dml_connect_shared(const dml_opts_t *opts, dml_t *share, dml_t **out)
 {
 	struct dml *d;
 	uint64_t deadline;
@@ -392,7 +411,7 @@ int dml_connect(const dml_opts_t *opts, dml_t **out)
 	d->reqs = dml_xcalloc(d->nbuckets, sizeof(*d->reqs));
 	d->parts = dml_xcalloc(d->nbuckets, sizeof(*d->parts));
 	d->connecting = 1;
-	rc = client_setup(d);
+	rc = client_setup(d, share);
 	deadline = dml_now_ns() + d->conf.connect_timeout_ms * 1000000ull;
 	if (rc == 0 && d->conf.scheduler[0])
 		rc = connect_sched(d, deadline);
@@ -413,4 +432,9 @@ int dml_connect(const dml_opts_t *opts, dml_t **out)
 	d->connecting = 0;
 	*out = d;
 	return 0;
+}
+
+int dml_connect(const dml_opts_t *opts, dml_t **out)
+{
+	return dml_connect_shared(opts, NULL, out);
 }

@@ -61,6 +61,9 @@ struct dml_opts {
 #define MAX_SENDS 5
 /* How long dml_close waits for its BYEs after dml_interrupt. */
 #define CLOSE_INTERRUPTED_MS 1000
+/* Requests are checked against their deadlines at most this often: the
+ * check walks every part in flight, and a wait runs housekeeping per event. */
+#define EXPIRE_EVERY_NS 1000000ull
 
 enum part_kind { PART_PUSH, PART_PULL, PART_BYE };
 
@@ -128,9 +131,16 @@ struct link {
 	size_t ntables;
 };
 
+/* An event loop and the handles on it (dml_connect_shared). */
+struct dml_loop {
+	struct event_base *base;
+	unsigned refs;
+};
+
 struct dml {
 	struct dml_client_conf conf;
-	struct event_base *base;
+	struct dml_loop *loop;
+	struct event_base *base;       /* loop->base */
 	struct event *tick;
 	struct dml_conn_conf cc;
 	uint8_t *secret;
@@ -153,6 +163,7 @@ struct dml {
 	uint64_t held_ns;              /* pulls waited for, held by their servers */
 	uint64_t bytes_closed;         /* moved over connections closed since */
 	uint64_t next_handle, next_wire;
+	uint64_t expire_at_ns;         /* the next deadline check (EXPIRE_EVERY_NS) */
 	struct request **reqs;         /* handle hash */
 	struct part **parts;           /* wire-id hash */
 	size_t nbuckets;               /* power of two, shared by both */

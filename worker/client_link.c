@@ -327,7 +327,10 @@ void dml_client_housekeeping(struct dml *d)
 		if (now >= l->retry_at_ns)
 			dml_client_link_connect(l);
 	}
-	expire_parts(d, now);
+	if (now >= d->expire_at_ns) {
+		d->expire_at_ns = now + EXPIRE_EVERY_NS;
+		expire_parts(d, now);
+	}
 }
 
 static int parts_in_flight(const struct dml *d)

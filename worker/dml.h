@@ -138,6 +138,16 @@ void dml_opts_free(dml_opts_t *opts);
 int dml_connect(const dml_opts_t *opts, dml_t **out);
 
 /**
+ * dml_connect, but on the event loop of share (another handle; NULL: a new
+ * loop, as dml_connect): one thread can then keep requests in flight on many
+ * handles, and while it waits on any of them the replies of all are taken
+ * in. Every handle of one loop must be used from the same thread. The loop
+ * lives until the last of its handles is closed, in any order. The codes of
+ * dml_connect.
+ */
+int dml_connect_shared(const dml_opts_t *opts, dml_t *share, dml_t **out);
+
+/**
  * Leave cleanly: wait (bounded by request_timeout_ms, or 10 s) for pushes in
  * flight to be acknowledged, tell servers this worker leaves, free all.
  * NULL is fine. Requests not waited for end with it (their handles die).
