@@ -52,6 +52,8 @@ static const char id_key[] = "ckpt_id";
 static const char next_clock_key[] = "ckpt_next_clock";
 static const char lsn_key[] = "ckpt_lsn";
 static const char map_key[] = "ckpt_map";
+/* In the log's meta: the last LSN a truncation removed (see log_truncated_mark). */
+static const char truncated_key[] = "log_truncated";
 
 /* ---- the environment ------------------------------------------------------- */
 
@@ -120,6 +122,25 @@ uint64_t store_ckpt_lsn(struct dml_store *s)
 }
 
 /* Delete the log records up to lsn (a checkpoint holds them). */
+/*
+ * LMDB hands a writer only the pages freed by transactions before the one
+ * just committed (it keeps the last snapshot whole), so the batch right after
+ * a truncation could not use the pages it freed, and a full map grew again
+ * (server/store_commit.c). This small commit after the truncation lets the
+ * next batch have them. Best effort: a failure leaves the pages for later.
+ */
+static void log_truncated_mark(struct dml_store *s, uint64_t lsn)
+{
+	MDB_txn *txn;
+
+	if (mdb_txn_begin(s->env, NULL, 0, &txn) != 0)
+		return;
+	if (store_meta_put_u64(s, txn, truncated_key, lsn) != 0)
+		mdb_txn_abort(txn);
+	else
+		(void)mdb_txn_commit(txn); /* frees txn, failed or not */
+}
+
 static int log_truncate(struct dml_store *s, uint64_t lsn, char *err, size_t errlen)
 {
 	MDB_txn *txn;
@@ -137,7 +158,10 @@ static int log_truncate(struct dml_store *s, uint64_t lsn, char *err, size_t err
 		rc = mdb_txn_commit(txn);
 	else
 		mdb_txn_abort(txn);
-	return rc ? store_commit_fail(s, rc, err, errlen) : 0;
+	if (rc)
+		return store_commit_fail(s, rc, err, errlen);
+	log_truncated_mark(s, lsn);
+	return 0;
 }
 
 /* Delete every chunk of checkpoint id. */
