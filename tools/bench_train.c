@@ -124,7 +124,7 @@ void bench_train_usage(FILE *out)
 {
 	fprintf(out,
 		"dml-bench train [options]: time to a target test accuracy of one job,\n"
-		"in a single process (the same app code on a local store, no servers)\n"
+		"in a single process (the same app code on a local store, no servers),\n"
 		"on the local cluster of tools/dml-local, and in single-process PyTorch\n"
 		"(tools/bench_torch.py), all in the same run. The single process and\n"
 		"PyTorch train with the job's optimizer, and again with plain SGD when\n"
