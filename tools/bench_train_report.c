@@ -132,7 +132,8 @@ static void train_print_ratios(const struct train_ctx *c, const struct train_run
 	const struct train_result *k = &r->cluster;
 	char a[16], b[16], opt[32];
 
-	printf("\nratios, all of this run (time to %.3f; x > 1 means slower):\n",
+	printf("\nratios, all of this run (examples/s: x > 1 is faster; time to %.3f:\n"
+	       "x > 1 is slower):\n",
 	       c->o->target);
 	for (int sgd = 0; sgd < 2; sgd++) {
 		const struct train_result *s = sgd ? &r->single_sgd : &r->single;
