@@ -141,6 +141,14 @@ static double torch_fig(const char *line, const char *key)
 	return NAN;
 }
 
+/* A count of the figures line: 0 when absent or not one. */
+static double torch_count(const char *line, const char *key)
+{
+	double v = torch_fig(line, key);
+
+	return v >= 0 && v < 1e9 ? v : 0;
+}
+
 /* The script's figures that land in a train_result's doubles. */
 static const struct {
 	const char *key;
@@ -165,10 +173,10 @@ static int torch_parse(char *out, struct train_torch *t, struct train_result *r)
 	line[strcspn(line, "\n")] = '\0';
 	v = line + strlen("torch version=");
 	snprintf(t->version, sizeof(t->version), "%.*s", (int)strcspn(v, " "), v);
-	t->threads = (unsigned)torch_fig(line, "threads");
+	t->threads = (unsigned)torch_count(line, "threads");
 	for (size_t i = 0; i < DML_ARRAY_LEN(torch_figs); i++)
 		*(double *)((char *)r + torch_figs[i].offset) = torch_fig(line, torch_figs[i].key);
-	r->snaps = (size_t)torch_fig(line, "copies");
+	r->snaps = (size_t)torch_count(line, "copies");
 	r->reached = !isnan(r->t_target);
 	snprintf(r->every, sizeof(r->every), "every 0.1 epoch");
 	return isnan(r->rate) ? DML_EIO : 0;
