@@ -9,11 +9,22 @@
  * and AVX-512 alike. (The square root in ADAGRAD and ADAM vectorises only
  * where errno is not set by maths functions, i.e. with -fno-math-errno.)
  *
+ * Denormal numbers are flushed to zero while a push is applied (the SSE
+ * control word's FTZ and DAZ bits, restored after): the decaying state of
+ * momentum and adam (m *= beta1 each step) drifts through the denormal
+ * range for weights whose gradient is mostly zero (an image's border
+ * pixels), and on x86 every denormal operand costs a microcode assist, a
+ * hundred times a normal one: half of an mlp step's time on Fashion-MNIST.
+ * Values below FLT_MIN (1.2e-38) change no update.
+ *
  * Nothing here allocates, logs or checks arguments beyond what
  * dml_optim_validate() does for a conf: the table validated everything.
  */
 #include <math.h>
 #include <stdint.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "proto/dml_error.h"
 #include "store/optim.h"
@@ -230,13 +241,39 @@ apply_one(const struct dml_optim_conf *c, struct optim_run *run, float *w,
 	}
 }
 
+/* Flush denormals to zero from here to denormals_restore(saved). */
+static unsigned denormals_flush(void)
+{
+#if defined(__SSE__)
+	unsigned saved = _mm_getcsr();
+
+	/* FTZ (bit 15): denormal results become 0; DAZ (bit 6): denormal
+	 * operands are read as 0. */
+	_mm_setcsr(saved | 0x8040u);
+	return saved;
+#else
+	return 0;
+#endif
+}
+
+static void denormals_restore(unsigned saved)
+{
+#if defined(__SSE__)
+	_mm_setcsr(saved);
+#else
+	(void)saved;
+#endif
+}
+
 void dml_optim_apply_weighted(const struct dml_optim_conf *c, float *w, float *state,
 			      uint32_t *step, const float *g, size_t n, float weight)
 {
 	struct optim_run run;
+	unsigned csr = denormals_flush();
 
 	run_init(c, weight, &run);
 	apply_one(c, &run, w, state, step, g, n);
+	denormals_restore(csr);
 }
 
 void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
@@ -251,6 +288,7 @@ void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *
 {
 	const size_t sw = width * dml_optim_state_floats(c);
 	struct optim_run run;
+	unsigned csr;
 
 	/* Scalar rows (sparse features, counters) are the common sparse case:
 	 * one value per key leaves no loop to amortise the general path. */
@@ -269,6 +307,7 @@ void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *
 		}
 		return;
 	}
+	csr = denormals_flush();
 	run_init(c, weight, &run);
 	for (size_t i = 0; i < n; i++, g += width) {
 		uint64_t r = rows[i];
@@ -276,4 +315,5 @@ void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *
 		apply_one(c, &run, values + r * width, state ? state + r * sw : NULL,
 			  steps ? steps + r : NULL, g, width);
 	}
+	denormals_restore(csr);
 }

@@ -4,7 +4,11 @@
  * accuracy, measured in one run for (1) a single process running the same
  * app code against a local parameter store (worker/local_store.h), no
  * servers, and (2) the local cluster of tools/dml-local (dml-sched, N
- * dml-servers, W dml-workers), next to the PyTorch figures of the issue.
+ * dml-servers, W dml-workers), next to (3) single-process PyTorch training
+ * the same model on the same data in the same run (bench_train_torch.c),
+ * when python3-torch is installed. The single process and PyTorch each run
+ * twice when the job's optimizer is not plain SGD: with the job's
+ * optimizer and with SGD, so that every comparison is like for like.
  *
  * Accuracy is never computed while the clock runs: both runs only copy the
  * model (the single process every tenth of an epoch, its clock stopped
@@ -19,8 +23,9 @@
  * whether a target was met.
  *
  * This file holds the options, where things are and main(); the model's
- * copies and their scoring are in bench_train_eval.c, the two runs in
- * bench_train_runs.c and the report in bench_train_report.c.
+ * copies and their scoring are in bench_train_eval.c, the dml runs in
+ * bench_train_runs.c, PyTorch's in bench_train_torch.c and the report in
+ * bench_train_report.c.
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -54,6 +59,18 @@ static void train_threads_help(char *buf, size_t len)
 
 #define T_FIELD(f) offsetof(struct train_opts, f)
 
+/* --torch yes|no into the int no_torch. */
+static int train_opt_torch(const char *cmd, const struct bench_opt *opt, const char *a,
+			   void *o)
+{
+	int *no = (int *)((char *)o + opt->offset);
+
+	if (strcmp(a, "yes") != 0 && strcmp(a, "no") != 0)
+		return bench_opt_error(cmd, opt, a, NULL);
+	*no = strcmp(a, "no") == 0;
+	return 0;
+}
+
 static const struct bench_opt train_opt_rows[] = {
 	{ .name = "job", .arg = "FILE", .parse = bench_opt_string, .offset = T_FIELD(job),
 	  .help = "job file (default conf/jobs/mlp.conf of the source\n"
@@ -66,7 +83,7 @@ static const struct bench_opt train_opt_rows[] = {
 	  .help = "cluster servers (default 2)" },
 	{ .name = "target", .arg = "ACC", .parse = bench_opt_double,
 	  .offset = T_FIELD(target), .min = 1e-6, .max = 1, .want = "an accuracy in (0, 1]",
-	  .help = "test accuracy to reach (default " BENCH_STR(TRAIN_REF_TARGET) ")" },
+	  .help = "test accuracy to reach (default " BENCH_STR(TRAIN_DEFAULT_TARGET) ")" },
 	{ .name = "max-seconds", .arg = "S", .parse = bench_opt_double,
 	  .offset = T_FIELD(max_seconds), .min = 0.1, .max = 3600, .want = "0.1 to 3600",
 	  .help = "training time per run at most (default 60); the\n"
@@ -79,6 +96,16 @@ static const struct bench_opt train_opt_rows[] = {
 	  .offset = T_FIELD(build),
 	  .help = "the build tree (default: the one this program is\n"
 	          "in); the source tree is read from its Makefile" },
+	{ .name = "torch", .arg = "yes|no", .parse = train_opt_torch,
+	  .offset = T_FIELD(no_torch), .want = "yes or no",
+	  .help = "also train the model in PyTorch, one process,\n"
+	          "with T threads (default yes; SKIP when\n"
+	          "python3-torch is not installed)" },
+	{ .name = "sgd-lr", .arg = "LR", .parse = bench_opt_double,
+	  .offset = T_FIELD(sgd_lr), .min = 1e-9, .max = 100, .want = "a rate in (0, 100]",
+	  .help = "learning rate of the plain-SGD runs, made when\n"
+	          "the job's optimizer is another (default "
+	          BENCH_STR(TRAIN_DEFAULT_SGD_LR) ")" },
 	{ .name = "skip-cluster", .parse = bench_opt_flag, .offset = T_FIELD(skip_cluster),
 	  .help = "only the single process" },
 	{ .name = "skip-single", .parse = bench_opt_flag, .offset = T_FIELD(skip_single),
@@ -97,9 +124,11 @@ void bench_train_usage(FILE *out)
 {
 	fprintf(out,
 		"dml-bench train [options]: time to a target test accuracy of one job,\n"
-		"in a single process (the same app code on a local store, no servers)\n"
-		"and on the local cluster of tools/dml-local, in the same run, next to\n"
-		"the issue's PyTorch figures.\n"
+		"in a single process (the same app code on a local store, no servers),\n"
+		"on the local cluster of tools/dml-local, and in single-process PyTorch\n"
+		"(tools/bench_torch.py), all in the same run. The single process and\n"
+		"PyTorch train with the job's optimizer, and again with plain SGD when\n"
+		"the job's is another; every verdict compares figures of this run.\n"
 		"\n");
 	bench_opts_help(&train_table, out);
 	fprintf(out,
@@ -123,7 +152,8 @@ static int train_opts_parse(int argc, char **argv, struct train_opts *o, int *he
 	memset(o, 0, sizeof(*o));
 	o->workers = 2;
 	o->servers = 2;
-	o->target = TRAIN_REF_TARGET;
+	o->target = TRAIN_DEFAULT_TARGET;
+	o->sgd_lr = TRAIN_DEFAULT_SGD_LR;
 	o->max_seconds = 60;
 	o->threads = bench_cores();
 	rc = bench_opts_parse(&train_table, argc, argv, o, help);
@@ -209,24 +239,69 @@ static int train_spec_load(const char *path, Dml__JobSpec **spec)
 	return 0;
 }
 
-static int train_measure(struct train_ctx *c, struct train_result *rs,
-			 struct train_result *rk)
+/* The single process on spec: train, then score the copies. */
+static int train_single_scored(struct train_ctx *c, const Dml__JobSpec *spec,
+			       struct train_result *r)
 {
+	const Dml__JobSpec *own = c->spec;
 	struct train_series s;
-	int rc = 0;
+	int rc;
 
 	memset(&s, 0, sizeof(s));
-	if (!c->o->skip_single) {
-		rc = train_single(c, &s, rs);
-		if (rc == 0)
-			rc = train_series_evaluate(&c->eval, &c->layout, &s, 0,
-						   c->o->target, 0, rs);
-		rs->ran = rc == 0;
-		train_series_destroy(&s);
+	c->spec = spec;
+	rc = train_single(c, &s, r);
+	c->spec = own;
+	if (rc == 0)
+		rc = train_series_evaluate(&c->eval, &c->layout, &s, 0, c->o->target, 0, r);
+	r->ran = rc == 0;
+	train_series_destroy(&s);
+	return rc;
+}
+
+/* The job with plain SGD at lr in every table, no decay: a copy to free. */
+static Dml__JobSpec *train_spec_sgd(const Dml__JobSpec *spec, double lr)
+{
+	Dml__JobSpec *sgd = dml_job_spec_copy(spec);
+
+	for (size_t i = 0; i < sgd->n_tables; i++) {
+		Dml__TableSpec *t = sgd->tables[i];
+
+		free(t->optimizer);
+		t->optimizer = dml_xstrdup("sgd");
+		t->lr = lr;
+		t->lr_decay = 0;
 	}
-	if (rc == 0 && !c->o->skip_cluster) {
-		rc = train_cluster(c, &s, rk);
-		rk->ran = rc == 0;
+	return sgd;
+}
+
+/*
+ * dml's single process and PyTorch's alternate, the job's optimizer first
+ * and then SGD, so that a drift of the machine's speed falls on both; a
+ * failed PyTorch run costs its rows, not the benchmark.
+ */
+static int train_measure(struct train_ctx *c, struct train_runs *r)
+{
+	const Dml__JobSpec *specs[2] = { c->spec, NULL };
+	struct train_result *single[2] = { &r->single, &r->single_sgd };
+	struct train_result *torch[2] = { &r->torch, &r->torch_sgd };
+	Dml__JobSpec *sgd = NULL;
+	int rc = 0;
+
+	if (r->sgd_separate)
+		specs[1] = sgd = train_spec_sgd(c->spec, c->o->sgd_lr);
+	for (size_t i = 0; i < 2 && specs[i] && rc == 0; i++) {
+		if (!c->o->skip_single)
+			rc = train_single_scored(c, specs[i], single[i]);
+		if (rc == 0 && !r->tinfo.skip[0] && !bench_interrupted())
+			train_torch_run(c, specs[i], &r->tinfo, torch[i]);
+	}
+	dml_job_spec_free(sgd);
+	if (rc == 0 && !c->o->skip_cluster && !bench_interrupted()) {
+		struct train_series s;
+
+		memset(&s, 0, sizeof(s));
+		rc = train_cluster(c, &s, &r->cluster);
+		r->cluster.ran = rc == 0;
 		train_series_destroy(&s);
 	}
 	return rc;
@@ -273,22 +348,33 @@ int bench_train_main(int argc, char **argv)
 	struct train_opts o;
 	struct train_paths p;
 	struct train_ctx c;
-	struct train_result rs, rk;
+	struct train_runs r;
 	int help, rc;
 
 	rc = train_opts_parse(argc, argv, &o, &help);
 	if (bench_cmd_begin(rc, help, bench_train_usage, o.verbose))
 		return rc;
-	train_result_init(&rs);
-	train_result_init(&rk);
+	memset(&r, 0, sizeof(r));
+	train_result_init(&r.single);
+	train_result_init(&r.single_sgd);
+	train_result_init(&r.torch);
+	train_result_init(&r.torch_sgd);
+	train_result_init(&r.cluster);
 	rc = train_ctx_open(&c, &o, &p);
 	if (rc == 0) {
-		train_print_preface(&c, o.skip_cluster ? 1 : bench_cluster_worker_threads(p.src));
-		rc = train_measure(&c, &rs, &rk);
+		r.sgd_separate = c.spec->n_tables > 0 &&
+				 strcmp(c.spec->tables[0]->optimizer, "sgd") != 0;
+		if (o.skip_single)
+			snprintf(r.tinfo.skip, sizeof(r.tinfo.skip), "--skip-single");
+		else
+			train_torch_probe(&c, &r.tinfo);
+		train_print_preface(&c, &r, o.skip_cluster ? 1 :
+					    bench_cluster_worker_threads(p.src));
+		rc = train_measure(&c, &r);
 	}
 	/* What was measured is shown even when a later part failed. */
-	if (!bench_interrupted() && (rs.ran || rk.ran))
-		train_print_table(&c, &rs, &rk);
+	if (!bench_interrupted() && (r.single.ran || r.cluster.ran))
+		train_print_table(&c, &r);
 	else if (bench_interrupted())
 		dml_warn("interrupted; stopped");
 	train_ctx_close(&c);

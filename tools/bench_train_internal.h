@@ -27,14 +27,19 @@
 #define TRAIN_SNAPS_PER_EPOCH 10
 /* Epochs the single process trains for when the job sets no max_epochs. */
 #define TRAIN_DEFAULT_EPOCHS 15
-/* The target accuracy (its PyTorch figures reach it). */
-#define TRAIN_REF_TARGET 0.87
+/* The default target accuracy: the MLP of conf/jobs/mlp.conf reaches it in
+ * about 3 epochs with Adam, 5 with SGD at lr 0.1. */
+#define TRAIN_DEFAULT_TARGET 0.87
+/* The SGD runs' default learning rate. */
+#define TRAIN_DEFAULT_SGD_LR 0.1
 
 struct train_opts {
 	const char *job, *build;
 	unsigned workers, servers, threads;
 	double target, max_seconds;
 	int skip_cluster, skip_single, keep, verbose;
+	int no_torch;             /* --torch no */
+	double sgd_lr;            /* the SGD runs' learning rate */
 	/* bench_train_cluster_run(): the fleet and its slowdown */
 	const char *cpus;
 	double slow_after_s;
@@ -160,12 +165,37 @@ int train_single(struct train_ctx *c, struct train_series *s, struct train_resul
  */
 int train_cluster(struct train_ctx *c, struct train_series *s, struct train_result *r);
 
+/* ---- PyTorch in the same run (bench_train_torch.c) ---------------------- */
+
+/* Whether and how PyTorch runs, and what it said of itself. */
+struct train_torch {
+	char skip[160];          /* why it is not measured; "" when it is */
+	char script[PATH_MAX];   /* bench_torch.py */
+	size_t python;           /* which interpreter has torch */
+	char version[32];        /* torch.__version__, once it ran */
+	unsigned threads;        /* torch.get_num_threads(), once it ran */
+};
+
+/** Can PyTorch run this job here? t->skip says why not. */
+void train_torch_probe(const struct train_ctx *c, struct train_torch *t);
+/** Train spec's model in PyTorch (train_torch_probe() found it): figures into r. */
+int train_torch_run(const struct train_ctx *c, const Dml__JobSpec *spec,
+		    struct train_torch *t, struct train_result *r);
+
 /* ---- the report (bench_train_report.c) ---------------------------------- */
 
+/* Every run of one dml-bench train: dml and PyTorch with the job's optimizer,
+ * both with plain SGD (when the job's is another), and the cluster. */
+struct train_runs {
+	struct train_result single, single_sgd, torch, torch_sgd, cluster;
+	struct train_torch tinfo;
+	int sgd_separate;        /* the job's optimizer is not sgd: SGD ran apart */
+};
+
 /** What runs where, before the runs; wthreads: OpenBLAS threads a worker uses. */
-void train_print_preface(const struct train_ctx *c, unsigned wthreads);
-/** Both runs' figures next to the issue's, their ratios and the targets. */
-void train_print_table(const struct train_ctx *c, const struct train_result *s,
-		       const struct train_result *k);
+void train_print_preface(const struct train_ctx *c, const struct train_runs *r,
+			 unsigned wthreads);
+/** Every run's figures, their ratios and the verdicts, all from this run. */
+void train_print_table(const struct train_ctx *c, const struct train_runs *r);
 
 #endif

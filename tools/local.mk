@@ -5,12 +5,16 @@ tools_dml_bench_SOURCES = tools/bench.c tools/bench_drive.c tools/bench.h tools/
 	tools/bench_pushpull.c tools/bench_pushpull.h tools/bench_pushpull_internal.h \
 	tools/bench_pushpull_opts.c tools/bench_pushpull_print.c tools/bench_train.c \
 	tools/bench_train.h tools/bench_train_internal.h tools/bench_train_eval.c \
-	tools/bench_train_runs.c tools/bench_train_report.c tools/bench_util.c tools/bench_util.h \
+	tools/bench_train_runs.c tools/bench_train_report.c tools/bench_train_torch.c \
+	tools/bench_util.c tools/bench_util.h \
 	tools/bench_clicks.c tools/bench_clicks.h tools/bench_cluster.c tools/bench_cluster.h \
 	tools/bench_sparse.c tools/bench_sparse.h tools/bench_server.c tools/bench_server.h \
 	tools/bench_recovery.c tools/bench_recovery.h tools/bench_hetero.c \
 	tools/bench_hetero.h tools/bench_assign.c tools/bench_assign.h tools/curve_svg.c \
 	tools/curve_svg.h
+# dml-bench train finds the PyTorch script in the source tree, else here.
+tools_dml_bench_CPPFLAGS = $(AM_CPPFLAGS) -DDML_PKGDATADIR='"$(pkgdatadir)"'
+dist_pkgdata_DATA = tools/bench_torch.py
 tools_dml_bench_LDADD = sched/libdmljobs.la worker/libdml.la store/libdmlstorelog.la shard/libdmlshard.la \
 	$(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
