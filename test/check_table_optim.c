@@ -8,6 +8,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
 
 #include "test/check_table.h"
 #include "proto/dml_error.h"
@@ -208,6 +211,46 @@ START_TEST(test_optim_add)
 	c.lr = 0.0f; /* ignored */
 	c.weight_decay = 0.5f; /* ignored by ADD */
 	optim_against_ref(&c, 5);
+}
+END_TEST
+
+/*
+ * Denormals: momentum's decaying state is flushed to zero while a push is
+ * applied (the CPU's setting restored after), add keeps tiny sums exact.
+ */
+START_TEST(test_optim_denormals)
+{
+	struct dml_optim_conf c = optim_conf(DML_OPT_MOMENTUM);
+	float w[NV] = { 0 }, st[NV], g[NV] = { 0 }, tiny = 0x1p-140f;
+#if defined(__SSE__)
+	unsigned csr = _mm_getcsr();
+#endif
+
+	c.lr = 1.0f;
+	c.momentum = 0.5f;
+	for (int i = 0; i < NV; i++)
+		st[i] = 0x1p-120f; /* normal; halved, it stays out of the denormals */
+	dml_optim_apply(&c, w, st, NULL, g, NV);
+	ck_assert(st[0] == 0x1p-121f);
+	for (int i = 0; i < NV; i++) {
+		st[i] = tiny; /* a denormal, read as 0 */
+		w[i] = 0.0f;
+	}
+	dml_optim_apply(&c, w, st, NULL, g, NV);
+	for (int i = 0; i < NV; i++)
+		ck_assert_msg(st[i] == 0.0f && w[i] == 0.0f, "%d: state %g, weight %g", i,
+			      (double)st[i], (double)w[i]);
+#if defined(__SSE__)
+	ck_assert_uint_eq(_mm_getcsr(), csr);
+#endif
+	c = optim_conf(DML_OPT_ADD);
+	for (int i = 0; i < NV; i++) {
+		w[i] = tiny;
+		g[i] = tiny;
+	}
+	dml_optim_apply(&c, w, NULL, NULL, g, NV);
+	for (int i = 0; i < NV; i++)
+		ck_assert_msg(w[i] == 2 * tiny, "%d: %g", i, (double)w[i]);
 }
 END_TEST
 
@@ -467,6 +510,7 @@ void check_table_optim_tests(TCase *optim)
 	tcase_add_test(optim, test_optim_adagrad);
 	tcase_add_test(optim, test_optim_adam);
 	tcase_add_test(optim, test_optim_add);
+	tcase_add_test(optim, test_optim_denormals);
 	tcase_add_test(optim, test_optim_state_floats);
 	tcase_add_test(optim, test_optim_validate);
 	tcase_add_test(optim, test_optim_lr_decay);
