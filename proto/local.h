@@ -1,0 +1,50 @@
+/*
+ * The same-host transport: beside its TCP port, every daemon listens on a
+ * Linux abstract-namespace Unix stream socket named after the address and
+ * port it serves: "dml/127.0.0.1:7001", "dml/[::1]:7001", and for a
+ * wildcard bind (0.0.0.0, [::]) a star in place of the address. A process
+ * dialing an address of its own machine tries the address's name, then the
+ * star's, and falls back to TCP when nothing listens on either.
+ *
+ * Why abstract: no file to create, clean up or give permissions, and the
+ * name lives in the network namespace, like the TCP port it stands for: a
+ * process in another namespace never reaches it and dials TCP instead.
+ * Anyone who can reach the TCP port can reach the name; the handshake
+ * (auth.h) runs over it unchanged.
+ */
+#ifndef DML_LOCAL_H
+#define DML_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <event2/listener.h>
+
+/** What a Unix peer's name (dml_conn_peer) starts with. */
+#define DML_LOCAL_PEER_PREFIX "unix:"
+
+/**
+ * Listen on the Unix name of bound (the TCP listener's own address, port
+ * included), accepts going to cb(arg). NULL when the name cannot be taken
+ * (logged as a warning: the daemon still serves over TCP).
+ */
+struct evconnlistener *dml_local_listen(struct event_base *base, const struct sockaddr *bound,
+					evconnlistener_cb cb, void *arg);
+
+/**
+ * A connected, non-blocking Unix socket to the daemon serving sa (an
+ * address resolved for dialing) when sa is an address of this machine and
+ * a daemon listens on its name or on the wildcard name of its port; else
+ * -1 and the caller dials TCP.
+ */
+int dml_local_connect(const struct sockaddr *sa);
+
+/**
+ * When fd is a Unix socket, write its peer's name for logs to buf
+ * ("unix:127.0.0.1:7001" dialing, "unix:pid=1234" accepting) and return 1;
+ * 0 for any other socket (buf untouched).
+ */
+int dml_local_describe(int fd, char *buf, size_t len);
+
+#endif
