@@ -40,6 +40,18 @@ struct evconnlistener *dml_local_listen(struct event_base *base, const struct so
  */
 int dml_local_connect(const struct sockaddr *sa);
 
+/*
+ * What a Unix socket may hold in flight to its peer. Unix stream sockets
+ * have no window that grows like TCP's: the sender's SO_SNDBUF (default
+ * net.core.wmem_default, 208 KiB) bounds what sits in the peer's queue, and
+ * a full sender wakes only once that drained to a quarter, so a megabyte
+ * crossed in many small turns. The kernel caps it at net.core.wmem_max.
+ */
+#define DML_LOCAL_SNDBUF (4 << 20)
+
+/** Give fd, a Unix stream socket of either end, DML_LOCAL_SNDBUF. */
+void dml_local_tune(int fd);
+
 /**
  * When fd is a Unix socket, write its peer's name for logs to buf
  * ("unix:127.0.0.1:7001" dialing, "unix:pid=1234" accepting) and return 1;

@@ -67,6 +67,7 @@ static void bench_case_raw_shape(const struct bench_case *bc, struct bench_raw_s
 	uint64_t keys = bc->kind == BENCH_SPARSE ? bc->nkeys * sizeof(uint64_t) : 0;
 	uint64_t vals = bench_case_value_bytes(bc);
 
+	s->unix_socket = bc->transport == BENCH_UNIX;
 	s->req_bytes = (uint32_t)(bc->op == BENCH_PUSH ? keys + vals : keys);
 	s->reply_bytes = (uint32_t)(bc->op == BENCH_PUSH ? BENCH_ACK_BYTES : vals);
 }
@@ -89,17 +90,24 @@ void bench_case_label(const struct bench_case *bc, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64 "x%" PRIu32, bc->nkeys, bc->width);
 }
 
-/* Append one request shape at every connection count and window. */
+/* Append one request shape at every connection count, window and
+ * transport; the transports of a configuration run back to back. */
 static void bench_cases_add(const struct bench_opts *o, const struct bench_case *shape,
 			    struct bench_case *cases, size_t *n)
 {
 	for (size_t c = 0; c < o->conns.n; c++) {
 		for (size_t w = 0; w < o->windows.n; w++) {
-			struct bench_case *bc = &cases[(*n)++];
+			for (unsigned t = 0; t < BENCH_NTRANSPORT; t++) {
+				struct bench_case *bc = &cases[*n];
 
-			*bc = *shape;
-			bc->conns = (unsigned)o->conns.v[c];
-			bc->window = (unsigned)o->windows.v[w];
+				if (!(o->transports & (1u << t)))
+					continue;
+				(*n)++;
+				*bc = *shape;
+				bc->conns = (unsigned)o->conns.v[c];
+				bc->window = (unsigned)o->windows.v[w];
+				bc->transport = (enum bench_transport)t;
+			}
 		}
 	}
 }
@@ -107,7 +115,7 @@ static void bench_cases_add(const struct bench_opts *o, const struct bench_case 
 static size_t bench_cases_build(const struct bench_opts *o, struct bench_case **out)
 {
 	size_t per_op = (o->dense ? o->sizes.n : 0) + (o->sparse ? BENCH_NSPARSE : 0);
-	size_t max = 2 * per_op * o->conns.n * o->windows.n, n = 0;
+	size_t max = 2 * per_op * o->conns.n * o->windows.n * BENCH_NTRANSPORT, n = 0;
 	struct bench_case *cases = dml_xcalloc(max, sizeof(*cases));
 
 	for (unsigned op = BENCH_PUSH; op <= BENCH_PULL; op++) {
@@ -259,7 +267,8 @@ static int bench_keys_generate(uint32_t universe, uint64_t seed, uint64_t **out)
 }
 
 static int bench_conn_open(struct bench_conn *c, unsigned index,
-			   const struct bench_server *s, const struct bench_opts *o)
+			   const struct bench_server *s, const struct bench_opts *o,
+			   enum bench_transport transport)
 {
 	char servers[32], secret[PATH_MAX], id[16], payload[32];
 	/* Reconnect briefly and fail a request stuck for a minute: a
@@ -272,6 +281,7 @@ static int bench_conn_open(struct bench_conn *c, unsigned index,
 		{ "max_payload", payload },
 		{ "request_timeout_ms", "60000" },
 		{ "reconnect_timeout_ms", "5000" },
+		{ "local_socket", transport == BENCH_UNIX ? "yes" : "no" },
 	};
 	uint64_t dense_max = bench_list_max(&o->sizes) / sizeof(float);
 	uint64_t sparse_max = BENCH_SPARSE_KEYS * bench_sparse_max_width();
@@ -393,10 +403,12 @@ static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
 			      size_t nconns, const struct bench_plan *plan)
 {
 	struct bench_driver *drv = dml_xcalloc(bc->conns, sizeof(*drv));
+	/* The connections of the case's transport (see bench_rig_up). */
+	struct bench_conn *mine = conns + bc->transport * (nconns / BENCH_NTRANSPORT);
 	int rc;
 
 	for (unsigned i = 0; i < bc->conns; i++) {
-		struct bench_conn *c = &conns[i];
+		struct bench_conn *c = &mine[i];
 
 		c->cur = bc;
 		c->batch = 0;
@@ -413,7 +425,8 @@ static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
 	free(drv);
 	/* Let the idle connections answer whatever the server sent meanwhile. */
 	for (size_t i = 0; i < nconns; i++)
-		dml_progress(conns[i].d, 0);
+		if (conns[i].d)
+			dml_progress(conns[i].d, 0);
 	return rc;
 }
 
@@ -468,12 +481,21 @@ static int bench_rig_up(struct bench_rig *r, const struct bench_opts *o, int dur
 	r->srv.durability = durability;
 	rc = bench_server_start(&r->srv, exe, o);
 	if (rc == 0) {
-		r->nconns = bench_list_max(&o->conns);
+		/* The connections of transport t are [t * per, (t + 1) * per),
+		 * opened for the transports measured only. */
+		size_t per = bench_list_max(&o->conns), first = SIZE_MAX;
+
+		r->nconns = per * BENCH_NTRANSPORT;
 		r->conns = dml_xcalloc(r->nconns, sizeof(*r->conns));
-		for (size_t i = 0; i < r->nconns && rc == 0; i++)
-			rc = bench_conn_open(&r->conns[i], (unsigned)i, &r->srv, o);
+		for (size_t i = 0; i < r->nconns && rc == 0; i++) {
+			if (!(o->transports & (1u << (i / per))))
+				continue;
+			first = first < i ? first : i;
+			rc = bench_conn_open(&r->conns[i], (unsigned)i, &r->srv, o,
+					     (enum bench_transport)(i / per));
+		}
 		if (rc == 0)
-			rc = bench_conn_check_tables(&r->conns[0], o);
+			rc = bench_conn_check_tables(&r->conns[first], o);
 	}
 	return rc;
 }

@@ -24,6 +24,7 @@
 
 #include "tools/bench.h"
 #include "proto/dml_error.h"
+#include "proto/local.h"
 #include "proto/log.h"
 #include "proto/util.h"
 
@@ -215,6 +216,24 @@ static int raw_pair(int lfd, const struct sockaddr_in *addr, int *cfd, int *sfd)
 	return 0;
 }
 
+/* The same over a Unix socket pair, with the send buffers dml's Unix
+ * connections ask for (proto/local.h): what the same-host transport
+ * compares with. */
+static int raw_pair_unix(int *cfd, int *sfd)
+{
+	int fds[2], size = DML_LOCAL_SNDBUF;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+		dml_err("raw baseline: Unix socket pair: %s", strerror(errno));
+		return DML_ECONN;
+	}
+	(void)setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+	(void)setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+	*cfd = fds[0];
+	*sfd = fds[1];
+	return 0;
+}
+
 static int raw_client_init(struct raw_client *c, const struct bench_raw_shape *shape)
 {
 	memset(c, 0, sizeof(*c));
@@ -278,11 +297,12 @@ int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned 
 		cl[i].fd = -1;
 		sv[i].fd = -1;
 	}
-	rc = raw_listen(conns, &lfd, &addr);
+	rc = shape->unix_socket ? 0 : raw_listen(conns, &lfd, &addr);
 	for (unsigned i = 0; i < conns && rc == 0; i++) {
 		rc = raw_client_init(&cl[i], shape);
 		if (rc == 0)
-			rc = raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
+			rc = shape->unix_socket ? raw_pair_unix(&cl[i].fd, &sv[i].fd)
+						: raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
 		if (rc == 0 && pthread_create(&sv[i].tid, NULL, raw_server_main, &sv[i]))
 			rc = DML_EIO;
 		sv[i].started = rc == 0;
