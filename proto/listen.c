@@ -71,8 +71,6 @@ static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 {
 	struct dml_listener *l = arg;
 
-	if (lev == l->local)
-		dml_local_tune(fd);
 	l->cb(lev, fd, sa, salen, l->arg);
 }
 

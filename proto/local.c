@@ -119,13 +119,6 @@ struct evconnlistener *dml_local_listen(struct event_base *base, const struct so
 	return lev;
 }
 
-void dml_local_tune(int fd)
-{
-	int size = DML_LOCAL_SNDBUF;
-
-	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-}
-
 /* A connected socket to the name, or -1 (nothing listens, or its backlog is full). */
 static int local_dial(const struct sockaddr_un *sun, socklen_t len)
 {
@@ -139,7 +132,6 @@ static int local_dial(const struct sockaddr_un *sun, socklen_t len)
 		close(fd);
 		return -1;
 	}
-	dml_local_tune(fd);
 	return fd;
 }
 

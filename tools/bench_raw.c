@@ -24,7 +24,6 @@
 
 #include "tools/bench.h"
 #include "proto/dml_error.h"
-#include "proto/local.h"
 #include "proto/log.h"
 #include "proto/util.h"
 
@@ -216,19 +215,15 @@ static int raw_pair(int lfd, const struct sockaddr_in *addr, int *cfd, int *sfd)
 	return 0;
 }
 
-/* The same over a Unix socket pair, with the send buffers dml's Unix
- * connections ask for (proto/local.h): what the same-host transport
- * compares with. */
+/* The same over a Unix socket pair: what the same-host transport compares with. */
 static int raw_pair_unix(int *cfd, int *sfd)
 {
-	int fds[2], size = DML_LOCAL_SNDBUF;
+	int fds[2];
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
 		dml_err("raw baseline: Unix socket pair: %s", strerror(errno));
 		return DML_ECONN;
 	}
-	(void)setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-	(void)setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
 	*cfd = fds[0];
 	*sfd = fds[1];
 	return 0;
