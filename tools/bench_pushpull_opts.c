@@ -280,7 +280,7 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		        " s); explicit options still win" },
 	[P_BASELINE] = { .name = "baseline", .arg = "yes|no|only",
 		.parse = bench_opt_baseline, .want = "yes, no or only",
-		.help = "measure raw TCP too (default), not at all,\n"
+		.help = "measure raw sockets too (default), not at all,\n"
 		        "or alone without starting a server" },
 	[P_BASELINE_ONLY] = { .name = "baseline-only", .parse = bench_opt_baseline_only,
 		.help = "the same as --baseline only" },
@@ -318,8 +318,9 @@ void bench_pushpull_usage(FILE *out)
 {
 	fprintf(out,
 		"dml-bench pushpull [options]: push/pull throughput and latency\n"
-		"against one dml-server it starts itself, next to a raw-TCP baseline\n"
-		"measured in the same run (same bytes, connections and window).\n"
+		"against one dml-server it starts itself, next to a raw-socket baseline\n"
+		"measured in the same run (same bytes, connections, window and\n"
+		"transport).\n"
 		"\n");
 	bench_opts_help(&pushpull_table, out);
 	fprintf(out,

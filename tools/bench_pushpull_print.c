@@ -258,7 +258,7 @@ void bench_print_preface(const struct bench_opts *o, const struct bench_server *
 		       (o->seconds + o->warmup);
 
 	if (o->baseline == BENCH_BASELINE_ONLY)
-		printf("%sdml-bench pushpull: raw-TCP baseline only\n", pre);
+		printf("%sdml-bench pushpull: raw-socket baseline only\n", pre);
 	else
 		printf("%sdml-bench pushpull: %s (pid %d, port %u), %s\n", pre, exe,
 		       (int)s->pid, (unsigned)s->port,
