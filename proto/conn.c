@@ -26,6 +26,7 @@
 #include "proto/conn.h"
 #include "proto/conn_internal.h"
 #include "proto/dml_error.h"
+#include "proto/local.h"
 #include "proto/log.h"
 #include "proto/util.h"
 
@@ -301,8 +302,10 @@ static void arm_direct(struct dml_conn *c)
 	c->direct_ev = event_new(c->base, c->fd, EV_READ | EV_PERSIST, dml_conn_direct_read_cb, c);
 }
 
-int dml_conn_accept(struct event_base *base, int fd, const struct dml_conn_conf *conf,
-		    const struct dml_conn_ops *ops, void *arg, struct dml_conn **out)
+/* A connection on a socket connected already: accepted, or dialed locally. */
+static int conn_connected(struct event_base *base, int fd, int acceptor,
+			  const struct dml_conn_conf *conf, const struct dml_conn_ops *ops,
+			  void *arg, struct dml_conn **out)
 {
 	struct dml_conn *c;
 	int rc;
@@ -313,12 +316,18 @@ int dml_conn_accept(struct event_base *base, int fd, const struct dml_conn_conf 
 		close(fd);
 		return rc;
 	}
-	c->acceptor = 1;
+	c->acceptor = acceptor;
 	arm_direct(c);
 	bufferevent_enable(c->bev, EV_READ | EV_WRITE);
 	dml_conn_start_handshake(c);
 	*out = c;
 	return 0;
+}
+
+int dml_conn_accept(struct event_base *base, int fd, const struct dml_conn_conf *conf,
+		    const struct dml_conn_ops *ops, void *arg, struct dml_conn **out)
+{
+	return conn_connected(base, fd, 1, conf, ops, arg, out);
 }
 
 int dml_conn_connect(struct event_base *base, const char *host, uint16_t port,
@@ -335,6 +344,10 @@ int dml_conn_connect(struct event_base *base, const char *host, uint16_t port,
 	snprintf(portstr, sizeof(portstr), "%u", port);
 	if (evutil_getaddrinfo(host, portstr, &hints, &res) != 0 || !res)
 		return DML_ECONN;
+	if (!conf->tcp_only && (fd = dml_local_connect(res->ai_addr)) >= 0) {
+		evutil_freeaddrinfo(res);
+		return conn_connected(base, fd, 0, conf, ops, arg, out);
+	}
 	fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		evutil_freeaddrinfo(res);
@@ -372,6 +385,11 @@ enum dml_conn_state dml_conn_state(const struct dml_conn *c)
 const char *dml_conn_peer(const struct dml_conn *c)
 {
 	return c->peer;
+}
+
+int dml_conn_is_local(const struct dml_conn *c)
+{
+	return c->local;
 }
 
 const Dml__Handshake *dml_conn_peer_hello(const struct dml_conn *c)

@@ -90,6 +90,7 @@ struct dml_conn_conf {
 	uint64_t clock;             /* HELLO: a worker's clock when it (re)connects */
 	uint32_t handshake_timeout_ms;
 	size_t output_high_wm;      /* stop reading the peer above this much queued */
+	int tcp_only;               /* dial TCP even to this host's Unix socket (local.h) */
 };
 
 /* on_frame's answer for a frame it cannot take yet (see on_frame). */
@@ -116,7 +117,11 @@ int dml_conn_conf_daemon(struct dml_conn_conf *conf, uint32_t role, uint32_t nod
 int dml_conn_accept(struct event_base *base, int fd, const struct dml_conn_conf *conf,
 		    const struct dml_conn_ops *ops, void *arg, struct dml_conn **out);
 
-/** Connect to host:port (numeric or name) and run the handshake. */
+/**
+ * Connect to host:port (numeric or name) and run the handshake: through the
+ * daemon's Unix socket when host is this machine and one listens there
+ * (unless conf->tcp_only), else over TCP.
+ */
 int dml_conn_connect(struct event_base *base, const char *host, uint16_t port,
 		     const struct dml_conn_conf *conf, const struct dml_conn_ops *ops,
 		     void *arg, struct dml_conn **out);
@@ -197,8 +202,10 @@ int dml_conn_held(const struct dml_conn *c);
 void dml_conn_abort(struct dml_conn *c, int err);
 
 enum dml_conn_state dml_conn_state(const struct dml_conn *c);
-/** "host:port" of the peer, for logs. */
+/** "host:port" of the peer, for logs; "unix:..." over a Unix socket. */
 const char *dml_conn_peer(const struct dml_conn *c);
+/** 1 when the connection runs over a Unix socket (known from the handshake on). */
+int dml_conn_is_local(const struct dml_conn *c);
 /** The peer's handshake (role, node_id, incarnation, job, zone) once READY. */
 const Dml__Handshake *dml_conn_peer_hello(const struct dml_conn *c);
 /** Bytes queued for the peer. */

@@ -22,6 +22,7 @@
 #include "proto/conn.h"
 #include "proto/conn_internal.h"
 #include "proto/dml_error.h"
+#include "proto/local.h"
 #include "proto/log.h"
 #include "proto/util.h"
 
@@ -32,15 +33,18 @@ static void set_nodelay(int fd)
 	(void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-static void describe_peer(struct dml_conn *c)
+/* Name the peer from its socket; 1 when that is a Unix one (local.h). */
+static int describe_peer(struct dml_conn *c)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 	char host[48] = "?";
 	int port = 0;
 
+	if (dml_local_describe(c->fd, c->peer, sizeof(c->peer)))
+		return 1;
 	if (getpeername(c->fd, (struct sockaddr *)&ss, &len) != 0)
-		return;
+		return 0;
 	if (ss.ss_family == AF_INET) {
 		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
 		evutil_inet_ntop(AF_INET, &sin->sin_addr, host, sizeof(host));
@@ -51,6 +55,7 @@ static void describe_peer(struct dml_conn *c)
 		port = ntohs(sin6->sin6_port);
 	}
 	snprintf(c->peer, sizeof(c->peer), "%s:%d", host, port);
+	return 0;
 }
 
 /* ---- handshake ---------------------------------------------------------- */
@@ -178,8 +183,9 @@ void dml_conn_handshake_timeout_cb(evutil_socket_t fd, short what, void *arg)
 void dml_conn_start_handshake(struct dml_conn *c)
 {
 	dml_conn_set_state(c, DML_CONN_HANDSHAKE);
-	describe_peer(c);
-	set_nodelay(c->fd);
+	c->local = describe_peer(c);
+	if (!c->local)
+		set_nodelay(c->fd);
 	if (c->acceptor) {
 		Dml__Handshake ch = DML__HANDSHAKE__INIT;
 

@@ -28,6 +28,7 @@ struct dml_conn {
 	int fd;
 	enum dml_conn_state state;
 	int acceptor;                 /* we accepted: we send CHALLENGE */
+	int local;                    /* over a Unix socket (local.h), not TCP */
 	int got_challenge;            /* connector: CHALLENGE seen, HELLO sent */
 	struct dml_conn_conf conf;
 	const struct dml_conn_ops *ops;

@@ -18,11 +18,13 @@
 
 #include "proto/dml_error.h"
 #include "proto/listen.h"
+#include "proto/local.h"
 #include "proto/log.h"
 #include "proto/util.h"
 
 struct dml_listener {
 	struct evconnlistener *lev;
+	struct evconnlistener *local; /* the Unix socket beside it (local.h), or NULL */
 	int owns_lev;              /* 0: another's (evhttp's), not freed here */
 	struct dml_listener *next; /* every listener, for error_cb to find */
 	struct event *resume;      /* re-enables accepting after a back-off */
@@ -59,7 +61,7 @@ static struct dml_listener *listener_of(struct evconnlistener *lev)
 {
 	struct dml_listener *l = listeners;
 
-	while (l && l->lev != lev)
+	while (l && l->lev != lev && l->local != lev)
 		l = l->next;
 	return l;
 }
@@ -77,6 +79,8 @@ static void resume_cb(evutil_socket_t fd, short what, void *arg)
 	struct dml_listener *l = arg;
 
 	evconnlistener_enable(l->lev);
+	if (l->local)
+		evconnlistener_enable(l->local);
 }
 
 /*
@@ -120,6 +124,8 @@ void dml_listener_free(struct dml_listener *l)
 	if (!l)
 		return;
 	listeners_remove(l);
+	if (l->local)
+		evconnlistener_free(l->local);
 	if (l->owns_lev)
 		evconnlistener_free(l->lev);
 	event_free(l->resume);
@@ -206,20 +212,38 @@ int dml_write_port_file(const char *path, uint16_t port)
 	return 0;
 }
 
+/* Listen on the Unix name of l's address too; *said is what the log line adds. */
+static void listen_local(struct event_base *base, struct dml_listener *l, char *said,
+			 size_t len)
+{
+	struct sockaddr_storage sa;
+	socklen_t sl = sizeof(sa);
+
+	if (getsockname(evconnlistener_get_fd(l->lev), (struct sockaddr *)&sa, &sl) != 0)
+		return;
+	l->local = dml_local_listen(base, (struct sockaddr *)&sa, accept_cb, l);
+	if (!l->local)
+		return;
+	evconnlistener_set_error_cb(l->local, error_cb);
+	snprintf(said, len, " and its Unix socket");
+}
+
 int dml_listen_serve(struct event_base *base, const char *hostport, const char *port_file,
-		     evconnlistener_cb cb, void *arg, struct dml_listener **out,
+		     int local, evconnlistener_cb cb, void *arg, struct dml_listener **out,
 		     uint16_t *bound_port, const char *fmt, ...)
 {
-	char more[256];
+	char more[256], unix_too[32] = "";
 	va_list ap;
 	int rc = dml_listen_tcp(base, hostport, cb, arg, out, bound_port);
 
 	if (rc)
 		return rc;
+	if (local)
+		listen_local(base, *out, unix_too, sizeof(unix_too));
 	va_start(ap, fmt);
 	vsnprintf(more, sizeof(more), fmt, ap);
 	va_end(ap);
-	dml_info("listening on %s, port %u%s", hostport, *bound_port, more);
+	dml_info("listening on %s, port %u%s%s", hostport, *bound_port, unix_too, more);
 	if (port_file[0])
 		return dml_write_port_file(port_file, *bound_port);
 	return 0;

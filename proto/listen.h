@@ -50,14 +50,17 @@ void dml_listener_free(struct dml_listener *l);
 int dml_write_port_file(const char *path, uint16_t port);
 
 /**
- * What a daemon does to start serving: dml_listen_tcp() on hostport, the
- * one line that says so ("listening on HOST:PORT, port N" and the daemon's
- * own words from fmt), then the bound port written to port_file unless it
- * is empty. 0, or dml_listen_tcp()'s and dml_write_port_file()'s errors.
+ * What a daemon does to start serving: dml_listen_tcp() on hostport, with
+ * local the abstract Unix socket of the bound address beside it (local.h;
+ * accepts from either go to cb, and a name that cannot be taken is a
+ * warning, not an error), the one line that says so ("listening on
+ * HOST:PORT, port N [and its Unix socket]" and the daemon's own words from
+ * fmt), then the bound port written to port_file unless it is empty. 0, or
+ * dml_listen_tcp()'s and dml_write_port_file()'s errors.
  */
 int dml_listen_serve(struct event_base *base, const char *hostport, const char *port_file,
-		     evconnlistener_cb cb, void *arg, struct dml_listener **out,
+		     int local, evconnlistener_cb cb, void *arg, struct dml_listener **out,
 		     uint16_t *bound_port, const char *fmt, ...)
-	__attribute__((format(printf, 8, 9)));
+	__attribute__((format(printf, 9, 10)));
 
 #endif

@@ -5,12 +5,12 @@ proto_libdmlproto_la_SOURCES = \
 	proto/error.c proto/log.c proto/util.c proto/frame.c proto/auth.c \
 	proto/conf.c proto/conf_value.c proto/conf_print.c proto/conf_check.c \
 	proto/conn.c proto/conn_send.c proto/conn_recv.c proto/conn_handshake.c \
-	proto/listen.c proto/peers.c proto/metrics.c proto/table_spec.c
+	proto/listen.c proto/local.c proto/peers.c proto/metrics.c proto/table_spec.c
 nodist_proto_libdmlproto_la_SOURCES = proto/dml.pb-c.c proto/dml.pb-c.h
 proto_libdmlproto_la_LIBADD = $(LIBEVENT_LIBS) $(PROTOBUF_C_LIBS) $(CRYPTO_LIBS) -lm
 noinst_HEADERS += proto/log.h proto/util.h proto/frame.h \
 	proto/auth.h proto/conf.h proto/conf_internal.h proto/conn.h proto/conn_internal.h \
-	proto/listen.h proto/peers.h proto/metrics.h \
+	proto/listen.h proto/local.h proto/peers.h proto/metrics.h \
 	proto/table_spec.h
 EXTRA_DIST += proto/dml.proto
 

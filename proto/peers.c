@@ -139,3 +139,13 @@ double dml_peers_metric_count(void *ps)
 
 	return (double)peers->count;
 }
+
+double dml_peers_metric_local(void *ps)
+{
+	const struct dml_peers *peers = ps;
+	size_t n = 0;
+
+	for (const struct dml_peer *p = peers->head; p; p = p->next)
+		n += (size_t)dml_conn_is_local(p->conn);
+	return (double)n;
+}

@@ -56,6 +56,9 @@ int dml_peers_accept(struct dml_peers *ps, int fd, struct dml_peer *p,
 /** Connections open in ps (a struct dml_peers *): a daemon's metric callback. */
 double dml_peers_metric_count(void *ps);
 
+/** Of those, the connections over a Unix socket (proto/local.h). */
+double dml_peers_metric_local(void *ps);
+
 /** Take p out of the set; call from the connection's on_close. */
 void dml_peers_remove(struct dml_peers *ps, struct dml_peer *p);
 

@@ -482,7 +482,7 @@ static int start_listening(struct dml_sched *s)
 {
 	const struct dml_sched_conf *c = s->conf;
 
-	return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s, &s->listener,
+	return dml_listen_serve(s->base, c->listen, c->port_file, c->local_socket, accept_cb, s, &s->listener,
 				&s->port, " (heartbeat every %u ms, suspect after %u ms, dead "
 				"after %u ms)", c->heartbeat_interval_ms, c->suspect_after_ms,
 				c->dead_after_ms);
@@ -516,6 +516,7 @@ int dml_sched_new(const struct dml_sched_conf *conf, struct event_base *base,
 	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	/* Nothing the scheduler serves carries a payload. */
 	s->conn_conf.limits.max_payload = 0;
+	s->conn_conf.tcp_only = !conf->local_socket;
 	if ((rc = dml_random_bytes(&s->conn_conf.incarnation,
 				   sizeof(s->conn_conf.incarnation))) != 0)
 		return rc;

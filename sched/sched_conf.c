@@ -32,6 +32,7 @@ static const struct dml_conf_option options[] = {
 	{ "sched", "dead_after_ms", DML_CONF_U32, S(dead_after_ms), "10000", 12, DAY_MS, NULL,
 	  NULL, "a node without a heartbeat this long is dead until it registers again" },
 	DML_CONF_OPT_METRICS("sched", S(metrics_listen), S(metrics_port_file)),
+	DML_CONF_OPT_LOCAL_SOCKET("sched", S(local_socket)),
 
 	{ "store", "path", DML_CONF_STRING, S(store_path), "", 0, 0, NULL, NULL,
 	  "directory of the LMDB state (nodes, jobs, maps, assignments); empty: none" },

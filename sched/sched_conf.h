@@ -23,6 +23,7 @@ struct dml_sched_conf {
 	uint32_t dead_after_ms;
 	char *metrics_listen;      /* "" = no metrics endpoint */
 	char *metrics_port_file;
+	int local_socket;          /* serve and dial this host's Unix sockets */
 	/* [store] */
 	char *store_path;          /* "" = keep no state */
 	uint64_t store_map_size;

@@ -225,10 +225,10 @@ static int start_listening(struct dml_server *s)
 	const struct dml_server_conf *c = s->conf;
 
 	if (s->job_mode)
-		return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s,
+		return dml_listen_serve(s->base, c->listen, c->port_file, c->local_socket, accept_cb, s,
 					&s->listener, &s->port,
 					"; tables will come from the scheduler");
-	return dml_listen_serve(s->base, c->listen, c->port_file, accept_cb, s, &s->listener,
+	return dml_listen_serve(s->base, c->listen, c->port_file, c->local_socket, accept_cb, s, &s->listener,
 				&s->port, " (shard %u/%u, staleness %lld, %u workers expected)",
 				c->shard_index, c->shard_count, (long long)c->staleness,
 				c->workers);
@@ -261,6 +261,7 @@ int dml_server_new(const struct dml_server_conf *conf, struct event_base *base,
 	s->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	s->conn_conf.limits.max_payload = (uint32_t)conf->max_payload;
 	s->conn_conf.limits.max_keys = (uint32_t)conf->max_keys;
+	s->conn_conf.tcp_only = !conf->local_socket;
 	dml_server_budget_tick(s);
 	if (conf->ntables == 0 && !s->job_mode) {
 		dml_err("no [table] section and no scheduler: nothing to serve");

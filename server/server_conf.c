@@ -44,6 +44,7 @@ static const struct dml_conf_option options[] = {
 	  "host:port others use to reach this server; empty: listen host, bound port" },
 	{ "server", "zone", DML_CONF_STRING, S(zone), "", 0, 0, NULL, dml_conf_check_zone,
 	  "placement zone (rack, cloud region) reported to the scheduler" },
+	DML_CONF_OPT_LOCAL_SOCKET("server", S(local_socket)),
 
 	{ "limits", "max_meta", DML_CONF_SIZE, S(max_meta), "64K", 64, 16777216.0, NULL, NULL,
 	  "largest frame metadata accepted" },

@@ -39,6 +39,7 @@ struct dml_server_conf {
 	char *scheduler;          /* "" = standalone, else host:port of dml-sched */
 	char *advertise;          /* "" = the listen host and the bound port */
 	char *zone;               /* placement zone, "" when unset */
+	int local_socket;         /* serve and dial this host's Unix sockets */
 	/* [limits] */
 	uint64_t max_meta, max_payload, max_keys;
 	uint32_t max_connections;

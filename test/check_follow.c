@@ -254,11 +254,15 @@ START_TEST(test_sparse_keys_follow_the_map)
 }
 END_TEST
 
-/* Client-side sockets connected to 127.0.0.1:port, from /proc/net/tcp. */
+/*
+ * Connections to the server on 127.0.0.1:port: client-side TCP sockets
+ * from /proc/net/tcp, and the server's accepted ends of its Unix socket
+ * (proto/local.h), which carry its name, from /proc/net/unix.
+ */
 static int established_to(uint16_t port)
 {
 	FILE *fp = fopen("/proc/net/tcp", "r");
-	char line[512];
+	char line[512], name[64], path[256];
 	int n = 0;
 
 	ck_assert_ptr_nonnull(fp);
@@ -267,6 +271,18 @@ static int established_to(uint16_t port)
 
 		if (sscanf(line, " %*d: %*x:%x %*x:%x %x", &lport, &rport, &st) == 3 &&
 		    rport == port && st == 1)
+			n++;
+	}
+	fclose(fp);
+	fp = fopen("/proc/net/unix", "r");
+	ck_assert_ptr_nonnull(fp);
+	snprintf(name, sizeof(name), "@dml/127.0.0.1:%u", (unsigned)port);
+	while (fgets(line, sizeof(line), fp)) {
+		unsigned st;
+
+		/* State 03: connected (the listener itself is 01). */
+		if (sscanf(line, "%*x: %*x %*x %*x %*x %x %*u %255s", &st, path) == 2 &&
+		    st == 3 && strcmp(path, name) == 0)
 			n++;
 	}
 	fclose(fp);

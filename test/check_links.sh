@@ -88,6 +88,14 @@ timeout 120 "${dmlctl[@]}" submit "$tmp/job.conf" --wait >"$tmp/job.out" 2>&1 ||
 grep -q "done: every worker reached $clocks clocks" "$tmp/job.out" ||
 	fail "the job: $(tail -n 5 "$tmp/job.out")"
 
+# The server's Unix socket lives in the host's network namespace: worker 1
+# beside it reached it there, worker 2 in its own namespace over TCP on the
+# link (which the limits below count).
+grep -q "peer unix:pid=[0-9]*: worker 1 joined" "$run/server1.log" ||
+	fail "worker 1 did not join server 1 over its Unix socket"
+grep -q "peer $(fleet_link_addr "$b" 2):[0-9]*: worker 2 joined" "$run/server1.log" ||
+	fail "worker 2 did not join server 1 over TCP from the link's far end"
+
 # The scheduler's estimate of each worker's link (bytes its steps moved
 # per second of its own communication): worker 2's near its 20 Mbit/s
 # (2.5 MB/s; a push leaves while the next step computes, so a step's bytes

@@ -237,6 +237,13 @@ test_check_e2e_SOURCES = test/check_e2e.c test/cluster.c test/cluster.h $(HARNES
 test_check_e2e_CFLAGS = $(TEST_CFLAGS)
 test_check_e2e_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
+# Integration: the same-host Unix socket beside a server's TCP port.
+check_PROGRAMS += test/check_local
+TESTS += test/check_local
+test_check_local_SOURCES = test/check_local.c $(HARNESS_SOURCES)
+test_check_local_CFLAGS = $(TEST_CFLAGS)
+test_check_local_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # End to end: job-wide checkpoints taken, listed, kept and deleted.
 check_PROGRAMS += test/check_checkpoints
 TESTS += test/check_checkpoints

@@ -94,6 +94,7 @@ int bench_interrupted(void);
 struct bench_raw_shape {
 	uint32_t req_bytes;
 	uint32_t reply_bytes; /* at least 1; a push is answered by an 8-byte ack */
+	int unix_socket;      /* over a Unix socket pair instead of loopback TCP */
 };
 
 /** Largest req_bytes or reply_bytes bench_raw_run() accepts. */
@@ -101,9 +102,10 @@ struct bench_raw_shape {
 
 /**
  * The raw-TCP baseline: `conns` blocking loopback connections with
- * TCP_NODELAY, each answered by its own thread of this process, moving
- * shape's bytes request/response style with the same client threads,
- * window and timing as the libdml path. Returns 0, DML_EINVAL (bad shape or counts), DML_EIO,
+ * TCP_NODELAY (or Unix socket pairs: shape->unix_socket), each answered by
+ * its own thread of this process, moving shape's bytes request/response
+ * style with the same client threads, window and timing as the libdml
+ * path. Returns 0, DML_EINVAL (bad shape or counts), DML_EIO,
  * DML_ECONN, DML_ENOMEM or DML_ECLOSED (interrupted).
  */
 int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned threads,

@@ -69,6 +69,7 @@ static void bench_case_raw_shape(const struct bench_case *bc, struct bench_raw_s
 	uint64_t keys = bc->kind == BENCH_SPARSE ? bc->nkeys * sizeof(uint64_t) : 0;
 	uint64_t vals = bench_case_value_bytes(bc);
 
+	s->unix_socket = bc->transport == BENCH_UNIX;
 	s->req_bytes = (uint32_t)(bc->op == BENCH_PUSH ? keys + vals : keys);
 	s->reply_bytes = (uint32_t)(bc->op == BENCH_PUSH ? BENCH_ACK_BYTES : vals);
 }
@@ -91,17 +92,24 @@ void bench_case_label(const struct bench_case *bc, char *buf, size_t len)
 		snprintf(buf, len, "%" PRIu64 "x%" PRIu32, bc->nkeys, bc->width);
 }
 
-/* Append one request shape at every connection count and window. */
+/* Append one request shape at every connection count, window and
+ * transport; the transports of a configuration run back to back. */
 static void bench_cases_add(const struct bench_opts *o, const struct bench_case *shape,
 			    struct bench_case *cases, size_t *n)
 {
 	for (size_t c = 0; c < o->conns.n; c++) {
 		for (size_t w = 0; w < o->windows.n; w++) {
-			struct bench_case *bc = &cases[(*n)++];
+			for (unsigned t = 0; t < BENCH_NTRANSPORT; t++) {
+				struct bench_case *bc = &cases[*n];
 
-			*bc = *shape;
-			bc->conns = (unsigned)o->conns.v[c];
-			bc->window = (unsigned)o->windows.v[w];
+				if (!(o->transports & (1u << t)))
+					continue;
+				(*n)++;
+				*bc = *shape;
+				bc->conns = (unsigned)o->conns.v[c];
+				bc->window = (unsigned)o->windows.v[w];
+				bc->transport = (enum bench_transport)t;
+			}
 		}
 	}
 }
@@ -109,7 +117,7 @@ static void bench_cases_add(const struct bench_opts *o, const struct bench_case 
 static size_t bench_cases_build(const struct bench_opts *o, struct bench_case **out)
 {
 	size_t per_op = (o->dense ? o->sizes.n : 0) + (o->sparse ? BENCH_NSPARSE : 0);
-	size_t max = 2 * per_op * o->conns.n * o->windows.n, n = 0;
+	size_t max = 2 * per_op * o->conns.n * o->windows.n * BENCH_NTRANSPORT, n = 0;
 	struct bench_case *cases = dml_xcalloc(max, sizeof(*cases));
 
 	for (unsigned op = BENCH_PUSH; op <= BENCH_PULL; op++) {
@@ -297,12 +305,13 @@ static void bench_shared_free(struct bench_shared *sh)
 
 /*
  * Connection `index` of conns[]: on the event loop and value buffer of the
- * first connection of its client thread (bench_thread_of), so one thread
- * waits for all of its connections' replies at once.
+ * first connection of its client thread (bench_thread_of) among those of
+ * its transport (per of each, see bench_rig_up), so one thread waits for
+ * all of its connections' replies at once.
  */
 static int bench_conn_open(struct bench_conn *conns, unsigned index,
 			   const struct bench_server *s, const struct bench_opts *o,
-			   const struct bench_shared *sh)
+			   const struct bench_shared *sh, size_t per)
 {
 	char servers[32], secret[PATH_MAX], id[16], payload[32];
 	/* Reconnect briefly and fail a request stuck for a minute: a
@@ -315,9 +324,12 @@ static int bench_conn_open(struct bench_conn *conns, unsigned index,
 		{ "max_payload", payload },
 		{ "request_timeout_ms", "60000" },
 		{ "reconnect_timeout_ms", "5000" },
+		{ "local_socket", index / per == BENCH_UNIX ? "yes" : "no" },
 	};
+	size_t base = index / per * per;
 	struct bench_conn *c = &conns[index];
-	struct bench_conn *first = &conns[bench_thread_of(index, o->threads)];
+	struct bench_conn *first = &conns[base + bench_thread_of((unsigned)(index - base),
+								   o->threads)];
 	int rc;
 
 	memset(c, 0, sizeof(*c));
@@ -431,10 +443,12 @@ static int bench_case_run_dml(struct bench_case *bc, struct bench_conn *conns,
 			      size_t nconns, unsigned threads, const struct bench_plan *plan)
 {
 	struct bench_driver *drv = dml_xcalloc(bc->conns, sizeof(*drv));
+	/* The connections of the case's transport (see bench_rig_up). */
+	struct bench_conn *mine = conns + bc->transport * (nconns / BENCH_NTRANSPORT);
 	int rc;
 
 	for (unsigned i = 0; i < bc->conns; i++) {
-		struct bench_conn *c = &conns[i];
+		struct bench_conn *c = &mine[i];
 
 		c->cur = bc;
 		/* Connections draw the shared key sets from different places. */
@@ -563,12 +577,20 @@ static int bench_rig_up(struct bench_rig *r, const struct bench_opts *o, int dur
 	if (rc == 0)
 		rc = bench_shared_init(&r->shared, o);
 	if (rc == 0) {
-		r->nconns = bench_list_max(&o->conns);
+		/* The connections of transport t are [t * per, (t + 1) * per),
+		 * opened for the transports measured only. */
+		size_t per = bench_list_max(&o->conns), first = SIZE_MAX;
+
+		r->nconns = per * BENCH_NTRANSPORT;
 		r->conns = dml_xcalloc(r->nconns, sizeof(*r->conns));
-		for (size_t i = 0; i < r->nconns && rc == 0; i++)
-			rc = bench_conn_open(r->conns, (unsigned)i, &r->srv, o, &r->shared);
+		for (size_t i = 0; i < r->nconns && rc == 0; i++) {
+			if (!(o->transports & (1u << (i / per))))
+				continue;
+			first = first < i ? first : i;
+			rc = bench_conn_open(r->conns, (unsigned)i, &r->srv, o, &r->shared, per);
+		}
 		if (rc == 0)
-			rc = bench_conn_check_tables(&r->conns[0], o);
+			rc = bench_conn_check_tables(&r->conns[first], o);
 	}
 	return rc;
 }

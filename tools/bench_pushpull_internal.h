@@ -25,9 +25,14 @@
 enum bench_op { BENCH_PUSH = 0, BENCH_PULL = 1 };
 enum bench_kind { BENCH_DENSE = 0, BENCH_SPARSE = 1 };
 
+/* How the client reaches the server: --transport, in the order of
+ * bench_transport_names ("tcp", "unix"; proto/local.h). */
+enum bench_transport { BENCH_TCP = 0, BENCH_UNIX = 1, BENCH_NTRANSPORT };
+
 /** "push", "pull" and "dense", "sparse", by the enums above. */
 extern const char *const bench_op_names[];
 extern const char *const bench_kind_names[];
+extern const char *const bench_transport_names[];
 
 struct bench_list {
 	uint64_t v[BENCH_MAX_LIST];
@@ -44,6 +49,7 @@ struct bench_opts {
 	struct bench_list sizes, conns, windows;
 	unsigned threads;  /* client threads; 0: one per connection */
 	unsigned ops; /* bit (1 << enum bench_op) */
+	unsigned transports; /* bit (1 << enum bench_transport) */
 	int dense, sparse;
 	int csv, quick, keep;
 	int baseline; /* enum bench_baseline */
@@ -63,7 +69,8 @@ struct bench_case {
 	uint64_t nkeys;    /* dense: the whole table; sparse: keys per request */
 	unsigned pool;     /* sparse: index into bench_sparse and the key pools */
 	unsigned conns, window;
-	struct bench_result dml, tcp;
+	enum bench_transport transport; /* libdml's and the raw baseline's */
+	struct bench_result dml, tcp;   /* tcp: the raw baseline, over transport */
 	int have_dml, have_tcp;
 };
 

@@ -22,6 +22,7 @@
 
 const char *const bench_op_names[] = { "push", "pull" };
 const char *const bench_kind_names[] = { "dense", "sparse" };
+const char *const bench_transport_names[] = { "tcp", "unix" };
 
 static const char *const bench_baseline_names[] = { "yes", "no", "only" };
 static const char *const bench_no_yes[] = { "no", "yes" };
@@ -46,8 +47,9 @@ static const char *const bench_no_yes[] = { "no", "yes" };
 /* The options, in --help's order; the list options in the order of
  * struct bench_defaults' lists. */
 enum bench_pushpull_opt {
-	P_SERVER, P_SECONDS, P_WARMUP, P_SIZES, P_CONNS, P_WINDOWS, P_THREADS, P_OPS, P_DENSE,
-	P_SPARSE, P_QUICK, P_BASELINE, P_BASELINE_ONLY, P_DURABILITY, P_ROUNDS,
+	P_SERVER, P_SECONDS, P_WARMUP, P_SIZES, P_CONNS, P_WINDOWS, P_THREADS, P_OPS,
+	P_TRANSPORT, P_DENSE, P_SPARSE, P_QUICK, P_BASELINE, P_BASELINE_ONLY, P_DURABILITY,
+	P_ROUNDS,
 	P_BATCH_MS, P_CSV, P_KEEP, P_VERBOSE, P_HELP, P_NOPTS
 };
 #define BENCH_NLISTS 3
@@ -150,6 +152,17 @@ static int bench_op_item(const char *tok, void *arg)
 	return 0;
 }
 
+static int bench_transport_item(const char *tok, void *arg)
+{
+	unsigned *transports = arg;
+	int t;
+
+	if (bench_choice(tok, bench_transport_names, BENCH_NTRANSPORT, &t))
+		return DML_EINVAL;
+	*transports |= 1u << t;
+	return 0;
+}
+
 static int bench_durability_item(const char *tok, void *arg)
 {
 	struct bench_opts *o = arg;
@@ -171,6 +184,16 @@ static int bench_opt_ops(const char *cmd, const struct bench_opt *opt, const cha
 
 	o->ops = 0;
 	return bench_split(a, bench_op_item, &o->ops) ? bench_opt_error(cmd, opt, a, NULL) : 0;
+}
+
+static int bench_opt_transport(const char *cmd, const struct bench_opt *opt,
+			       const char *a, void *arg)
+{
+	struct bench_opts *o = arg;
+
+	o->transports = 0;
+	return bench_split(a, bench_transport_item, &o->transports)
+		       ? bench_opt_error(cmd, opt, a, NULL) : 0;
 }
 
 static int bench_opt_durability(const char *cmd, const struct bench_opt *opt,
@@ -246,6 +269,11 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		        "0: one per connection); raw TCP uses as many" },
 	[P_OPS] = { .name = "ops", .arg = "LIST", .parse = bench_opt_ops,
 		.want = "push and/or pull", .help = "push,pull (default both)" },
+	[P_TRANSPORT] = { .name = "transport", .arg = "LIST", .parse = bench_opt_transport,
+		.want = "tcp and/or unix",
+		.help = "tcp,unix (default both): loopback TCP, and the\n"
+		        "server's Unix socket (local_socket); the raw\n"
+		        "baseline runs over each too" },
 	[P_DENSE] = { .name = "dense", .arg = "yes|no", .parse = bench_opt_yes_no,
 		.offset = P_FIELD(dense), .want = "yes or no",
 		.help = "dense requests (default yes)" },
@@ -259,7 +287,7 @@ static const struct bench_opt pushpull_opt_rows[P_NOPTS] = {
 		        " s); explicit options still win" },
 	[P_BASELINE] = { .name = "baseline", .arg = "yes|no|only",
 		.parse = bench_opt_baseline, .want = "yes, no or only",
-		.help = "measure raw TCP too (default), not at all,\n"
+		.help = "measure raw sockets too (default), not at all,\n"
 		        "or alone without starting a server" },
 	[P_BASELINE_ONLY] = { .name = "baseline-only", .parse = bench_opt_baseline_only,
 		.help = "the same as --baseline only" },
@@ -298,15 +326,16 @@ void bench_pushpull_usage(FILE *out)
 {
 	fprintf(out,
 		"dml-bench pushpull [options]: push/pull throughput and latency\n"
-		"against one dml-server it starts itself, next to a raw-TCP baseline\n"
-		"measured in the same run (same bytes, connections and window).\n"
+		"against one dml-server it starts itself, next to a raw-socket baseline\n"
+		"measured in the same run (same bytes, connections, window and\n"
+		"transport).\n"
 		"\n");
 	bench_opts_help(&pushpull_table, out);
 	fprintf(out,
 		"\n"
 		"GB/s counts value bytes only (1 GB = 1e9 bytes); latency is submit to\n"
-		"completion of each request; ratio = dml / raw-TCP requests per\n"
-		"second.\n"
+		"completion of each request; ratio = dml / raw-socket requests per\n"
+		"second over the same transport (via: tcp or unix).\n"
 		"Exit status: 0 when it ran (even if a target failed), 1 on an error,\n"
 		"2 on bad usage, 130 when interrupted.\n");
 }
@@ -341,6 +370,8 @@ static int bench_opts_finish(struct bench_opts *o)
 	}
 	if (o->ops == 0)
 		o->ops = 1u << BENCH_PUSH | 1u << BENCH_PULL;
+	if (o->transports == 0)
+		o->transports = 1u << BENCH_TCP | 1u << BENCH_UNIX;
 	if (!o->dense && !o->sparse) {
 		dml_err("pushpull: --dense no and --sparse no leave nothing to measure");
 		return BENCH_EXIT_USAGE;

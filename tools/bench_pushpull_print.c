@@ -16,16 +16,16 @@
 void bench_print_header(const struct bench_opts *o)
 {
 	if (o->csv) {
-		printf("op,kind,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,"
-		       "ratio,tcp_gbps,tcp_rps,tcp_p50_us,tcp_p99_us\n");
+		printf("op,kind,via,size,value_bytes,conns,window,gbps,rps,p50_us,p99_us,"
+		       "ratio,raw_gbps,raw_rps,raw_p50_us,raw_p99_us\n");
 	} else if (o->baseline == BENCH_BASELINE_ONLY) {
-		printf("%-4s %-6s %-8s %5s %6s %9s %11s %10s %10s\n", "op", "kind",
-		       "size", "conns", "window", "tcp_GB/s", "tcp_req/s",
-		       "tcp_p50_us", "tcp_p99_us");
+		printf("%-4s %-6s %-4s %-8s %5s %6s %9s %11s %10s %10s\n", "op", "kind",
+		       "via", "size", "conns", "window", "raw_GB/s", "raw_req/s",
+		       "raw_p50_us", "raw_p99_us");
 	} else {
-		printf("%-4s %-6s %-8s %5s %6s %8s %11s %9s %9s %6s %9s %10s\n", "op",
-		       "kind", "size", "conns", "window", "GB/s", "req/s", "p50_us",
-		       "p99_us", "ratio", "tcp_GB/s", "tcp_p50_us");
+		printf("%-4s %-6s %-4s %-8s %5s %6s %8s %11s %9s %9s %6s %9s %10s\n", "op",
+		       "kind", "via", "size", "conns", "window", "GB/s", "req/s", "p50_us",
+		       "p99_us", "ratio", "raw_GB/s", "raw_p50_us");
 	}
 	fflush(stdout);
 }
@@ -43,11 +43,12 @@ void bench_print_row(const struct bench_case *bc, const struct bench_opts *o)
 	const struct bench_result *d = &bc->dml, *t = &bc->tcp;
 	double ratio = bc->have_dml && bc->have_tcp && t->rps > 0 ? d->rps / t->rps : 0;
 	const char *op = bench_op_names[bc->op], *kind = bench_kind_names[bc->kind];
+	const char *via = bench_transport_names[bc->transport];
 	char label[32];
 
 	bench_case_label(bc, label, sizeof(label));
 	if (o->csv) {
-		printf("%s,%s,%s,%" PRIu64 ",%u,%u,", op, kind, label,
+		printf("%s,%s,%s,%s,%" PRIu64 ",%u,%u,", op, kind, via, label,
 		       bench_case_value_bytes(bc), bc->conns, bc->window);
 		bench_csv_result(d, bc->have_dml);
 		if (ratio > 0)
@@ -57,7 +58,8 @@ void bench_print_row(const struct bench_case *bc, const struct bench_opts *o)
 		bench_csv_result(t, bc->have_tcp);
 		printf("\n");
 	} else {
-		printf("%-4s %-6s %-8s %5u %6u ", op, kind, label, bc->conns, bc->window);
+		printf("%-4s %-6s %-4s %-8s %5u %6u ", op, kind, via, label, bc->conns,
+		       bc->window);
 		if (o->baseline == BENCH_BASELINE_ONLY)
 			printf("%9.3f %11.0f %10.1f %10.1f\n", t->gbps, t->rps, t->p50_us,
 			       t->p99_us);
@@ -105,7 +107,8 @@ static int bench_target_matches(const struct bench_target *t,
 {
 	uint64_t vb = bench_case_value_bytes(bc);
 
-	return bc->kind == t->kind && (t->op < 0 || (int)bc->op == t->op) &&
+	return bc->transport == BENCH_TCP && bc->kind == t->kind &&
+	       (t->op < 0 || (int)bc->op == t->op) &&
 	       vb >= t->min_bytes && vb <= t->max_bytes && bc->width == t->width &&
 	       bc->window == t->window && bc->conns == 1;
 }
@@ -172,7 +175,8 @@ static int bench_conn_target_matches(const struct bench_conn_target *t,
 				     const struct bench_case *bc)
 {
 	return bc->op == BENCH_PUSH && bc->kind == BENCH_DENSE && bc->have_dml &&
-	       bench_case_value_bytes(bc) == t->value_bytes && bc->window == t->window;
+	       bc->transport == BENCH_TCP && bench_case_value_bytes(bc) == t->value_bytes &&
+	       bc->window == t->window;
 }
 
 /* The one-connection case of the target, or NULL when not measured. */
@@ -183,6 +187,29 @@ static const struct bench_case *bench_conn_target_base(const struct bench_conn_t
 	for (size_t i = 0; i < n; i++)
 		if (bench_conn_target_matches(t, &cases[i]) && cases[i].conns == 1 &&
 		    cases[i].dml.rps > 0)
+			return &cases[i];
+	return NULL;
+}
+
+/* ---- the same-host target: libdml over Unix against libdml over TCP ---- */
+
+#define BENCH_UNIX_VS_TCP 1.5
+#define BENCH_UNIX_BYTES (1u << 20)
+#define BENCH_UNIX_WINDOW 8
+
+static int bench_unix_target_matches(const struct bench_case *bc)
+{
+	return bc->kind == BENCH_DENSE && bench_case_value_bytes(bc) == BENCH_UNIX_BYTES &&
+	       bc->window == BENCH_UNIX_WINDOW && bc->conns == 1 && bc->have_dml;
+}
+
+/* The TCP case measured with the same shape as the Unix case u, or NULL. */
+static const struct bench_case *bench_unix_twin(const struct bench_case *cases, size_t n,
+						const struct bench_case *u)
+{
+	for (size_t i = 0; i < n; i++)
+		if (cases[i].transport == BENCH_TCP && cases[i].op == u->op &&
+		    bench_unix_target_matches(&cases[i]))
 			return &cases[i];
 	return NULL;
 }
@@ -217,6 +244,32 @@ static void bench_print_conn_targets(const struct bench_case *cases, size_t n,
 	}
 }
 
+/* "dense 1 MiB, window 8: unix >= 1.5 x loopback TCP", push and pull. */
+static void bench_print_unix_target(const struct bench_case *cases, size_t n,
+				    const struct bench_opts *o)
+{
+	const char *pre = o->csv ? "# " : "";
+	int seen = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct bench_case *u = &cases[i], *t;
+		double r;
+
+		if (u->transport != BENCH_UNIX || !bench_unix_target_matches(u) ||
+		    !(t = bench_unix_twin(cases, n, u)) || t->dml.rps <= 0)
+			continue;
+		seen = 1;
+		r = u->dml.rps / t->dml.rps;
+		printf("%s%s %s dense 1M conns=1 window=%u: unix %.2f x loopback TCP "
+		       "(target >= %.1f x)\n", pre, r >= BENCH_UNIX_VS_TCP ? "PASS" : "FAIL",
+		       bench_op_names[u->op], u->window, r, BENCH_UNIX_VS_TCP);
+	}
+	if (!seen)
+		printf("%sSKIP dense 1 MiB, window 8: unix >= %.1f x loopback TCP: needs "
+		       "--transport tcp,unix with 1M, window 8, 1 connection\n", pre,
+		       BENCH_UNIX_VS_TCP);
+}
+
 void bench_print_targets(const struct bench_case *cases, size_t n,
 			 const struct bench_opts *o)
 {
@@ -249,6 +302,7 @@ void bench_print_targets(const struct bench_case *cases, size_t n,
 			printf("%sSKIP %s: not measured in this run\n", pre, tg->name);
 	}
 	bench_print_conn_targets(cases, n, o);
+	bench_print_unix_target(cases, n, o);
 	fflush(stdout);
 }
 
@@ -272,7 +326,7 @@ void bench_print_preface(const struct bench_opts *o, const struct bench_server *
 		       (o->seconds + o->warmup);
 
 	if (o->baseline == BENCH_BASELINE_ONLY)
-		printf("%sdml-bench pushpull: raw-TCP baseline only\n", pre);
+		printf("%sdml-bench pushpull: raw-socket baseline only\n", pre);
 	else
 		printf("%sdml-bench pushpull: %s (pid %d, port %u), %s\n", pre, exe,
 		       (int)s->pid, (unsigned)s->port,
@@ -285,7 +339,7 @@ void bench_print_preface(const struct bench_opts *o, const struct bench_server *
 	printf("%s%zu configurations, %.2f s each after %.2f s warm-up, about %.0f s\n",
 	       pre, ncases, o->seconds, o->warmup, total);
 	printf("%sGB/s: value bytes only (1 GB = 1e9 B); latency: submit to completion; "
-	       "ratio: dml / raw TCP req/s\n", pre);
+	       "ratio: dml / raw sockets' req/s over the same transport (via)\n", pre);
 	fflush(stdout);
 }
 

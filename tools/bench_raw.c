@@ -215,6 +215,20 @@ static int raw_pair(int lfd, const struct sockaddr_in *addr, int *cfd, int *sfd)
 	return 0;
 }
 
+/* The same over a Unix socket pair: what the same-host transport compares with. */
+static int raw_pair_unix(int *cfd, int *sfd)
+{
+	int fds[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+		dml_err("raw baseline: Unix socket pair: %s", strerror(errno));
+		return DML_ECONN;
+	}
+	*cfd = fds[0];
+	*sfd = fds[1];
+	return 0;
+}
+
 /* The shared buffers of a run, every page touched so that page faults do
  * not land in the timing. */
 static int raw_bufs_init(struct raw_bufs *b, const struct bench_raw_shape *shape)
@@ -293,11 +307,12 @@ int bench_raw_run(const struct bench_raw_shape *shape, unsigned conns, unsigned 
 		sv[i].bufs = &bufs;
 	}
 	rc = raw_bufs_init(&bufs, shape);
-	if (rc == 0)
+	if (rc == 0 && !shape->unix_socket)
 		rc = raw_listen(conns, &lfd, &addr);
 	for (unsigned i = 0; i < conns && rc == 0; i++) {
 		raw_client_init(&cl[i], shape, &bufs);
-		rc = raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
+		rc = shape->unix_socket ? raw_pair_unix(&cl[i].fd, &sv[i].fd)
+					: raw_pair(lfd, &addr, &cl[i].fd, &sv[i].fd);
 		if (rc == 0 && pthread_create(&sv[i].tid, NULL, raw_server_main, &sv[i]))
 			rc = DML_EIO;
 		sv[i].started = rc == 0;

@@ -384,6 +384,7 @@ static int client_setup(struct dml *d, struct dml *share)
 	d->cc.cluster = d->conf.cluster;
 	d->cc.role = d->conf.role == 0 ? DML__ROLE__WORKER : DML__ROLE__CONTROL;
 	d->cc.node_id = d->conf.worker_id;
+	d->cc.tcp_only = !d->conf.local_socket;
 	d->cc.job = d->conf.job;
 	d->cc.handshake_timeout_ms = d->conf.connect_timeout_ms;
 	d->cc.incarnation = d->conf.incarnation;

@@ -41,6 +41,7 @@ struct dml_client_conf {
 	uint64_t max_payload;
 	uint64_t max_meta;
 	uint32_t spin_us;
+	int local_socket;         /* dial this host's daemons over Unix sockets */
 };
 
 struct dml_opts {

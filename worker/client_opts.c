@@ -81,6 +81,7 @@ static const struct dml_conf_option options[] = {
 	  NULL, NULL, "largest frame payload accepted" },
 	{ "client", "max_meta", DML_CONF_SIZE, O(max_meta), "64K", 1024, 16777216.0,
 	  NULL, NULL, "largest frame metadata accepted (a big shard map needs more)" },
+	DML_CONF_OPT_LOCAL_DIAL("client", O(local_socket)),
 };
 
 const struct dml_conf_schema dml_client_conf_schema =

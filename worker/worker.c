@@ -428,6 +428,7 @@ int dml_worker_new(const struct dml_worker_conf *conf, struct event_base *base,
 		return rc;
 	w->conn_conf.limits.max_meta = (uint32_t)conf->max_meta;
 	w->conn_conf.limits.max_payload = (uint32_t)conf->max_payload;
+	w->conn_conf.tcp_only = !conf->local_socket;
 
 	if ((rc = backend_open(w)) != 0)
 		return rc;

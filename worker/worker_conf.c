@@ -44,6 +44,7 @@ static const struct dml_conf_option options[] = {
 	  "libdml polls this long for a reply before sleeping (0: always sleep)" },
 	{ "worker", "profile", DML_CONF_BOOL, W(profile), "yes", 0, 0, NULL, NULL,
 	  "measure GFLOP/s and examples/s at start (no: report 0, for tests)" },
+	DML_CONF_OPT_LOCAL_DIAL("worker", W(local_socket)),
 
 	{ "limits", "max_meta", DML_CONF_SIZE, W(max_meta), "64K", 1024, 16777216.0, NULL,
 	  NULL, "largest frame metadata accepted from the scheduler" },

@@ -25,6 +25,7 @@ struct dml_worker_conf {
 	char *metrics_port_file;
 	uint32_t spin_us;         /* libdml: poll this long before sleeping */
 	int profile;              /* measure the profile at start */
+	int local_socket;         /* dial this host's daemons over Unix sockets */
 	/* [limits] */
 	uint64_t max_meta, max_payload;
 	uint32_t handshake_timeout_ms;

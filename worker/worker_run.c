@@ -341,7 +341,8 @@ int run_open(struct run *r)
 	    (rc = run_set_option(r, "cluster", "%s", c->cluster)) ||
 	    (rc = run_set_option(r, "spin_us", "%" PRIu32, c->spin_us)) ||
 	    (rc = run_set_option(r, "max_meta", "%" PRIu64, c->max_meta)) ||
-	    (rc = run_set_option(r, "max_payload", "%" PRIu64, c->max_payload)))
+	    (rc = run_set_option(r, "max_payload", "%" PRIu64, c->max_payload)) ||
+	    (rc = run_set_option(r, "local_socket", "%s", c->local_socket ? "yes" : "no")))
 		return rc;
 	if ((rc = dml_connect(r->opts, &r->d)) != 0) {
 		r->d = NULL;
