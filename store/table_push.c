@@ -220,6 +220,8 @@ static inline void stage_rows(struct dml_table *t, const uint64_t *keys, size_t 
 static inline void stage_use(struct dml_table *t, const uint64_t *keys, const uint64_t *rows,
 			     size_t n, const float *grad, float weight, float *out)
 {
+	const int zeros = t->conf.init == DML_INIT_ZEROS || t->conf.init_scale == 0.0f;
+
 	if (grad) {
 		for (size_t i = 0; t->before_write && i < n; i++)
 			will_write(t, rows[i], rows[i] + 1);
@@ -230,10 +232,15 @@ static inline void stage_use(struct dml_table *t, const uint64_t *keys, const ui
 		return;
 	}
 	for (size_t i = 0; i < n; i++, out += t->width) {
-		if (rows[i] == NO_ROW)
-			dml_table_init_row(t, keys[i], out);
-		else
+		if (rows[i] != NO_ROW)
 			memcpy(out, row_values(t, rows[i]), t->width * sizeof(float));
+		else if (zeros)
+			/* A key never pushed, of a table that starts at zero: the
+			 * common case of a fresh sparse model, not worth a call. */
+			for (size_t j = 0; j < t->width; j++)
+				out[j] = 0.0f;
+		else
+			dml_table_init_row(t, keys[i], out);
 	}
 }
 
