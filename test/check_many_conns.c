@@ -57,8 +57,10 @@ static void push_burst(struct raw *r, const float *g, const void *tail, size_t t
 		p += n + W * sizeof(float);
 	}
 	ck_assert_uint_le(tail_len, (size_t)(buf + sizeof(buf) - p));
-	memcpy(p, tail, tail_len);
-	p += tail_len;
+	if (tail_len > 0) {
+		memcpy(p, tail, tail_len);
+		p += tail_len;
+	}
 	ck_assert_int_eq(dml_test_raw_send(r->fd, buf, (size_t)(p - buf)), 0);
 }
 
