@@ -416,3 +416,8 @@ uint64_t dml_conn_bytes_out(const struct dml_conn *c)
 {
 	return c->bytes_out;
 }
+
+uint64_t dml_conn_direct_bytes(const struct dml_conn *c)
+{
+	return c->direct_bytes;
+}

@@ -9,10 +9,14 @@
  * reaches the owner before the peer proved it knows the cluster secret.
  *
  * Input: frames are parsed with frame.h, every length checked before any
- * allocation; at most DML_CONN_FRAMES_PER_WAKE frames are handled per wake-up
- * so one busy peer cannot starve the others. Large payloads are read straight
- * from the socket into their destination (the owner's buffer, or a reusable
- * per-connection one), bypassing the bufferevent's input buffer.
+ * allocation. A wake-up handles the frames the socket holds, read in as few
+ * reads as it takes (one per large frame), up to DML_CONN_FRAMES_PER_WAKE
+ * frames and about 512 KiB, so one busy peer cannot starve the others and
+ * what a wake-up hands its owner stays a batch of sensible size (a server
+ * commits each wake-up's pushes together). Payloads of 64 KiB and more are
+ * read straight from the socket into their destination (the owner's buffer,
+ * or a reusable per-connection one), bypassing the bufferevent's input
+ * buffer: all of the payload but what came in the read that carried its head.
  * Output: sends first try a direct write when nothing is queued; what the
  * socket does not take is queued (copied, or referenced when the caller
  * promises the memory outlives the send). A peer whose queued output exceeds
@@ -214,5 +218,7 @@ size_t dml_conn_output_pending(const struct dml_conn *c);
 void dml_conn_set_arg(struct dml_conn *c, void *arg);
 uint64_t dml_conn_bytes_in(const struct dml_conn *c);
 uint64_t dml_conn_bytes_out(const struct dml_conn *c);
+/** Payload bytes read straight from the socket into their destination. */
+uint64_t dml_conn_direct_bytes(const struct dml_conn *c);
 
 #endif

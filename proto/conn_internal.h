@@ -19,7 +19,8 @@
 #include "proto/dml.pb-c.h"
 #include "proto/frame.h"
 
-/* Payloads at least this large are read straight into their destination. */
+/* Payloads at least this large (the whole payload, however it arrives) are
+ * read straight into their destination. */
 #define DIRECT_READ_MIN (64u * 1024)
 
 struct dml_conn {
@@ -46,6 +47,8 @@ struct dml_conn {
 	size_t got;
 	int direct;                   /* payload being read by direct_ev */
 	int lowat;                    /* SO_RCVLOWAT currently set */
+	int sock_hint;                /* this wake-up's last read of ours: filled
+				       * its room (1), emptied the socket (-1) */
 
 	uint8_t *rxbuf;               /* own payload buffer, reused */
 	size_t rxcap;
@@ -64,6 +67,8 @@ struct dml_conn {
 	struct evbuffer *cork;        /* what a batch queued, out of the bufferevent's
 				       * sight: no write event to arm and disarm */
 	uint64_t bytes_in, bytes_out;
+	uint64_t wake_in0;            /* bytes_in when this wake-up began */
+	uint64_t direct_bytes;        /* payload bytes read straight into place */
 };
 
 /* Moves c to state st and logs the change. */

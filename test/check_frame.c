@@ -152,12 +152,16 @@ static Suite *frame_suite(void)
 	TCase *rt = tcase_create("roundtrip");
 	TCase *bad = tcase_create("malformed");
 	TCase *fz = tcase_create("fuzz");
+	TCase *direct = tcase_create("direct");
 
 	frame_tests_roundtrip(rt);
 	suite_add_tcase(s, rt);
 
 	frame_tests_malformed(bad);
 	suite_add_tcase(s, bad);
+
+	frame_tests_direct(direct);
+	suite_add_tcase(s, direct);
 
 	/* Sanitizer builds are slow; the fuzz loops need more than 4 s there. */
 	tcase_set_timeout(fz, 120);

@@ -1,8 +1,8 @@
 /*
  * What the files of check_frame share (check_frame.c builds frames by hand
- * and parses them; check_frame_roundtrip.c, check_frame_malformed.c and
- * check_frame_fuzz.c hold the tests): each file adds its tests to one of the
- * suite's test cases.
+ * and parses them; check_frame_roundtrip.c, check_frame_malformed.c,
+ * check_frame_fuzz.c and check_frame_direct.c hold the tests): each file adds
+ * its tests to one of the suite's test cases.
  */
 #ifndef DML_CHECK_FRAME_H
 #define DML_CHECK_FRAME_H
@@ -63,6 +63,10 @@ void frame_tests_roundtrip(TCase *tc);
 
 /* The tests of malformed frames (check_frame_malformed.c). */
 void frame_tests_malformed(TCase *tc);
+
+/* Frames received in pieces over TCP by the connection layer
+ * (check_frame_direct.c). */
+void frame_tests_direct(TCase *tc);
 
 /* The fuzz tests (check_frame_fuzz.c). */
 void frame_tests_fuzz(TCase *tc);

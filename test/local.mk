@@ -15,7 +15,8 @@ TESTS += test/check_frame test/check_auth test/check_conf \
 	test/check_metrics
 
 test_check_frame_SOURCES = test/check_frame.c test/check_frame_roundtrip.c \
-	test/check_frame_malformed.c test/check_frame_fuzz.c test/check_frame.h
+	test/check_frame_malformed.c test/check_frame_fuzz.c test/check_frame_direct.c \
+	test/check_frame.h
 test_check_frame_CFLAGS = $(TEST_CFLAGS)
 test_check_frame_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 

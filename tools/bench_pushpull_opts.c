@@ -35,7 +35,7 @@ static const char *const bench_no_yes[] = { "no", "yes" };
  * second set for whatever was not given. */
 #define BENCH_FULL_SECONDS "1.0"
 #define BENCH_FULL_WARMUP "0.2"
-#define BENCH_FULL_SIZES "4K,64K,1M,16M"
+#define BENCH_FULL_SIZES "4K,64K,256K,1M,16M"
 #define BENCH_FULL_CONNS "1,2,4"
 #define BENCH_FULL_WINDOWS "1,8,32"
 #define BENCH_QUICK_SECONDS "0.3"

@@ -92,6 +92,8 @@ static const struct bench_target {
 	double limit;
 	int at_least;
 } bench_targets[] = {
+	{ "dense 64-256 KiB vs raw TCP", BENCH_DENSE, -1, 64u << 10, 256u << 10, 1, 8,
+	  BENCH_RATIO, 0.9, 1 },
 	{ "dense >= 1 MiB vs raw TCP", BENCH_DENSE, -1, 1u << 20, UINT64_MAX, 1, 8,
 	  BENCH_RATIO, 0.9, 1 },
 	{ "dense 4 KiB latency vs raw TCP", BENCH_DENSE, -1, 4096, 4096, 1, 1,
