@@ -1,8 +1,9 @@
 /*
- * check_local.c - the same-host transport (proto/local.h): a client that
- * dials a server on 127.0.0.1 reaches it through the server's abstract Unix
- * socket, unless either end turned local_socket off; the name goes with
- * the process and comes back with it; two servers' names never meet.
+ * check_local.c - the same-host transport (proto/local.h): with
+ * local_socket = yes at both ends, a client that dials a server on 127.0.0.1
+ * reaches it through the server's abstract Unix socket; either end left at
+ * its default (no) keeps to TCP; the name goes with the process and comes
+ * back with it; two servers' names never meet.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -61,7 +62,8 @@ static dml_t *client(struct dml_test_env *env, struct dml_test_server *const *sr
 	dml_t *d;
 
 	ck_assert_int_eq(dml_test_client_opts(env, srv, n, id, &o), 0);
-	ck_assert_int_eq(dml_opts_set(o, "local_socket", local), 0);
+	if (local)
+		ck_assert_int_eq(dml_opts_set(o, "local_socket", local), 0);
 	ck_assert_int_eq(dml_connect(o, &d), 0);
 	dml_opts_free(o);
 	return d;
@@ -83,8 +85,9 @@ static void push_pull(dml_t *d, float v, float expect)
 		ck_assert_float_eq(out[i], expect);
 }
 
-/* A client dials srv (local_socket = local), the server logs it joined
- * over the transport expected, and a push of v reads back as expect. */
+/* A client dials srv (local_socket = local; NULL: its default), the server
+ * logs it joined over the transport expected, and a push of v reads back as
+ * expect. */
 static void round_trip(struct dml_test_env *env, struct dml_test_server *srv, uint32_t id,
 		       const char *local, int unix_expected, float v, float expect)
 {
@@ -116,7 +119,7 @@ static double unix_connections(uint16_t metrics_port)
 START_TEST(test_localhost_takes_the_unix_socket)
 {
 	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables };
-	char port_file[4096], extra[sizeof(port_file) + 64];
+	char port_file[4096], extra[sizeof(port_file) + 128];
 	struct dml_test_server *srv;
 	struct dml_test_env *env;
 	uint16_t mport;
@@ -124,8 +127,8 @@ START_TEST(test_localhost_takes_the_unix_socket)
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
 	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
-		 port_file);
+	snprintf(extra, sizeof(extra), "local_socket = yes\nmetrics_listen = 127.0.0.1:0\n"
+		 "metrics_port_file = %s\n", port_file);
 	conf.server_extra = extra;
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	ck_assert_int_eq(dml_test_port_file_read(port_file, &mport), 0);
@@ -146,29 +149,30 @@ END_TEST
 
 START_TEST(test_either_end_can_keep_to_tcp)
 {
-	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables,
-					     .server_extra = "local_socket = no\n" };
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables };
 	struct dml_test_server *srv, *other;
 	struct dml_test_env *env;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	/* The server turned it off: no name, and clients dial TCP. */
+	/* The server's default: no name, and clients dial TCP. */
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
 	ck_assert(!name_listed(dml_test_server_port(srv)));
 	round_trip(env, srv, 1, "yes", 0, 2, 2);
 
-	/* The client turned it off: TCP to a server that has a name. */
-	conf.server_extra = NULL;
+	/* The client's default, and no: TCP to a server that has a name. */
+	conf.server_extra = "local_socket = yes\n";
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &other), 0);
 	ck_assert(name_listed(dml_test_server_port(other)));
-	round_trip(env, other, 2, "no", 0, 3, 3);
+	round_trip(env, other, 2, NULL, 0, 3, 3);
+	round_trip(env, other, 3, "no", 0, 4, 7);
 	dml_test_env_free(env);
 }
 END_TEST
 
 START_TEST(test_killed_server_comes_back_on_its_name)
 {
-	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables };
+	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables,
+					     .server_extra = "local_socket = yes\n" };
 	struct dml_test_server *srv;
 	struct dml_test_env *env;
 
@@ -191,7 +195,8 @@ END_TEST
 START_TEST(test_two_servers_keep_their_own_names)
 {
 	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables,
-					     .shard_count = 2 };
+					     .shard_count = 2,
+					     .server_extra = "local_socket = yes\n" };
 	struct dml_test_server *srv[2];
 	struct dml_test_env *env;
 	dml_t *d;

@@ -181,7 +181,7 @@ static int bench_server_write_conf(const struct bench_server *s,
 
 	if (!f)
 		return DML_EIO;
-	fprintf(f, "[server]\nlisten = 127.0.0.1:0\nport_file = %s\nnode_id = 1\n"
+	fprintf(f, "[server]\nlisten = 127.0.0.1:0\nport_file = %s\nnode_id = 1\nlocal_socket = yes\n"
 		"cluster = dml\nsecret_file = %s\nshard = 0/1\nlog_level = %s\n"
 		"\n[limits]\nmax_payload = %" PRIu64 "\n"
 		"\n[job]\nstaleness = -1\nworkers = 0\n",
