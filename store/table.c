@@ -100,7 +100,7 @@ void dml_table_init_row(const struct dml_table *t, uint64_t key, float *v)
 	const float s = t->conf.init_scale;
 	uint64_t base = mix64(mix64(key) ^ t->conf.seed);
 
-	if (t->conf.init == DML_INIT_ZEROS || s == 0.0f) {
+	if (inits_zero(t)) {
 		memset(v, 0, t->width * sizeof(*v));
 		return;
 	}
@@ -179,7 +179,7 @@ static int dense_alloc(struct dml_table *t)
 			return DML_ENOMEM;
 		memset(t->steps, 0, n * sizeof(uint32_t));
 	}
-	if (t->conf.init == DML_INIT_ZEROS)
+	if (inits_zero(t))
 		memset(t->values, 0, n * t->width * sizeof(float));
 	else
 		for (uint64_t r = 0; r < n; r++)

@@ -62,6 +62,12 @@ static inline uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+/* Does every fresh row start at zero (zeros init, or a scale of 0)? */
+static inline int inits_zero(const struct dml_table *t)
+{
+	return t->conf.init == DML_INIT_ZEROS || t->conf.init_scale == 0.0f;
+}
+
 static inline float *row_values(const struct dml_table *t, uint64_t row)
 {
 	return t->values + row * t->width;

@@ -220,7 +220,7 @@ static inline void stage_rows(struct dml_table *t, const uint64_t *keys, size_t 
 static inline void stage_use(struct dml_table *t, const uint64_t *keys, const uint64_t *rows,
 			     size_t n, const float *grad, float weight, float *out)
 {
-	const int zeros = t->conf.init == DML_INIT_ZEROS || t->conf.init_scale == 0.0f;
+	const int zeros = inits_zero(t);
 
 	if (grad) {
 		for (size_t i = 0; t->before_write && i < n; i++)
