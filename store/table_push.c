@@ -193,9 +193,15 @@ static inline size_t group_len(size_t n, size_t g)
 static inline void stage_hash(const struct dml_table *t, const uint64_t *keys,
 			      size_t n, uint64_t *hashes)
 {
+	/* Locals: the stores to hashes[] could alias t's fields. */
+	const struct table_slot *slots = t->slots;
+	const uint64_t mask = t->slot_mask;
+
 	for (size_t i = 0; i < n; i++) {
-		hashes[i] = mix64(keys[i]);
-		__builtin_prefetch(&t->slots[hashes[i] & t->slot_mask], 1, 3);
+		uint64_t h = mix64(keys[i]);
+
+		hashes[i] = h;
+		__builtin_prefetch(&slots[h & mask], 1, 3);
 	}
 }
 
@@ -204,14 +210,26 @@ static inline void stage_hash(const struct dml_table *t, const uint64_t *keys,
 static inline void stage_rows(struct dml_table *t, const uint64_t *keys, size_t n,
 			      const uint64_t *hashes, uint64_t *rows, int create)
 {
-	for (size_t i = 0; i < n; i++) {
-		if (!t->slots)
-			rows[i] = keys[i] - t->conf.key_begin;
-		else if (create)
+	if (!t->slots) {
+		const uint64_t begin = t->conf.key_begin;
+
+		for (size_t i = 0; i < n; i++) {
+			rows[i] = keys[i] - begin;
+			prefetch_row(t, rows[i]);
+		}
+	} else if (create) {
+		for (size_t i = 0; i < n; i++) {
 			rows[i] = sparse_row(t, keys[i], hashes[i]);
-		else if ((rows[i] = sparse_find(t, keys[i], hashes[i])) == NO_ROW)
-			continue;
-		prefetch_row(t, rows[i]);
+			prefetch_row(t, rows[i]);
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			uint64_t row = sparse_find(t, keys[i], hashes[i]);
+
+			rows[i] = row;
+			if (row != NO_ROW)
+				prefetch_row(t, row);
+		}
 	}
 }
 
@@ -221,6 +239,7 @@ static inline void stage_use(struct dml_table *t, const uint64_t *keys, const ui
 			     size_t n, const float *grad, float weight, float *out)
 {
 	const int zeros = inits_zero(t);
+	const size_t w = t->width;
 
 	if (grad) {
 		for (size_t i = 0; t->before_write && i < n; i++)
@@ -231,16 +250,15 @@ static inline void stage_use(struct dml_table *t, const uint64_t *keys, const ui
 			mark_row(t, rows[i]);
 		return;
 	}
-	for (size_t i = 0; i < n; i++, out += t->width) {
-		if (rows[i] != NO_ROW)
-			memcpy(out, row_values(t, rows[i]), t->width * sizeof(float));
-		else if (zeros)
-			/* A key never pushed, of a table that starts at zero: the
-			 * common case of a fresh sparse model, not worth a call. */
-			for (size_t j = 0; j < t->width; j++)
-				out[j] = 0.0f;
-		else
+	for (size_t i = 0; i < n; i++, out += w) {
+		if (rows[i] != NO_ROW) {
+			if (w == 1)   /* a call per key would cost more than the key */
+				out[0] = row_values(t, rows[i])[0];
+			else
+				memcpy(out, row_values(t, rows[i]), w * sizeof(float));
+		} else if (!zeros) {
 			dml_table_init_row(t, keys[i], out);
+		}   /* else left as keys_batch zeroed it */
 	}
 }
 
@@ -269,6 +287,11 @@ static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 	} else if (n > TABLE_MAX_SLOTS) {
 		return DML_ENOMEM;   /* no table holds that many: a bogus count */
 	}
+	/* Keys never pushed to a table that starts at zero (the common case
+	 * of a fresh sparse model) read zeros: one memset for the batch, not
+	 * one per key. */
+	if (!grad && t->slots && inits_zero(t))
+		memset(out, 0, n * w * sizeof(float));
 	for (size_t g = 0; g < groups + 2; g++) {
 		if (g < groups && t->slots)
 			stage_hash(t, keys + g * TABLE_GROUP, group_len(n, g),

@@ -318,6 +318,46 @@ END_TEST
 
 END_TEST
 
+/* A zero-init sparse pull zeroes its whole output first, then copies the
+ * rows that exist: pushed keys mixed with never-pushed ones, over several
+ * pipeline groups, in an output filled with junk, at width 1 (no memcpy)
+ * and wider. */
+START_TEST(test_sparse_pull_mixed_zero_init)
+{
+	static const uint32_t widths[] = { 1, 3 };
+	enum { N = 61 };
+
+	for (size_t wi = 0; wi < DML_ARRAY_LEN(widths); wi++) {
+		const uint32_t w = widths[wi];
+		struct dml_table_conf c = table_conf(DML_TABLE_SPARSE, w, DML_OPT_ADD);
+		struct dml_table *t = table_make(&c);
+		uint64_t keys[N], pushed[N];
+		float g[N * 3], out[N * 3];
+		size_t np = 0;
+
+		for (size_t i = 0; i < N; i++) {
+			keys[i] = key_of(i);
+			if (i % 3 == 1)
+				pushed[np++] = keys[i];
+		}
+		for (size_t i = 0; i < np * w; i++)
+			g[i] = (float)(i + 1);
+		ck_assert_int_eq(dml_table_push_keys(t, pushed, np, g), 0);
+		memset(out, 0xff, sizeof(out));   /* NaNs: a skipped key shows */
+		ck_assert_int_eq(dml_table_pull_keys(t, keys, N, out), 0);
+		for (size_t i = 0; i < N; i++)
+			for (size_t j = 0; j < w; j++) {
+				float want = i % 3 == 1 ? (float)(i / 3 * w + j + 1) : 0.0f;
+
+				ck_assert_msg(out[i * w + j] == want, "width %u key %zu [%zu]: %g, want %g",
+					      w, i, j, out[i * w + j], want);
+			}
+		ck_assert_uint_eq(dml_table_rows(t), np);
+		dml_table_free(t);
+	}
+}
+END_TEST
+
 static Suite *table_suite(void)
 {
 	Suite *s = suite_create("table");
@@ -344,6 +384,7 @@ static Suite *table_suite(void)
 	tcase_add_test(init, test_init_normal_sparse_matches_dense);
 	tcase_add_test(init, test_init_order_independent);
 	tcase_add_test(init, test_init_distribution);
+	tcase_add_test(init, test_sparse_pull_mixed_zero_init);
 	suite_add_tcase(s, init);
 
 	tcase_set_timeout(sparse, 60);
