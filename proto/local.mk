@@ -8,7 +8,7 @@ proto_libdmlproto_la_SOURCES = \
 	proto/listen.c proto/local.c proto/peers.c proto/metrics.c proto/table_spec.c
 nodist_proto_libdmlproto_la_SOURCES = proto/dml.pb-c.c proto/dml.pb-c.h
 proto_libdmlproto_la_LIBADD = $(LIBEVENT_LIBS) $(PROTOBUF_C_LIBS) $(CRYPTO_LIBS) -lm
-noinst_HEADERS += proto/log.h proto/util.h proto/frame.h \
+noinst_HEADERS += proto/log.h proto/util.h proto/vector_clones.h proto/frame.h \
 	proto/auth.h proto/conf.h proto/conf_internal.h proto/conn.h proto/conn_internal.h \
 	proto/listen.h proto/local.h proto/peers.h proto/metrics.h \
 	proto/table_spec.h

@@ -5,6 +5,7 @@
  */
 #include <stdint.h>
 
+#include "proto/vector_clones.h"
 #include "server/finite.h"
 
 /* Values looked at between two early-exit checks. */
@@ -16,6 +17,7 @@
 
 typedef uint32_t __attribute__((may_alias)) word_t;
 
+DML_VECTOR_CLONES
 int dml_values_finite(const float *v, size_t n)
 {
 	const word_t *p = (const word_t *)v;

@@ -27,6 +27,7 @@
 #endif
 
 #include "proto/dml_error.h"
+#include "proto/vector_clones.h"
 #include "store/optim.h"
 
 #define OPTIM_BLOCK ((size_t)16)
@@ -272,6 +273,7 @@ static void denormals_restore(unsigned saved)
 #endif
 }
 
+DML_VECTOR_CLONES
 void dml_optim_apply_weighted(const struct dml_optim_conf *c, float *w, float *state,
 			      uint32_t *step, const float *g, size_t n, float weight)
 {
@@ -289,6 +291,7 @@ void dml_optim_apply(const struct dml_optim_conf *c, float *w, float *state,
 	dml_optim_apply_weighted(c, w, state, step, g, n, 1.0f);
 }
 
+DML_VECTOR_CLONES
 void dml_optim_apply_rows(const struct dml_optim_conf *c, float *values, float *state,
 			  uint32_t *steps, size_t width, const uint64_t *rows, size_t n,
 			  const float *g, float weight)
