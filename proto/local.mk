@@ -5,13 +5,22 @@ proto_libdmlproto_la_SOURCES = \
 	proto/error.c proto/log.c proto/util.c proto/frame.c proto/auth.c \
 	proto/conf.c proto/conf_value.c proto/conf_print.c proto/conf_check.c \
 	proto/conn.c proto/conn_send.c proto/conn_recv.c proto/conn_handshake.c \
-	proto/listen.c proto/local.c proto/peers.c proto/metrics.c proto/table_spec.c
+	proto/listen.c proto/local.c proto/peers.c proto/metrics.c proto/table_spec.c \
+	proto/finite.c proto/codec.c
 nodist_proto_libdmlproto_la_SOURCES = proto/dml.pb-c.c proto/dml.pb-c.h
-proto_libdmlproto_la_LIBADD = $(LIBEVENT_LIBS) $(PROTOBUF_C_LIBS) $(CRYPTO_LIBS) -lm
+proto_libdmlproto_la_LIBADD = proto/libdmlcodec.la $(LIBEVENT_LIBS) $(PROTOBUF_C_LIBS) \
+	$(CRYPTO_LIBS) -lm
+# The codecs' per-value loops, apart for their flags: gcc -O2 vectorises
+# only loops that need no scalar remainder (a tensor's length is anything),
+# and a float select only when comparisons are taken not to trap (no trap
+# is ever enabled; results are the same).
+noinst_LTLIBRARIES += proto/libdmlcodec.la
+proto_libdmlcodec_la_SOURCES = proto/codec_kernels.c
+proto_libdmlcodec_la_CFLAGS = $(AM_CFLAGS) -fvect-cost-model=dynamic -fno-trapping-math
 noinst_HEADERS += proto/log.h proto/util.h proto/vector_clones.h proto/frame.h \
 	proto/auth.h proto/conf.h proto/conf_internal.h proto/conn.h proto/conn_internal.h \
 	proto/listen.h proto/local.h proto/peers.h proto/metrics.h \
-	proto/table_spec.h
+	proto/table_spec.h proto/finite.h proto/codec.h proto/codec_internal.h
 EXTRA_DIST += proto/dml.proto
 
 # protoc-c writes next to the .proto's relative path; run it from srcdir.

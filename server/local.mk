@@ -1,5 +1,5 @@
 # server/: dml-server. Its parameter tables are store/libdmltable.la.
-noinst_HEADERS += server/server.h server/ssp.h server/finite.h \
+noinst_HEADERS += server/server.h server/ssp.h \
 	server/server_conf.h server/server_internal.h server/row_snapshot.h server/job_internal.h \
 	server/server_store_internal.h
 
@@ -9,7 +9,7 @@ server_dml_server_SOURCES = server/main.c server/server.c server/requests.c serv
 	server/server_metrics.c server/server_sched.c server/job.c server/remap.c server/migrate.c \
 	server/key_ranges.c server/server_store.c server/store_commit.c server/store_ckpt.c \
 	server/ckpt_cut.c server/row_snapshot.c server/server_straggler.c server/bsp_step.c \
-	server/server_admit.c server/server_expire.c server/server_budget.c server/finite.c
+	server/server_admit.c server/server_expire.c server/server_budget.c
 server_dml_server_LDADD = store/libdmltable.la store/libdmlstorelog.la shard/libdmlshard.la \
 	proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
 

@@ -30,7 +30,7 @@
 #include <inttypes.h>
 
 #include "proto/dml_error.h"
-#include "server/finite.h"
+#include "proto/finite.h"
 #include "proto/log.h"
 #include "server/server_internal.h"
 

@@ -31,7 +31,7 @@
 #include "proto/auth.h"
 #include "test/check_run.h"
 #include "proto/dml_error.h"
-#include "server/finite.h"
+#include "proto/finite.h"
 #include "proto/frame.h"
 #include "test/harness.h"
 #include "test/limits_raw.h"

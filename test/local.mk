@@ -77,7 +77,7 @@ test_check_dml_log_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 check_PROGRAMS += test/check_limits
 TESTS += test/check_limits
 test_check_limits_SOURCES = test/check_limits.c test/limits_raw.c test/limits_raw.h test/raw_frame.c test/raw_frame.h \
-	$(HARNESS_SOURCES) server/finite.c
+	$(HARNESS_SOURCES)
 test_check_limits_CFLAGS = $(TEST_CFLAGS)
 test_check_limits_LDADD = worker/libdml.la store/libdmltable.la proto/libdmlproto.la $(TEST_LIBS)
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #include "proto/vector_clones.h"
-#include "server/finite.h"
+#include "proto/finite.h"
 
 /* Values looked at between two early-exit checks. */
 #define BLOCK 4096
