@@ -1,0 +1,92 @@
+/*
+ * Gradient and value codecs: how a tensor of floats is put on a link that is
+ * slower than the work at either end (a zone's link to another zone, say).
+ *
+ *   none          4 bytes a value: the floats as they are (little-endian)
+ *   fp16          2 bytes: IEEE half precision, rounded to nearest even;
+ *                 beyond +-65504 saturated, not infinite
+ *   bf16          2 bytes: the float's upper half, rounded to nearest even
+ *   int8          1 byte plus a float scale per block of 256 values:
+ *                 round(x / scale), scale = max |x| of the block / 127
+ *   topk:F        the ceil(F n) values of largest magnitude (at least one),
+ *                 as a count and then (index, value) pairs, indices rising;
+ *                 every other value reads as 0
+ *
+ * The lossy codecs take an optional residual (error feedback): what a sender
+ * did not send of one tensor is added to its next, so that over many pushes
+ * nothing is lost but delayed. Encoding reads x + residual and leaves in
+ * residual exactly the part that the encoding does not carry.
+ *
+ * Decoding checks the whole encoding against the count it must hold before
+ * it writes a value: a short or long buffer, a count or index out of range,
+ * indices out of order, or a scale or value that is not finite is an error
+ * (DML_ESHAPE), never a read past the buffer. No codec allocates but topk's
+ * encoder (a scratch array of n floats).
+ */
+#ifndef DML_CODEC_H
+#define DML_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum dml_codec_kind {
+	DML_CODEC_NONE = 0,
+	DML_CODEC_FP16 = 1,
+	DML_CODEC_BF16 = 2,
+	DML_CODEC_INT8 = 3,
+	DML_CODEC_TOPK = 4,
+};
+
+/** Values per int8 block, each with a float scale of its own. */
+#define DML_CODEC_INT8_BLOCK 256u
+
+/** A codec and its parameter. */
+struct dml_codec {
+	enum dml_codec_kind kind;
+	float topk_fraction;  /* topk: the share of values sent, (0, 1] */
+};
+
+/**
+ * Parse "none", "fp16", "bf16", "int8" or "topk:F" (0 < F <= 1) into c.
+ * 0, or DML_EINVAL with the reason in err (errlen bytes, may be 0).
+ */
+int dml_codec_parse(const char *s, struct dml_codec *c, char *err, size_t errlen);
+
+/**
+ * The codec's name as dml_codec_parse reads it, in buf (at least 32
+ * bytes); returns buf.
+ */
+const char *dml_codec_format(const struct dml_codec *c, char *buf, size_t len);
+
+/** Whether the codec loses precision (and so may keep a residual). */
+int dml_codec_lossy(const struct dml_codec *c);
+
+/** The most bytes an encoding of n values takes; 0 when n is too large. */
+size_t dml_codec_bound(const struct dml_codec *c, size_t n);
+
+/**
+ * Encode the n values of x (plus residual, where not NULL) into out, which
+ * holds cap bytes (dml_codec_bound(c, n) are always enough); the bytes
+ * written go to *len. With a residual, it is left holding what the encoding
+ * does not carry (x + residual - decoded). x and residual may be the same
+ * array only when the codec is none. 0, DML_EINVAL (bad arguments, cap too
+ * small) or DML_ENOMEM (topk's scratch).
+ */
+int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
+		     float *residual, void *out, size_t cap, size_t *len);
+
+/**
+ * Decode len bytes of in, the encoding of n values, into out (n floats).
+ * 0, or DML_ESHAPE when the bytes are not such an encoding (see the top of
+ * this header); out is then left unspecified. DML_EINVAL for bad arguments.
+ */
+int dml_codec_decode(const struct dml_codec *c, const void *in, size_t len,
+		     size_t n, float *out);
+
+/** The float nearest to half-precision bits h (exact: every half is a float). */
+float dml_half_to_float(uint16_t h);
+
+/** Half-precision bits of f, rounded to nearest even, saturated at +-65504. */
+uint16_t dml_float_to_half(float f);
+
+#endif
