@@ -93,8 +93,8 @@ float *codec_decode_ok(const struct dml_codec *c, const uint8_t *in, size_t len,
 
 	ck_assert_int_eq(dml_codec_decode(c, in, len, n, out), 0);
 	for (size_t i = 0; i < n; i++)
-		ck_assert_msg(isfinite(out[i]), "value %zu of %zu not written (or not finite)",
-			      i, n);
+		ck_assert_msg(isfinite(out[i]), "value %zu of %zu decoded as %a: not written, "
+			      "or not finite", i, n, (double)out[i]);
 	return out;
 }
 
