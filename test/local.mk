@@ -52,6 +52,15 @@ test_check_metrics_SOURCES = test/check_metrics.c
 test_check_metrics_CFLAGS = $(TEST_CFLAGS)
 test_check_metrics_LDADD = proto/libdmlproto.la $(TEST_LIBS)
 
+# The gradient codecs: names, half precision bit for bit, round trips within
+# each codec's error, error feedback sums, hostile encodings refused.
+check_PROGRAMS += test/check_codec
+TESTS += test/check_codec
+test_check_codec_SOURCES = test/check_codec.c test/check_codec_trip.c \
+	test/check_codec_hostile.c test/check_codec.h
+test_check_codec_CFLAGS = $(TEST_CFLAGS)
+test_check_codec_LDADD = proto/libdmlproto.la $(TEST_LIBS) -lm
+
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
 	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)

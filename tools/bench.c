@@ -2,8 +2,8 @@
  * dml-bench: benchmarks that print figures, one subcommand each. This file
  * holds the table of subcommands and main(): pushpull (bench_pushpull.c),
  * train (bench_train.c), gen-clicks (bench_clicks.c), sparse
- * (bench_sparse.c), recovery (bench_recovery.c), hetero (bench_hetero.c)
- * and assign (bench_assign.c).
+ * (bench_sparse.c), recovery (bench_recovery.c), hetero (bench_hetero.c),
+ * assign (bench_assign.c) and codec (bench_codec.c).
  *
  * Each subcommand stops whatever it started (servers, clusters, threads)
  * before it returns; its exit status says whether it ran, not whether a
@@ -14,6 +14,7 @@
 
 #include "tools/bench_assign.h"
 #include "tools/bench_clicks.h"
+#include "tools/bench_codec.h"
 #include "tools/bench_hetero.h"
 #include "tools/bench_pushpull.h"
 #include "tools/bench_recovery.h"
@@ -47,6 +48,8 @@ static const struct bench_cmd {
 		    "by measured speed", bench_hetero_main, bench_hetero_usage },
 	{ "assign", "the scheduler's placement for 10,000 simulated workers",
 	  bench_assign_main, bench_assign_usage },
+	{ "codec", "the gradient codecs' encode and decode GB/s next to memcpy, and "
+		   "top-k selection", bench_codec_main, bench_codec_usage },
 };
 
 static void bench_usage(FILE *out)

@@ -15,6 +15,7 @@
 
 #include "tools/bench_opt.h"
 #include "tools/bench_util.h"
+#include "proto/dml_error.h"
 #include "proto/log.h"
 #include "proto/util.h"
 
@@ -95,6 +96,70 @@ int bench_opt_double(const char *cmd, const struct bench_opt *opt, const char *a
 		return 0;
 	snprintf(want, sizeof(want), "a number from %g to %g", opt->min, opt->max);
 	return bench_opt_error(cmd, opt, a, want);
+}
+
+int bench_split(const char *s, int (*item)(const char *tok, void *arg), void *arg)
+{
+	char *copy = dml_xstrdup(s), *save = NULL, *tok;
+	int rc = 0, n = 0;
+
+	for (tok = strtok_r(copy, ",", &save); tok && rc == 0;
+	     tok = strtok_r(NULL, ",", &save), n++)
+		rc = item(tok, arg);
+	/* strtok_r skips empty fields: count commas to catch "1,,2" and "1,". */
+	if (rc == 0) {
+		int commas = 0;
+
+		for (const char *p = s; *p; p++)
+			commas += *p == ',';
+		if (n == 0 || commas != n - 1)
+			rc = DML_EINVAL;
+	}
+	free(copy);
+	return rc;
+}
+
+struct bench_list_parse {
+	struct bench_list *list;
+	const struct bench_opt *opt;
+	int sizes; /* K/M/G suffixes allowed, and a multiple of 4 bytes */
+};
+
+static int bench_list_item(const char *tok, void *arg)
+{
+	struct bench_list_parse *p = arg;
+	uint64_t v, min = (uint64_t)p->opt->min, max = (uint64_t)p->opt->max;
+	int rc;
+
+	if (p->list->n == BENCH_MAX_LIST)
+		return DML_ERANGE;
+	rc = p->sizes ? dml_parse_size(tok, min, max, &v) : dml_parse_u64(tok, min, max, &v);
+	if (rc == 0 && p->sizes && v % sizeof(float) != 0)
+		rc = DML_EINVAL;
+	if (rc == 0)
+		p->list->v[p->list->n++] = v;
+	return rc;
+}
+
+/* A list of numbers (sizes: bytes) into the struct bench_list of opt. */
+static int bench_list_parse(const char *cmd, const struct bench_opt *opt, const char *a,
+			    void *o, int sizes)
+{
+	struct bench_list_parse p = { (struct bench_list *)((char *)o + opt->offset), opt,
+				      sizes };
+
+	p.list->n = 0;
+	return bench_split(a, bench_list_item, &p) ? bench_opt_error(cmd, opt, a, NULL) : 0;
+}
+
+int bench_opt_sizes(const char *cmd, const struct bench_opt *opt, const char *a, void *o)
+{
+	return bench_list_parse(cmd, opt, a, o, 1);
+}
+
+int bench_opt_counts(const char *cmd, const struct bench_opt *opt, const char *a, void *o)
+{
+	return bench_list_parse(cmd, opt, a, o, 0);
 }
 
 int bench_opts_parse(const struct bench_opts_table *t, int argc, char **argv, void *o,

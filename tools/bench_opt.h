@@ -13,6 +13,7 @@
 #define DML_BENCH_OPT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct bench_opt;
@@ -77,6 +78,25 @@ bench_opt_parse_fn bench_opt_u64;
 bench_opt_parse_fn bench_opt_unsigned;
 /** double: a number in [min, max]. */
 bench_opt_parse_fn bench_opt_double;
+
+/** A list option's values (--sizes 4K,1M). */
+#define BENCH_MAX_LIST 16
+struct bench_list {
+	uint64_t v[BENCH_MAX_LIST];
+	size_t n;
+};
+
+/** struct bench_list: comma-separated integers, each in [min, max]. */
+bench_opt_parse_fn bench_opt_counts;
+/** struct bench_list: comma-separated sizes in bytes, each in [min, max],
+ * with K/M/G suffixes, each a whole number of floats. */
+bench_opt_parse_fn bench_opt_sizes;
+
+/**
+ * Call item() on each comma-separated element of s. Returns 0, item()'s
+ * first error, or DML_EINVAL for an empty list or element ("1,,2", "1,").
+ */
+int bench_split(const char *s, int (*item)(const char *tok, void *arg), void *arg);
 
 /**
  * Log "CMD: bad --NAME 'A': WANT" (bench_usage_error()), WANT being

@@ -14,9 +14,9 @@
 #include <stdint.h>
 
 #include "tools/bench.h"
+#include "tools/bench_opt.h"
 #include "tools/bench_server.h"
 
-#define BENCH_MAX_LIST 16
 #define BENCH_MAX_CONNS 1024
 #define BENCH_MAX_WINDOW 4096
 #define BENCH_MAX_SIZE (256ull << 20)
@@ -33,11 +33,6 @@ enum bench_transport { BENCH_TCP = 0, BENCH_UNIX = 1, BENCH_NTRANSPORT };
 extern const char *const bench_op_names[];
 extern const char *const bench_kind_names[];
 extern const char *const bench_transport_names[];
-
-struct bench_list {
-	uint64_t v[BENCH_MAX_LIST];
-	size_t n;
-};
 
 /* --baseline, in the order of bench_baseline_names. */
 enum bench_baseline { BENCH_BASELINE_YES, BENCH_BASELINE_NO, BENCH_BASELINE_ONLY,
