@@ -154,37 +154,85 @@ static float kth_largest(float *m, size_t n, size_t k)
 	}
 }
 
+/* Values sampled to guess a threshold, on tensors of 4x as many or more. */
+#define TOPK_SAMPLE 4096u
+
+/* How many of v[0..n) are at least t in magnitude. */
+static size_t count_at_least(const float *v, size_t n, float t)
+{
+	size_t c = 0;
+
+	for (size_t i = 0; i < n; i++)
+		c += fabsf(v[i]) >= t;
+	return c;
+}
+
+/*
+ * The k-th largest magnitude of v (finite values). On a big tensor a
+ * strided sample guesses a threshold a little under it, so that only the
+ * values above the guess, about 1.25 k, go through the quickselect; a guess
+ * that proves too high (fewer than k above it) falls back to every value.
+ */
+static int topk_threshold(const float *v, size_t n, size_t k, float *t)
+{
+	float guess = 0.0f, *m;
+	size_t c = n;
+
+	if (n >= 4 * TOPK_SAMPLE) {
+		float sample[TOPK_SAMPLE];
+		size_t stride = n / TOPK_SAMPLE;
+		size_t at = (size_t)((double)k * TOPK_SAMPLE / (double)n * 1.25) + 16;
+
+		for (size_t j = 0; j < TOPK_SAMPLE; j++)
+			sample[j] = fabsf(v[j * stride]);
+		guess = kth_largest(sample, TOPK_SAMPLE, at < TOPK_SAMPLE ? at : TOPK_SAMPLE);
+		c = count_at_least(v, n, guess);
+		if (c < k) {
+			guess = 0.0f;
+			c = n;
+		}
+	}
+	m = malloc(c * sizeof(float));
+	if (!m)
+		return DML_ENOMEM;
+	for (size_t i = 0, j = 0; i < n; i++)
+		if (fabsf(v[i]) >= guess)
+			m[j++] = fabsf(v[i]);
+	*t = kth_largest(m, c, k);
+	free(m);
+	return 0;
+}
+
 static int topk_encode(const struct dml_codec *c, const float *x, size_t n, float *r,
 		       uint8_t *out)
 {
 	size_t k = topk_count(c, n), above = 0, ties, sent = 0;
-	float *m, t;
+	const float *v = r ? r : x;
+	float t;
+	int rc;
 
 	dml_store_le32(out, (uint32_t)k);
 	if (k == 0)
 		return 0;
-	m = malloc(n * sizeof(float));
-	if (!m)
-		return DML_ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		float v = r ? (r[i] += x[i]) : x[i];
-
-		m[i] = fabsf(v);
-	}
-	t = kth_largest(m, n, k);
-	free(m);
+	for (size_t i = 0; r && i < n; i++)
+		r[i] += x[i];
+	/* A NaN has no magnitude to rank: such a tensor is refused. */
+	if (!dml_values_finite(v, n))
+		return DML_EINVAL;
+	if ((rc = topk_threshold(v, n, k, &t)) != 0)
+		return rc;
 	/* Every value above the threshold, then the first ones equal to it. */
 	for (size_t i = 0; i < n; i++)
-		above += fabsf(r ? r[i] : x[i]) > t;
+		above += fabsf(v[i]) > t;
 	ties = k - above;
 	out += TOPK_HEAD;
 	for (size_t i = 0; i < n && sent < k; i++) {
-		float v = r ? r[i] : x[i], a = fabsf(v);
+		float a = fabsf(v[i]);
 
 		if (a > t || (a == t && ties > 0)) {
 			ties -= a == t;
 			dml_store_le32(out, (uint32_t)i);
-			memcpy(out + 4, &v, sizeof(v));
+			memcpy(out + 4, &v[i], sizeof(float));
 			out += TOPK_PAIR;
 			sent++;
 			if (r)

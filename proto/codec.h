@@ -69,8 +69,9 @@ size_t dml_codec_bound(const struct dml_codec *c, size_t n);
  * holds cap bytes (dml_codec_bound(c, n) are always enough); the bytes
  * written go to *len. With a residual, it is left holding what the encoding
  * does not carry (x + residual - decoded). x and residual must not be the
- * same array. 0, DML_EINVAL (bad arguments, cap too small) or DML_ENOMEM
- * (topk's scratch).
+ * same array. 0, DML_EINVAL (bad arguments, cap too small; for topk, a
+ * value that is not finite: it has no rank) or DML_ENOMEM (topk's
+ * scratch).
  */
 int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
 		     float *residual, void *out, size_t cap, size_t *len);

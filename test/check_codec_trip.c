@@ -143,6 +143,53 @@ START_TEST(test_round_trip)
 }
 END_TEST
 
+/*
+ * topk on tensors big enough for the sampled threshold (16,384 values and
+ * more): random values; values whose sampled places hold the largest ones
+ * while k is larger than the sample, so the guess is too high and every
+ * value is ranked; ties at the threshold. And a NaN is refused.
+ */
+START_TEST(test_topk_large)
+{
+	static const struct { const char *codec; size_t n; int shape; } cases[] = {
+		{ "topk:0.01", 100000, 0 }, { "topk:0.001", 1 << 20, 0 },
+		{ "topk:0.5", 100000, 1 }, { "topk:0.1", 65536, 2 },
+	};
+	uint64_t rng = 4242;
+
+	for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+		struct dml_codec c = codec_of(cases[t].codec);
+		size_t n = cases[t].n, len;
+		float *x = codec_poisoned(n), *d;
+		uint8_t *enc;
+
+		codec_fill_normal(x, n, 1.0, &rng);
+		for (size_t i = 0; cases[t].shape == 1 && i < n; i++)
+			x[i] = i % (n / 4096) == 0 ? 10.0f : 1.0f + (float)(i % 7);
+		for (size_t i = 0; cases[t].shape == 2 && i < n; i++)
+			x[i] = (float)(i % 10);   /* 10% at the top value, many ties below */
+		enc = codec_encode_exact(&c, x, n, NULL, &len);
+		d = codec_decode_ok(&c, enc, len, n);
+		check_topk(&c, x, d, n);
+		free(enc);
+		free(d);
+		free(x);
+	}
+	{
+		struct dml_codec c = codec_of("topk:0.01");
+		float *x = codec_poisoned(20000);
+		size_t bound = dml_codec_bound(&c, 20000), len;
+		uint8_t *buf = malloc(bound);
+
+		codec_fill_normal(x, 20000, 1.0, &rng);
+		x[12345] = NAN;
+		ck_assert_int_eq(dml_codec_encode(&c, x, 20000, NULL, buf, bound, &len), DML_EINVAL);
+		free(buf);
+		free(x);
+	}
+}
+END_TEST
+
 /* The bytes on the wire are little-endian, as none's are. */
 START_TEST(test_wire_little_endian)
 {
@@ -249,6 +296,7 @@ TCase *codec_trip_tcase(void)
 	tcase_add_test(t, test_bf16_rounding);
 	tcase_add_loop_test(t, test_extreme_values, 0, (int)codec_nnames);
 	tcase_add_loop_test(t, test_cap_too_small, 0, (int)codec_nnames);
+	tcase_add_test(t, test_topk_large);
 	tcase_set_timeout(t, 60); /* slow under the sanitizers */
 	return t;
 }
