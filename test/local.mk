@@ -152,6 +152,12 @@ dist_noinst_SCRIPTS += test/check_fleet.sh
 TESTS += test/check_links.sh
 dist_noinst_SCRIPTS += test/check_links.sh
 
+# dml-local --zones: a zone's workers in a namespace of their own behind a
+# rate-limited link, their zone in dmlctl nodes, tc's counts in `links`
+# (exit 77 = SKIP without root and iproute2).
+TESTS += test/check_zones.sh
+dist_noinst_SCRIPTS += test/check_zones.sh
+
 # A hung worker (SIGSTOP) under BSP: lost, its clock dropped by the
 # servers (EVICT), the job going on; back, it takes up at the job's clock.
 TESTS += test/check_stall.sh

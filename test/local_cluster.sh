@@ -36,13 +36,16 @@ local_cluster_dmlctl() {
 
 # Submit a synthetic lsq job of one dense table with sgd: $tmp/NAME.conf
 # from NAME and the [job] lines given ("staleness = 0", ...), then
-# keys = dim, lr and the rest as the table's.
+# keys = dim, lr and the rest as the table's. With --wait first, waits
+# (120 s at most) until the job ends; its report is then in $tmp/submit.out.
 local_cluster_lsq() {
+	local wait=()
+	[ "$1" != --wait ] || { wait=(timeout 120); shift; }
 	local name=$1 dim=$2 lr=$3
 	shift 3
 	printf '%s\n' "[job]" "name = $name" "app = lsq" "data = synthetic" "dim = $dim" \
 		"$@" "[table]" "id = 0" "keys = $dim" "optimizer = sgd" "lr = $lr" \
 		>"$tmp/$name.conf"
-	"${dmlctl[@]}" submit "$tmp/$name.conf" >"$tmp/submit.out" 2>&1 ||
+	"${wait[@]}" "${dmlctl[@]}" submit "$tmp/$name.conf" ${wait:+--wait} >"$tmp/submit.out" 2>&1 ||
 		fail "submit $name: $(cat "$tmp/submit.out")"
 }

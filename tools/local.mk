@@ -23,8 +23,9 @@ tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_submit.c tools
 	tools/dmlctl_print.c tools/dmlctl_json.c tools/dmlctl_export.c tools/dmlctl_ckpt.c tools/curve_svg.c tools/curve_svg.h
 tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local
-# Sourced by dml-local, test/check_fleet.sh and test/check_links.sh.
-EXTRA_DIST += tools/fleet.sh
+# Sourced by dml-local, test/check_fleet.sh, test/check_links.sh and
+# test/check_zones.sh; netns.sh (dml-local's links and zones) by dml-local.
+EXTRA_DIST += tools/fleet.sh tools/netns.sh
 
 # dml-mankeys writes the option tables into the manual pages at build time
 # (proto/conf_man.c), so that their key sections never drift from the
