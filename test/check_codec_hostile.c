@@ -331,6 +331,72 @@ START_TEST(test_topk_count_zero)
 }
 END_TEST
 
+/*
+ * Mutated encodings: valid ones of every codec with bits flipped, bytes
+ * replaced, cut short or grown, decoded into an output of exactly n floats
+ * (under ASan any read or write past a buffer fails the test). Each must
+ * decode to finite values or be refused as DML_ESHAPE, nothing else.
+ */
+START_TEST(test_hostile_mutations)
+{
+	static const size_t sizes[] = { 1, 300, 1000 };
+	struct dml_codec c = codec_of(codec_names[_i]);
+	uint64_t rng = 2026 + (uint64_t)_i;
+	int decoded = 0, refused = 0;
+
+	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		size_t n = sizes[s], len;
+		float *x = codec_poisoned(n), *out = malloc(n * sizeof(float));
+		uint8_t *enc;
+
+		ck_assert_ptr_nonnull(out);
+		codec_fill_normal(x, n, 1.0, &rng);
+		enc = codec_encode_exact(&c, x, n, NULL, &len);
+		for (int t = 0; t < 1500; t++) {
+			size_t mlen = len, at;
+			uint8_t *m;
+			int rc;
+
+			rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+			switch ((rng >> 33) % 4) {
+			case 0: mlen = len ? (size_t)(rng >> 40) % len : 0; break;  /* cut */
+			case 1: mlen = len + 1 + (size_t)(rng >> 40) % 16; break;   /* grown */
+			default: break;                                           /* same length */
+			}
+			m = malloc(mlen ? mlen : 1);
+			ck_assert_ptr_nonnull(m);
+			memcpy(m, enc, mlen < len ? mlen : len);
+			for (size_t i = len; i < mlen; i++)
+				m[i] = (uint8_t)(rng >> (i % 56));
+			for (int f = 0; mlen && f < 1 + (int)((rng >> 20) % 4); f++) {
+				at = (size_t)(rng >> (8 + f)) % mlen;
+				if ((rng >> 30) & 1)
+					m[at] ^= (uint8_t)(1u << ((rng >> (24 + f)) % 8));
+				else
+					m[at] = (uint8_t)(rng >> (44 + f));
+			}
+			rc = dml_codec_decode(&c, m, mlen, n, out);
+			if (rc == 0) {
+				for (size_t i = 0; i < n; i++)
+					ck_assert_msg(isfinite(out[i]), "%s n %zu try %d: value %zu "
+						      "decoded as %g", codec_names[_i], n, t, i,
+						      (double)out[i]);
+				decoded++;
+			} else {
+				ck_assert_msg(rc == DML_ESHAPE, "%s n %zu try %d: %d",
+					      codec_names[_i], n, t, rc);
+				refused++;
+			}
+			free(m);
+		}
+		free(enc);
+		free(out);
+		free(x);
+	}
+	ck_assert(decoded > 0 && refused > 0);
+}
+END_TEST
+
 TCase *codec_hostile_tcase(void)
 {
 	TCase *t = tcase_create("hostile");
@@ -342,5 +408,6 @@ TCase *codec_hostile_tcase(void)
 	tcase_add_test(t, test_hostile_topk);
 	tcase_add_test(t, test_hostile_topk_count_over_n);
 	tcase_add_test(t, test_topk_count_zero);
+	tcase_add_loop_test(t, test_hostile_mutations, 0, (int)codec_nnames);
 	return t;
 }
