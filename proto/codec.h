@@ -21,7 +21,7 @@
  * it writes a value: a short or long buffer, a count or index out of range,
  * indices out of order, or a scale or value that is not finite is an error
  * (DML_ESHAPE), never a read past the buffer. No codec allocates but topk's
- * encoder (a scratch array of n floats).
+ * encoder (a scratch array of about 1.25 F n floats, at most n).
  */
 #ifndef DML_CODEC_H
 #define DML_CODEC_H
