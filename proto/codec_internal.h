@@ -21,7 +21,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dml frames are little
 
 /*
  * Encoded bytes may sit at any address (a frame's payload): they are read
- * and written through memcpy, never through a wider pointer.
+ * and written a byte at a time (dml_load_le16 and its kin), never through a
+ * wider pointer.
  *
  * Encoders read v[i] = x[i] (+ r[i] when r is not NULL) and, with r, leave
  * r[i] = v[i] - decoded[i]. Decoders return 0, or -1 when a value or scale

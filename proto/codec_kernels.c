@@ -43,19 +43,6 @@ static inline float bits_float(uint32_t u)
 	return f;
 }
 
-static inline uint16_t load16(const uint8_t *p, size_t i)
-{
-	uint16_t v;
-
-	memcpy(&v, p + 2 * i, sizeof(v));
-	return v;
-}
-
-static inline void store16(uint8_t *p, size_t i, uint16_t v)
-{
-	memcpy(p + 2 * i, &v, sizeof(v));
-}
-
 /* v[i] = x[i] + r[i], or x[i] alone without a residual. */
 static inline float codec_value(const float *x, const float *r, size_t i)
 {
@@ -162,7 +149,7 @@ void codec_fp16_encode(const float *x, size_t n, float *r, uint8_t *out)
 		float v = codec_value(x, r, i);
 		uint16_t h = dml_float_to_half(v);
 
-		store16(out, i, h);
+		dml_store_le16(out + 2 * i, h);
 		if (r)
 			r[i] = v - dml_half_to_float(h);
 	}
@@ -175,7 +162,7 @@ int codec_fp16_decode(const uint8_t *in, size_t n, float *out)
 
 	/* An all-ones exponent is an infinity or a NaN: refused. */
 	for (size_t j = 0; j < n; j++)
-		bad |= (uint16_t)((load16(in, j) & 0x7c00u) == 0x7c00u);
+		bad |= (uint16_t)((dml_load_le16(in + 2 * j) & 0x7c00u) == 0x7c00u);
 	if (bad)
 		return -1;
 #ifdef CODEC_F16C
@@ -183,7 +170,7 @@ int codec_fp16_decode(const uint8_t *in, size_t n, float *out)
 		i = fp16_decode_f16c(in, n, out);
 #endif
 	for (; i < n; i++)
-		out[i] = dml_half_to_float(load16(in, i));
+		out[i] = dml_half_to_float(dml_load_le16(in + 2 * i));
 	return 0;
 }
 
@@ -212,14 +199,14 @@ void codec_bf16_encode(const float *x, size_t n, float *r, uint8_t *out)
 {
 	if (!r) {
 		for (size_t i = 0; i < n; i++)
-			store16(out, i, float_to_bf16(x[i]));
+			dml_store_le16(out + 2 * i, float_to_bf16(x[i]));
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		float v = x[i] + r[i];
 		uint16_t b = float_to_bf16(v);
 
-		store16(out, i, b);
+		dml_store_le16(out + 2 * i, b);
 		r[i] = v - bf16_float(b);
 	}
 }
@@ -230,7 +217,7 @@ int codec_bf16_decode(const uint8_t *in, size_t n, float *out)
 	uint16_t bad = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		uint16_t b = load16(in, i);
+		uint16_t b = dml_load_le16(in + 2 * i);
 
 		bad |= (uint16_t)((b & 0x7f80u) == 0x7f80u);
 		out[i] = bf16_float(b);
