@@ -201,19 +201,29 @@ static int rows_are(const struct dml_ckpt_rows *r, void *arg)
 	return 0;
 }
 
+/* Open server id's store (its daemon stopped) and list its checkpoints
+ * into *sn (the caller frees it and closes *st); returns their count. */
+static size_t store_list(struct dml_test_env *env, uint32_t id, struct dml_store **st,
+			 struct dml_store_snap **sn)
+{
+	size_t got;
+	char path[512], err[512];
+
+	snprintf(path, sizeof(path), "%s/store-%u", dml_test_env_dir(env), id);
+	ck_assert_msg(dml_store_open(path, 0, 1, id, st, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(dml_store_snapshots(*st, sn, &got, err, sizeof(err)) == 0, "%s", err);
+	return got;
+}
+
 /* Server id's store lists clocks[0..n-1]; every row at clock C is -2C. */
 static void store_holds(struct dml_test_env *env, uint32_t id, const uint64_t *clocks,
 			size_t n)
 {
 	struct dml_store *st;
 	struct dml_store_snap *sn;
-	size_t got;
-	char path[512], err[512];
+	char err[512];
 
-	snprintf(path, sizeof(path), "%s/store-%u", dml_test_env_dir(env), id);
-	ck_assert_msg(dml_store_open(path, 0, 1, id, &st, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_msg(dml_store_snapshots(st, &sn, &got, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_uint_eq(got, n);
+	ck_assert_uint_eq(store_list(env, id, &st, &sn), n);
 	for (size_t i = 0; i < n; i++) {
 		struct expect e = { -2.0f * (float)clocks[i], 0, 0 };
 
@@ -309,12 +319,8 @@ static size_t store_count(struct dml_test_env *env, uint32_t id)
 {
 	struct dml_store *st;
 	struct dml_store_snap *sn;
-	size_t got;
-	char path[512], err[512];
+	size_t got = store_list(env, id, &st, &sn);
 
-	snprintf(path, sizeof(path), "%s/store-%u", dml_test_env_dir(env), id);
-	ck_assert_msg(dml_store_open(path, 0, 1, id, &st, err, sizeof(err)) == 0, "%s", err);
-	ck_assert_msg(dml_store_snapshots(st, &sn, &got, err, sizeof(err)) == 0, "%s", err);
 	free(sn);
 	dml_store_close(st);
 	return got;
