@@ -102,17 +102,10 @@ static void round_trip(struct dml_test_env *env, struct dml_test_server *srv, ui
 /* The server's gauge of Unix connections, from its metrics endpoint. */
 static double unix_connections(uint16_t metrics_port)
 {
-	char *body = NULL, *p;
 	double v = -1;
-	int status = 0;
 
-	ck_assert_int_eq(dml_test_http_request(metrics_port, "GET", "/metrics", WAIT_MS,
-					       &status, &body), 0);
-	ck_assert_int_eq(status, 200);
-	p = strstr(body, "\ndml_server_connections_unix ");
-	ck_assert_ptr_nonnull(p);
-	v = strtod(p + strlen("\ndml_server_connections_unix "), NULL);
-	free(body);
+	ck_assert_int_eq(dml_test_metric(metrics_port, "dml_server_connections_unix", WAIT_MS,
+					 &v), 0);
 	return v;
 }
 

@@ -235,6 +235,13 @@ int dml_test_port_file_read(const char *path, uint16_t *port);
 int dml_test_http_request(uint16_t port, const char *method, const char *path,
 			  int timeout_ms, int *status, char **body);
 
+/**
+ * The value of an unlabelled metric on the metrics page at port, into
+ * *value. 0, DML_ENOTFOUND (no such line), DML_EIO (a status but 200) or
+ * what dml_test_http_request returns.
+ */
+int dml_test_metric(uint16_t port, const char *name, int timeout_ms, double *value);
+
 /* ---- dml-sched, restarts and dmlctl ------------------------------------- */
 
 /** Most a dmlctl run may take (it gives up by itself after 5 s). */

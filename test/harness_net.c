@@ -505,3 +505,22 @@ int dml_test_http_request(uint16_t port, const char *method, const char *path,
 	free(reply);
 	return 0;
 }
+
+int dml_test_metric(uint16_t port, const char *name, int timeout_ms, double *value)
+{
+	char *body = NULL, *p, needle[128];
+	int status = 0, rc = dml_test_http_request(port, "GET", "/metrics", timeout_ms, &status,
+						   &body);
+
+	if (rc == 0 && status != 200)
+		rc = DML_EIO;
+	if (rc == 0) {
+		snprintf(needle, sizeof(needle), "\n%s ", name);
+		if ((p = strstr(body, needle)) != NULL)
+			*value = strtod(p + strlen(needle), NULL);
+		else
+			rc = DML_ENOTFOUND;
+	}
+	free(body);
+	return rc;
+}

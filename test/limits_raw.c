@@ -238,14 +238,14 @@ uint64_t whole_table_pull(struct raw *r)
 /* The value of an unlabelled metric, -1 when absent. */
 double metric_value(struct dml_test_env *env, const char *port_file, const char *name)
 {
-	char *body = metrics_of(env, port_file), *p, needle[128];
+	uint16_t port;
 	double v = -1;
+	int rc;
 
-	snprintf(needle, sizeof(needle), "\n%s ", name);
-	if ((p = strstr(body, needle)) != NULL)
-		v = strtod(p + strlen(needle), NULL);
-	free(body);
-	return v;
+	ck_assert_int_eq(dml_test_port_file_read(port_file, &port), 0);
+	rc = dml_test_metric(port, name, WAIT_MS, &v);
+	ck_assert_msg(rc == 0 || rc == DML_ENOTFOUND, "metrics: %s", dml_strerror(rc));
+	return rc == 0 ? v : -1;
 }
 
 void wait_metric_at_least(struct dml_test_env *env, const char *port_file,
