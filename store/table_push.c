@@ -258,7 +258,9 @@ static inline void stage_use(struct dml_table *t, const uint64_t *keys, const ui
 				memcpy(out, row_values(t, rows[i]), w * sizeof(float));
 		} else if (!zeros) {
 			dml_table_init_row(t, keys[i], out);
-		}   /* else left as keys_batch zeroed it */
+		} else if (w > 1) {
+			memset(out, 0, w * sizeof(float));
+		}   /* else width 1: keys_batch zeroed it */
 	}
 }
 
@@ -287,11 +289,12 @@ static int keys_batch(struct dml_table *t, const uint64_t *keys, size_t n,
 	} else if (n > TABLE_MAX_SLOTS) {
 		return DML_ENOMEM;   /* no table holds that many: a bogus count */
 	}
-	/* Keys never pushed to a table that starts at zero (the common case
-	 * of a fresh sparse model) read zeros: one memset for the batch, not
-	 * one per key. */
-	if (!grad && t->slots && inits_zero(t))
-		memset(out, 0, n * w * sizeof(float));
+	/* Keys never pushed to a table of width 1 that starts at zero (the
+	 * common case of a fresh sparse model) read zeros: one memset for the
+	 * batch, not a call per key. Wider rows are zeroed one by one, so rows
+	 * that exist are not written twice. */
+	if (!grad && t->slots && w == 1 && inits_zero(t))
+		memset(out, 0, n * sizeof(float));
 	for (size_t g = 0; g < groups + 2; g++) {
 		if (g < groups && t->slots)
 			stage_hash(t, keys + g * TABLE_GROUP, group_len(n, g),
