@@ -112,6 +112,23 @@ size_t dml_codec_bound(const struct dml_codec *c, size_t n)
 	return 0;
 }
 
+int dml_codec_len_ok(enum dml_codec_kind kind, size_t n, size_t len)
+{
+	struct dml_codec c = { .kind = kind, .topk_fraction = 1.0f };
+
+	switch (kind) {
+	case DML_CODEC_TOPK:
+		return n <= UINT32_MAX && len >= TOPK_HEAD && (len - TOPK_HEAD) % TOPK_PAIR == 0 &&
+		       (len - TOPK_HEAD) / TOPK_PAIR <= n;
+	case DML_CODEC_NONE:
+	case DML_CODEC_FP16:
+	case DML_CODEC_BF16:
+	case DML_CODEC_INT8:
+		return (n == 0 || len != 0) && len == dml_codec_bound(&c, n);
+	}
+	return 0;
+}
+
 /* ---- topk -------------------------------------------------------------- */
 
 static inline void swap_floats(float *a, float *b)

@@ -84,6 +84,13 @@ int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
 int dml_codec_decode(const struct dml_codec *c, const void *in, size_t len,
 		     size_t n, float *out);
 
+/**
+ * Whether len bytes can be an encoding of n values by codec kind, checked
+ * from the sizes alone (topk: any count from 0 to n). Frame checks use it
+ * before the payload is read; dml_codec_decode checks the bytes themselves.
+ */
+int dml_codec_len_ok(enum dml_codec_kind kind, size_t n, size_t len);
+
 /** The float nearest to half-precision bits h (exact: every half is a float). */
 float dml_half_to_float(uint16_t h);
 

@@ -102,6 +102,10 @@ int dml_conf_check_dial_optional(const void *field, char *err, size_t errlen);
 int dml_conf_check_listen_optional(const void *field, char *err, size_t errlen);
 /** A placement zone: at most 63 letters, digits, '-', '_' or '.'. */
 int dml_conf_check_zone(const void *field, char *err, size_t errlen);
+/** A codec: none, fp16, bf16, int8 or topk:FRACTION (codec.h). */
+int dml_conf_check_codec(const void *field, char *err, size_t errlen);
+/** A codec for pull replies: one that sends every value (not topk). */
+int dml_conf_check_pull_codec(const void *field, char *err, size_t errlen);
 
 /**
  * The cross-field check of a daemon's metrics_listen and metrics_port_file:

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "proto/codec.h"
 #include "proto/conf.h"
 #include "proto/dml_error.h"
 #include "proto/util.h"
@@ -67,6 +68,29 @@ int dml_conf_check_zone(const void *field, char *err, size_t errlen)
 		   "0123456789-_.") != n) {
 		snprintf(err, errlen, "zone '%s': only letters, digits, '-', '_' and '.' are "
 			 "allowed", z);
+		return DML_ECONF;
+	}
+	return 0;
+}
+
+/* A codec name (codec.h): how a table's values travel over a link. */
+int dml_conf_check_codec(const void *field, char *err, size_t errlen)
+{
+	struct dml_codec c;
+
+	return dml_codec_parse(*(const char *const *)field, &c, err, errlen) ? DML_ECONF : 0;
+}
+
+/* A pull reply carries every value: not topk. */
+int dml_conf_check_pull_codec(const void *field, char *err, size_t errlen)
+{
+	struct dml_codec c;
+
+	if (dml_codec_parse(*(const char *const *)field, &c, err, errlen))
+		return DML_ECONF;
+	if (c.kind == DML_CODEC_TOPK) {
+		snprintf(err, errlen, "topk drops values, a pull reply carries them all "
+			 "(none, fp16, bf16 or int8)");
 		return DML_ECONF;
 	}
 	return 0;

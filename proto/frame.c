@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/codec.h"
 #include "proto/dml_error.h"
 #include "proto/frame.h"
 #include "proto/util.h"
@@ -152,8 +153,9 @@ static int scan_payload_expected(const Dml__Meta *m, const struct dml_frame_limi
  * Sets *reply_bytes to the size of the values the request names, which
  * bounds what a PULL's answer will need.
  */
-static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_limits *lim,
-				 uint64_t *expected, uint64_t *reply_bytes)
+static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_header *hdr,
+				 const struct dml_frame_limits *lim, uint64_t *expected,
+				 uint64_t *reply_bytes)
 {
 	uint64_t count, key_bytes;
 	int rc;
@@ -195,7 +197,75 @@ static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_limi
 		*expected = *reply_bytes;
 		break;
 	}
+	if (m->dtype != DML__DTYPE__F32 && m->type != DML__MSG_TYPE__PULL) {
+		/* Values in a codec's encoding: their length depends on it. */
+		uint64_t have = hdr->payload_len;
+		enum dml_codec_kind kind;
+
+		*expected = have;
+		if (m->type == DML__MSG_TYPE__PULL_REPLY)
+			key_bytes = 0;       /* a reply carries values only */
+		if (dml_dtype_codec(m->dtype, &kind) != 0)
+			return DML_ESHAPE;
+		if (have < key_bytes || !dml_codec_len_ok(kind, count, have - key_bytes))
+			return DML_EFRAME_COUNT;
+	}
 	return 0;
+}
+
+int dml_dtype_codec(Dml__DType dtype, enum dml_codec_kind *kind)
+{
+	static const enum dml_codec_kind kinds[] = {
+		[DML__DTYPE__F32] = DML_CODEC_NONE, [DML__DTYPE__F16] = DML_CODEC_FP16,
+		[DML__DTYPE__INT8] = DML_CODEC_INT8, [DML__DTYPE__BF16] = DML_CODEC_BF16,
+		[DML__DTYPE__TOPK] = DML_CODEC_TOPK,
+	};
+
+	if ((unsigned)dtype >= DML_ARRAY_LEN(kinds))
+		return DML_ESHAPE;
+	*kind = kinds[dtype];
+	return 0;
+}
+
+Dml__DType dml_codec_dtype(enum dml_codec_kind kind)
+{
+	switch (kind) {
+	case DML_CODEC_FP16:
+		return DML__DTYPE__F16;
+	case DML_CODEC_INT8:
+		return DML__DTYPE__INT8;
+	case DML_CODEC_BF16:
+		return DML__DTYPE__BF16;
+	case DML_CODEC_TOPK:
+		return DML__DTYPE__TOPK;
+	case DML_CODEC_NONE:
+		break;
+	}
+	return DML__DTYPE__F32;
+}
+
+/*
+ * Which dtypes a data frame may carry: any codec on a PUSH; on a PULL (the
+ * reply's) and a PULL_REPLY, one that sends every value (not topk); only
+ * F32 on a scan and a MIGRATE.
+ */
+static bool dtype_allowed(const Dml__Meta *m)
+{
+	enum dml_codec_kind kind;
+
+	if (m->dtype == DML__DTYPE__F32)
+		return true;
+	if (dml_dtype_codec(m->dtype, &kind) != 0 || m->scan)
+		return false;
+	switch (m->type) {
+	case DML__MSG_TYPE__PUSH:
+		return true;
+	case DML__MSG_TYPE__PULL:
+	case DML__MSG_TYPE__PULL_REPLY:
+		return kind != DML_CODEC_TOPK;
+	default:
+		return false;
+	}
 }
 
 static int payload_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
@@ -206,7 +276,7 @@ static int payload_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 
 	if (!type_is_data(m->type))
 		return hdr->payload_len == 0 ? 0 : DML_EFRAME_COUNT;
-	rc = data_payload_expected(m, lim, &expected, &reply_bytes);
+	rc = data_payload_expected(m, hdr, lim, &expected, &reply_bytes);
 	if (rc < 0)
 		return rc;
 	if (expected != hdr->payload_len)
@@ -235,7 +305,7 @@ static int meta_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 	    (m->type == DML__MSG_TYPE__PROGRESS && !m->progress) ||
 	    (m->type == DML__MSG_TYPE__SHARDMAP_REPLY && (!m->shard_map || !m->job_spec)))
 		return DML_EFRAME_DECODE;
-	if (type_is_data(m->type) && m->dtype != DML__DTYPE__F32)
+	if (type_is_data(m->type) && !dtype_allowed(m))
 		return DML_ESHAPE;
 	return payload_check(m, hdr, lim);
 }

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/codec.h"
 #include "proto/dml.pb-c.h"
 
 #define DML_FRAME_MAGIC 0x314c4d44u /* bytes 'D' 'M' 'L' '1' */
@@ -68,7 +69,8 @@ int dml_frame_header_decode(const uint8_t *in, const struct dml_frame_limits *li
  * (not a Meta, or a handshake message without its Handshake), DML_EFRAME_TYPE,
  * DML_EFRAME_LENGTH (meta.payload_bytes != hdr.payload_len),
  * DML_EFRAME_KEYS, DML_EFRAME_COUNT or DML_EFRAME_PAYLOAD (a dense pull whose
- * reply would exceed max_payload), DML_ESHAPE (dtype other than F32).
+ * reply would exceed max_payload), DML_ESHAPE (a dtype
+ * the message may not carry: see dml.proto).
  */
 int dml_frame_meta_decode(const uint8_t *buf, size_t len,
 			  const struct dml_frame_header *hdr,
@@ -100,6 +102,11 @@ void dml_meta_free(Dml__Meta *m);
  * NULL when memory ran out.
  */
 void *dml_msg_copy(const ProtobufCMessage *m);
+
+/** The codec a dtype names: 0, or DML_ESHAPE for a number that is none. */
+int dml_dtype_codec(Dml__DType dtype, enum dml_codec_kind *kind);
+/** The dtype of a codec (F32 for none). */
+Dml__DType dml_codec_dtype(enum dml_codec_kind kind);
 
 /**
  * Number of values (keys times width) a message carries or asks for:

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/conf.h"
 #include "proto/dml_error.h"
 #include "proto/job_spec.h"
 #include "proto/job_spec_internal.h"
@@ -34,6 +35,7 @@ struct job_file_table {
 	uint64_t seed;
 	int optimizer;             /* index into dml_optim_kind_names */
 	double lr, weight_decay, momentum, beta1, beta2, epsilon, lr_decay;
+	char *codec, *codec_cross_zone, *pull_codec, *pull_codec_cross_zone;
 };
 
 struct job_file {
@@ -239,6 +241,18 @@ static const struct dml_conf_option job_options[] = {
 	  "inverse-time decay: a row's t-th update uses lr / (1 + lr_decay (t - 1))" },
 	{ "table", "epsilon", DML_CONF_DOUBLE, T(epsilon), "1e-8", 0, FLT_MAX, NULL, NULL,
 	  "adagrad/adam denominator guard (> 0 for those)" },
+	{ "table", "codec", DML_CONF_STRING, T(codec), "none", 0, 0, NULL,
+	  dml_conf_check_codec, "how pushes travel from a worker to a server of its own "
+	  "zone: none, fp16, bf16, int8 or topk:FRACTION (the lossy ones with error "
+	  "feedback)" },
+	{ "table", "codec_cross_zone", DML_CONF_STRING, T(codec_cross_zone), "fp16", 0, 0, NULL,
+	  dml_conf_check_codec, "how pushes travel to a server of another zone (as codec)" },
+	{ "table", "pull_codec", DML_CONF_STRING, T(pull_codec), "none", 0, 0, NULL,
+	  dml_conf_check_pull_codec, "how pull replies travel from a server of the worker's "
+	  "own zone: none, fp16, bf16 or int8" },
+	{ "table", "pull_codec_cross_zone", DML_CONF_STRING, T(pull_codec_cross_zone), "fp16",
+	  0, 0, NULL, dml_conf_check_pull_codec, "how pull replies travel from a server of "
+	  "another zone (as pull_codec)" },
 };
 
 /* ---- file to spec ------------------------------------------------------ */
@@ -277,6 +291,10 @@ static void job_view_table(const struct job_file_table *ft, Dml__TableSpec *t)
 	t->beta2 = ft->beta2;
 	t->epsilon = ft->epsilon;
 	t->lr_decay = ft->lr_decay;
+	t->codec = ft->codec;
+	t->codec_cross_zone = ft->codec_cross_zone;
+	t->pull_codec = ft->pull_codec;
+	t->pull_codec_cross_zone = ft->pull_codec_cross_zone;
 }
 
 /* Fills v from a parsed file; release it with job_view_release() either way. */

@@ -112,6 +112,12 @@ static int check_table(const Dml__TableSpec *t, char *err, size_t errlen)
 		return fail(err, errlen, "table %" PRIu32 ": optimizer '%s' is not one of %s",
 			    t->id, str_or_empty(t->optimizer), list);
 	}
+	for (int cross = 0; cross <= 1; cross++) {
+		struct dml_link_codecs codecs;
+
+		if (dml_table_spec_codecs(t, cross, &codecs, err, errlen) != 0)
+			return DML_EINVAL;
+	}
 	return check_table_optim(t, err, errlen);
 }
 

@@ -116,3 +116,37 @@ int dml_table_conf_from_spec(const Dml__TableSpec *ts, struct dml_table_conf *t,
 	return 0;
 }
 
+
+/* One codec key: empty takes dflt; a pull codec may not be topk. */
+static int spec_codec(const Dml__TableSpec *ts, const char *key, const char *value,
+		      const char *dflt, int pull, struct dml_codec *out, char *err,
+		      size_t errlen)
+{
+	char why[128];
+
+	if (!value || !*value)
+		value = dflt;
+	if (dml_codec_parse(value, out, why, sizeof(why)) != 0) {
+		snprintf(err, errlen, "table %u: %s: %s", ts->id, key, why);
+		return DML_EINVAL;
+	}
+	if (pull && out->kind == DML_CODEC_TOPK) {
+		snprintf(err, errlen, "table %u: %s: topk drops values, a pull reply "
+			 "carries them all (none, fp16, bf16 or int8)", ts->id, key);
+		return DML_EINVAL;
+	}
+	return 0;
+}
+
+int dml_table_spec_codecs(const Dml__TableSpec *ts, int cross_zone,
+			  struct dml_link_codecs *out, char *err, size_t errlen)
+{
+	if (cross_zone)
+		return spec_codec(ts, "codec_cross_zone", ts->codec_cross_zone, "fp16", 0,
+				  &out->push, err, errlen) ||
+		       spec_codec(ts, "pull_codec_cross_zone", ts->pull_codec_cross_zone,
+				  "fp16", 1, &out->pull, err, errlen) ? DML_EINVAL : 0;
+	return spec_codec(ts, "codec", ts->codec, "none", 0, &out->push, err, errlen) ||
+	       spec_codec(ts, "pull_codec", ts->pull_codec, "none", 1, &out->pull, err,
+			  errlen) ? DML_EINVAL : 0;
+}

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/codec.h"
 #include "proto/dml.pb-c.h"
 
 enum dml_table_kind { DML_TABLE_DENSE = 0, DML_TABLE_SPARSE = 1 };
@@ -83,5 +84,24 @@ int dml_optim_validate(const struct dml_optim_conf *c);
  */
 int dml_table_conf_from_spec(const Dml__TableSpec *ts, struct dml_table_conf *t, char *err,
 			     size_t errlen);
+
+/*
+ * How a table's pushes and pull replies travel over one link: the
+ * TableSpec's codec keys for a link within a zone or between zones. An
+ * empty key takes the default: none within a zone; fp16 both ways across
+ * zones (half the bytes, values kept to about 3 significant digits, the
+ * pushes' rounding carried to the next push by error feedback).
+ */
+struct dml_link_codecs {
+	struct dml_codec push;
+	struct dml_codec pull;      /* never topk: a reply carries every value */
+};
+
+/**
+ * The codecs of ts over a link between zones (cross_zone) or within one.
+ * 0, or DML_EINVAL with err naming the table, the key and the problem.
+ */
+int dml_table_spec_codecs(const Dml__TableSpec *ts, int cross_zone,
+			  struct dml_link_codecs *out, char *err, size_t errlen);
 
 #endif

@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/codec.h"
 #include "proto/conn.h"
 #include "proto/dml_error.h"
+#include "proto/frame.h"
 #include "proto/log.h"
 #include "server/server_internal.h"
 #include "server/ssp.h"
@@ -65,65 +67,115 @@ static void release_pin(const void *data, size_t len, void *token)
 	dml_table_unpin(token);
 }
 
-/* held_ns: how long the pull waited for the staleness bound (the reply says). */
-void dml_server_answer_pull(struct session *ss, uint64_t request_id, struct table_entry *te,
-			    int dense, uint64_t begin, uint64_t end, const uint64_t *keys,
-			    uint32_t nkeys, uint64_t held_ns)
+/*
+ * Put the reply's values in the codec the pull asked for (a new buffer of
+ * the server's); 0, or an error already answered.
+ */
+static int reply_encode(struct session *ss, const struct held_pull *h, const float *values,
+			uint64_t floats, const void **out, size_t *len)
 {
 	struct dml_server *s = ss->srv;
+	struct dml_codec c = { .topk_fraction = 1.0f };
+	size_t need;
+	int rc;
+
+	/* The frame check let only codecs that carry every value through. */
+	(void)dml_dtype_codec(h->dtype, &c.kind);
+	need = dml_codec_bound(&c, floats);
+	if (need > s->coded_cap) {
+		uint8_t *p = malloc(need);
+
+		if (!p) {
+			dml_server_reply_error(ss, h->request_id, DML_ENOMEM,
+					       "no memory for a %zu-byte reply", need);
+			return DML_ENOMEM;
+		}
+		free(s->coded);
+		s->coded = p;
+		s->coded_cap = need;
+	}
+	rc = dml_codec_encode(&c, values, floats, NULL, s->coded, s->coded_cap, len);
+	if (rc) {
+		dml_server_reply_error(ss, h->request_id, rc, "pull from table %u: %s",
+				       h->te->info.id, dml_strerror(rc));
+		return rc;
+	}
+	*out = s->coded;
+	s->st.coded_wire[1] += *len;
+	s->st.coded_floats[1] += floats * sizeof(float);
+	return 0;
+}
+
+void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns)
+{
+	struct session *ss = h->sess;
+	struct dml_server *s = ss->srv;
+	struct table_entry *te = h->te;
 	uint32_t w = te->info.width;
-	uint64_t floats = (dense ? end - begin : nkeys) * w;
+	uint64_t floats = (h->dense ? h->end - h->begin : h->nkeys) * w;
 	Dml__Meta m = DML__META__INIT;
 	struct dml_table_pin *pin = NULL;
 	const float *values = NULL;
+	const void *bytes;
+	size_t len;
 	float *out;
 	int rc;
 
-	if (dense && pin_worthy(te, floats)) {
+	if (h->dense && pin_worthy(te, floats) && h->dtype == DML__DTYPE__F32) {
 		/* Sent from the table itself, pinned (see table.h): a reply
 		 * stays a snapshot without a copy unless a push comes first. */
-		rc = dml_table_pin_range(te->table, begin, end, &values, &pin);
-	} else if (dense) {
-		/* Small slice of a big table: copying it beats the table copy a
-		 * push under a pin would make. dml_conn_send copies what the
-		 * socket does not take at once. */
-		rc = dml_table_pin_range(te->table, begin, end, &values, &pin);
-		if (rc == 0) {
+		rc = dml_table_pin_range(te->table, h->begin, h->end, &values, &pin);
+	} else if (h->dense) {
+		/* Small slice of a big table, or one to encode: copying it
+		 * beats the table copy a push under a pin would make.
+		 * dml_conn_send copies what the socket does not take at once. */
+		rc = dml_table_pin_range(te->table, h->begin, h->end, &values, &pin);
+		if (rc == 0 && h->dtype == DML__DTYPE__F32) {
 			dml_table_unpin(pin);
 			pin = NULL;
 		}
 	} else if ((out = dml_server_scratch(s, floats)) == NULL) {
-		dml_server_reply_error(ss, request_id, DML_ENOMEM,
+		dml_server_reply_error(ss, h->request_id, DML_ENOMEM,
 				       "no memory for a %llu-float reply",
 				       (unsigned long long)floats);
 		return;
 	} else {
-		rc = dml_table_pull_keys(te->table, keys, nkeys, out);
+		rc = dml_table_pull_keys(te->table, h->keys, h->nkeys, out);
 		values = out;
 	}
 	if (rc) {
-		dml_server_reply_error(ss, request_id, rc, "pull from table %u: %s",
+		dml_server_reply_error(ss, h->request_id, rc, "pull from table %u: %s",
 				       te->info.id, dml_strerror(rc));
 		return;
 	}
+	bytes = values;
+	len = floats * sizeof(float);
+	if (h->dtype != DML__DTYPE__F32) {
+		rc = reply_encode(ss, h, values, floats, &bytes, &len);
+		if (pin) {
+			dml_table_unpin(pin);
+			pin = NULL;
+		}
+		if (rc)
+			return;
+	}
 	m.type = DML__MSG_TYPE__PULL_REPLY;
-	m.request_id = request_id;
+	m.request_id = h->request_id;
 	m.sender = s->conf->node_id;
 	m.table = te->info.id;
 	m.value_width = w;
-	m.dense = dense;
-	m.key_begin = begin;
-	m.key_end = end;
-	m.num_keys = dense ? 0 : nkeys;
+	m.dense = h->dense;
+	m.key_begin = h->begin;
+	m.key_end = h->end;
+	m.num_keys = h->dense ? 0 : h->nkeys;
+	m.dtype = h->dtype;
 	m.min_clock = dml_ssp_min_clock(&s->ssp);
 	m.held_us = held_ns / 1000;
 	s->st.pulls++;
 	if (pin)
-		rc = dml_conn_send_pinned(ss->peer.conn, &m, values, floats * sizeof(float),
-					  release_pin, pin);
+		rc = dml_conn_send_pinned(ss->peer.conn, &m, values, len, release_pin, pin);
 	else
-		rc = dml_conn_send(ss->peer.conn, &m, values, floats * sizeof(float),
-				   DML_SEND_COPY);
+		rc = dml_conn_send(ss->peer.conn, &m, bytes, len, DML_SEND_COPY);
 	if (rc)
 		dml_warn("peer %s: reply not sent: %s", dml_conn_peer(ss->peer.conn), dml_strerror(rc));
 }
@@ -144,8 +196,7 @@ void dml_server_release_held(struct dml_server *s)
 		}
 		*pp = h->next;
 		dml_histogram_observe_since(s->held_wait, h->received_ns);
-		dml_server_answer_pull(h->sess, h->request_id, h->te, h->dense, h->begin, h->end, h->keys,
-				       h->nkeys, dml_now_ns() - h->received_ns);
+		dml_server_answer_pull(h, dml_now_ns() - h->received_ns);
 		dml_histogram_observe_since(s->pull_latency, h->received_ns);
 		free(h->keys);
 		free(h);

@@ -113,12 +113,12 @@ static const uint8_t *stale_scaled(struct dml_server *s, const struct dml_ssp_wo
 	newest = dml_ssp_max_clock(&s->ssp);
 	if (newest <= m->clock)
 		return payload;
-	keybytes = m->dense ? 0 : m->num_keys * 8ull;
-	n = (m->dense ? m->key_end - m->key_begin : m->num_keys) * (uint64_t)m->value_width;
+	dml_server_push_sizes(m, &keybytes, &n);
 	copy = dml_server_scratch(s, keybytes / sizeof(float) + n);
 	if (!copy)
 		return NULL;
-	memcpy(copy, payload, keybytes + n * sizeof(float));
+	if (payload != (const uint8_t *)copy)   /* a decoded push is there already */
+		memcpy(copy, payload, keybytes + n * sizeof(float));
 	vals = copy + keybytes / sizeof(float);
 	k = 1.0f / (float)(1 + (newest - m->clock));
 	for (uint64_t i = 0; i < n; i++)
@@ -167,7 +167,9 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	}
 	if (dml_server_cut_holds(ss, m))
 		return DML_CONN_HOLD;
-	if (!request_served(ss, m, te, keys) || !dml_server_push_admit(ss, m, payload))
+	if (!request_served(ss, m, te, keys) ||
+	    (payload = dml_server_push_decode(ss, m, payload)) == NULL ||
+	    !dml_server_push_admit(ss, m, payload))
 		return 0;
 	if ((payload = stale_scaled(ss->srv, w, m, payload)) == NULL) {
 		dml_server_reply_error(ss, m->request_id, DML_ENOMEM, "push to table %u: no "
@@ -295,7 +297,7 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	struct dml_server *s = ss->srv;
 	struct table_entry *te = request_table(ss, m);
 	const uint64_t *keys = (const uint64_t *)payload;
-	struct held_pull *h;
+	struct held_pull ask, *h;
 
 	if (te && m->scan) {
 		handle_scan(ss, m, te);
@@ -303,20 +305,19 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	}
 	if (!te || !request_served(ss, m, te, keys))
 		return 0;
+	ask = (struct held_pull){
+		.sess = ss, .received_ns = received_ns, .request_id = m->request_id,
+		.clock = m->clock, .te = te, .dense = m->dense, .begin = m->key_begin,
+		.end = m->key_end, .keys = (uint64_t *)keys,
+		.nkeys = m->dense ? 0 : m->num_keys, .dtype = m->dtype,
+	};
 	if (!ss->worker || dml_ssp_ready(&s->ssp, m->clock)) {
-		dml_server_answer_pull(ss, m->request_id, te, m->dense, m->key_begin, m->key_end, keys,
-				       m->num_keys, 0);
+		dml_server_answer_pull(&ask, 0);
 		return 0;
 	}
-	h = dml_xcalloc(1, sizeof(*h));
-	h->sess = ss;
-	h->received_ns = received_ns;
-	h->request_id = m->request_id;
-	h->clock = m->clock;
-	h->te = te;
-	h->dense = m->dense;
-	h->begin = m->key_begin;
-	h->end = m->key_end;
+	h = dml_xmalloc(sizeof(*h));
+	*h = ask;
+	h->keys = NULL;            /* the payload's: a copy of its own below */
 	if (!m->dense) {
 		h->keys = malloc(m->num_keys * sizeof(uint64_t));
 		if (!h->keys) {
@@ -326,7 +327,6 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 			return 0;
 		}
 		memcpy(h->keys, keys, m->num_keys * sizeof(uint64_t));
-		h->nkeys = m->num_keys;
 	}
 	h->next = s->held;
 	s->held = h;

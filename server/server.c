@@ -88,6 +88,10 @@ void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t wo
 	}
 }
 
+/* What WELCOME offers: every codec, in pushes and in pull replies. */
+static Dml__DType server_codecs[] = { DML__DTYPE__F32, DML__DTYPE__F16, DML__DTYPE__INT8,
+				      DML__DTYPE__BF16, DML__DTYPE__TOPK };
+
 static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handshake *welcome,
 		    void *arg)
 {
@@ -121,6 +125,9 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	welcome->shard_index = s->shard_index;
 	welcome->shard_count = s->shard_count;
 	welcome->map_version = s->job.version;
+	welcome->zone = s->conf->zone;
+	welcome->n_codecs = DML_ARRAY_LEN(server_codecs);
+	welcome->codecs = server_codecs;
 	dml_info("peer %s: %s %u joined", dml_conn_peer(c), role_name(hello->role),
 		 hello->node_id);
 	return 0;
@@ -319,6 +326,7 @@ void dml_server_free(struct dml_server *s)
 	free(s->winfo);
 	free(s->winfos);
 	free(s->scratch);
+	free(s->coded);
 	dml_metrics_free(s->metrics);
 	dml_ssp_destroy(&s->ssp);
 	dml_secret_free(s->secret, s->secret_len);

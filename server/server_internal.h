@@ -77,6 +77,7 @@ struct held_pull {
 	uint64_t begin, end;
 	uint64_t *keys;
 	uint32_t nkeys;
+	Dml__DType dtype;          /* how the reply carries the values */
 };
 
 /*
@@ -109,6 +110,10 @@ struct stats {
 	uint64_t deferred;         /* pushes held for their clock's step (BSP) */
 	uint64_t steps;            /* BSP steps: a clock's pushes applied at once */
 	uint64_t nonfinite;        /* pushes refused for NaN or infinite values */
+	uint64_t bad_codings;      /* pushes refused for a bad codec encoding */
+	/* values that travelled in a codec: [0] pushes in, [1] replies out;
+	 * their bytes on the wire and as floats */
+	uint64_t coded_wire[2], coded_floats[2];
 	uint64_t seq_jumps;        /* pushes refused for a seq past the window */
 	uint64_t budget_held;      /* pulls that waited for the output budget */
 	uint64_t output_stalled;   /* connections closed for unread replies */
@@ -152,6 +157,8 @@ struct dml_server {
 
 	float *scratch;            /* pull replies (and scaled pushes) are assembled here */
 	size_t scratch_cap;
+	uint8_t *coded;            /* encoded pull replies */
+	size_t coded_cap;
 	struct event *tick;
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 	struct server_store *store;   /* the gradient log, or NULL (server_store.c) */
@@ -206,6 +213,16 @@ int dml_server_seq_check(const struct dml_ssp_worker *w, uint64_t seq);
  * otherwise): 1. Else the push was answered with an error and counted: 0.
  */
 int dml_server_push_admit(struct session *ss, const Dml__Meta *m, const uint8_t *payload);
+/** The bytes of a push's keys and its count of values (the frame checks
+ * made sure they fit its payload). */
+void dml_server_push_sizes(const Dml__Meta *m, uint64_t *keybytes, uint64_t *n);
+/**
+ * The push's payload with its values as floats: payload itself for F32,
+ * else decoded into the scratch buffer (server_admit.c). NULL when the
+ * encoding is bad or memory ran out, the error already answered.
+ */
+const uint8_t *dml_server_push_decode(struct session *ss, const Dml__Meta *m,
+				      const uint8_t *payload);
 
 /* ---- server_budget.c ---- */
 
@@ -285,11 +302,10 @@ float *dml_server_scratch(struct dml_server *s, uint64_t floats);
 
 /* ---- replies.c ---- */
 
-/** Answer a pull from te (held_ns: how long it waited for the staleness
- * bound, which the reply says). */
-void dml_server_answer_pull(struct session *ss, uint64_t request_id, struct table_entry *te,
-			    int dense, uint64_t begin, uint64_t end, const uint64_t *keys,
-			    uint32_t nkeys, uint64_t held_ns);
+/** Answer pull h (its sess, request and table; next and clock are not
+ * used) from its table; held_ns: how long it waited for the staleness
+ * bound, which the reply says. */
+void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns);
 
 /** Take the step of a clock every worker ended, then answer every parked
  * pull the clocks now allow; a checkpoint may be due. */

@@ -107,6 +107,15 @@ static const struct dml_metric_desc
 	m_nonfinite = { "dml_server_pushes_nonfinite_total",
 			"Pushes refused for NaN or infinite values (allow_nonfinite = false)",
 			COUNTER, NULL, NULL, 0 },
+	m_bad_coding = { "dml_server_pushes_bad_coding_total",
+			 "Pushes refused for values that are not a valid encoding of their codec",
+			 COUNTER, NULL, NULL, 0 },
+	m_coded_wire = { "dml_server_codec_wire_bytes_total",
+			 "Bytes of values that travelled in a codec (fp16, int8, topk...), as sent, "
+			 "by direction (in: pushes, out: pull replies)", COUNTER, "dir", NULL, 0 },
+	m_coded_floats = { "dml_server_codec_float_bytes_total",
+			   "The same values' bytes as 32-bit floats, by direction", COUNTER,
+			   "dir", NULL, 0 },
 	m_seq_jumps = { "dml_server_pushes_seq_refused_total",
 			"Pushes refused for a sequence number past the resend window", COUNTER,
 			NULL, NULL, 0 },
@@ -178,6 +187,13 @@ static int register_metrics(struct dml_metrics *m, void *arg)
 	bad |= dml_metrics_add_u64(m, &m_deferred, NULL, &s->st.deferred);
 	bad |= dml_metrics_add_u64(m, &m_steps, NULL, &s->st.steps);
 	bad |= dml_metrics_add_u64(m, &m_nonfinite, NULL, &s->st.nonfinite);
+	bad |= dml_metrics_add_u64(m, &m_bad_coding, NULL, &s->st.bad_codings);
+	for (int i = 0; i < 2; i++) {
+		bad |= dml_metrics_add_u64(m, &m_coded_wire, i ? "out" : "in",
+					   &s->st.coded_wire[i]);
+		bad |= dml_metrics_add_u64(m, &m_coded_floats, i ? "out" : "in",
+					   &s->st.coded_floats[i]);
+	}
 	bad |= dml_metrics_add_u64(m, &m_seq_jumps, NULL, &s->st.seq_jumps);
 	bad |= dml_metrics_add_u64(m, &m_preauth, NULL, &s->peers.preauth_dropped);
 	bad |= dml_metrics_add_u64(m, &m_budget, NULL, &s->st.budget_held);

@@ -509,25 +509,67 @@ START_TEST(test_pull_reply_over_limit)
 }
 END_TEST
 
-START_TEST(test_wrong_dtype)
+/*
+ * Which dtypes a data frame may carry, and the payload each asks for: a
+ * sparse request of one key of width 1 (8 key bytes, then the values), a
+ * reply of its one value, a dense MIGRATE of one key.
+ */
+START_TEST(test_dtypes)
 {
-	static const Dml__MsgType types[] = {
-		DML__MSG_TYPE__PUSH, DML__MSG_TYPE__PULL, DML__MSG_TYPE__PULL_REPLY,
+	static const struct {
+		Dml__MsgType type;
+		int dtype;
+		int scan;
+		uint32_t values_len;    /* payload after the key, if any */
+		int want;
+	} cases[] = {
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__F32, 0, 4, 0 },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__F16, 0, 2, 0 },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__F16, 0, 4, DML_EFRAME_COUNT },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__BF16, 0, 2, 0 },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__INT8, 0, 1 + 4, 0 },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__INT8, 0, 1, DML_EFRAME_COUNT },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__TOPK, 0, 4 + 8, 0 },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__TOPK, 0, 4, 0 },            /* none sent */
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__TOPK, 0, 4 + 16, DML_EFRAME_COUNT },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__TOPK, 0, 3, DML_EFRAME_COUNT },
+		{ DML__MSG_TYPE__PUSH, DML__DTYPE__TOPK, 0, 4 + 7, DML_EFRAME_COUNT },
+		{ DML__MSG_TYPE__PUSH, 5, 0, 4, DML_ESHAPE },
+		{ DML__MSG_TYPE__PUSH, -1, 0, 4, DML_ESHAPE },
+		{ DML__MSG_TYPE__PULL, DML__DTYPE__F16, 0, 0, 0 },
+		{ DML__MSG_TYPE__PULL, DML__DTYPE__INT8, 0, 0, 0 },
+		{ DML__MSG_TYPE__PULL, DML__DTYPE__TOPK, 0, 0, DML_ESHAPE },
+		{ DML__MSG_TYPE__PULL, DML__DTYPE__F16, 1, 0, DML_ESHAPE },
+		{ DML__MSG_TYPE__PULL_REPLY, DML__DTYPE__F16, 0, 2, 0 },
+		{ DML__MSG_TYPE__PULL_REPLY, DML__DTYPE__F16, 0, 4, DML_EFRAME_COUNT },
+		{ DML__MSG_TYPE__PULL_REPLY, DML__DTYPE__TOPK, 0, 4 + 8, DML_ESHAPE },
+		{ DML__MSG_TYPE__MIGRATE, DML__DTYPE__F16, 0, 2, DML_ESHAPE },
 	};
 
-	for (size_t i = 0; i < DML_ARRAY_LEN(types); i++) {
-		uint8_t payload[8 + 4];
+	for (size_t i = 0; i < DML_ARRAY_LEN(cases); i++) {
+		uint8_t payload[8 + 32];
+		uint32_t len = cases[i].values_len;
 		struct built b;
 		Dml__Meta m;
 
 		memset(payload, 0, sizeof(payload));
-		meta_data(&m, types[i], 1);
-		m.num_keys = 1;
-		m.dtype = DML__DTYPE__F16;
-		b = build_frame(&m, payload,
-				types[i] == DML__MSG_TYPE__PUSH ? 12
-				: types[i] == DML__MSG_TYPE__PULL ? 8 : 4);
-		ck_assert_int_eq(parse_default(&b), DML_ESHAPE);
+		dml_store_le32(payload + 8, 1);     /* a topk count of 1 */
+		meta_data(&m, cases[i].type, 1);
+		m.dtype = (Dml__DType)cases[i].dtype;
+		if (cases[i].scan) {
+			m.scan = 1;
+		} else if (cases[i].type == DML__MSG_TYPE__MIGRATE) {
+			m.dense = 1;
+			m.key_end = 1;
+		} else {
+			m.num_keys = 1;
+			if (cases[i].type != DML__MSG_TYPE__PULL_REPLY)
+				len += 8;
+		}
+		b = build_frame(&m, cases[i].type == DML__MSG_TYPE__PULL_REPLY ? payload + 8
+									    : payload, len);
+		ck_assert_msg(parse_default(&b) == cases[i].want, "case %zu: %d, want %d", i,
+			      parse_default(&b), cases[i].want);
 		built_free(&b);
 	}
 }
@@ -554,5 +596,5 @@ void frame_tests_malformed(TCase *tc)
 	tcase_add_test(tc, test_dense_overflow);
 	tcase_add_test(tc, test_scan_frames);
 	tcase_add_test(tc, test_pull_reply_over_limit);
-	tcase_add_test(tc, test_wrong_dtype);
+	tcase_add_test(tc, test_dtypes);
 }

@@ -17,6 +17,7 @@
 #include "proto/dml_error.h"
 #include "sched/handover.h"
 #include "proto/job_spec.h"
+#include "proto/table_spec.h"
 #include "sched/jobs.h"
 #include "store/table.h"
 #include "proto/util.h"
@@ -186,7 +187,42 @@ START_TEST(defaults_fill_what_a_file_leaves_out)
 	ck_assert_double_eq(t->momentum, 0.9);
 	ck_assert_double_eq(t->beta2, 0.999);
 	ck_assert_double_eq(t->epsilon, 1e-8);
+	ck_assert_str_eq(t->codec, "none");
+	ck_assert_str_eq(t->codec_cross_zone, "fp16");
+	ck_assert_str_eq(t->pull_codec, "none");
+	ck_assert_str_eq(t->pull_codec_cross_zone, "fp16");
 	dml_job_spec_free(s);
+}
+END_TEST
+
+/* The codec keys land in the spec and give each link class its codecs;
+ * a spec from the wire that leaves them empty gets the same defaults. */
+START_TEST(codec_keys)
+{
+	Dml__JobSpec *s = NULL;
+	Dml__TableSpec bare = DML__TABLE_SPEC__INIT;
+	struct dml_link_codecs lc;
+	char err[ERRLEN];
+
+	ck_assert_msg(parse(MIN_JOB MIN_TABLE "codec = bf16\ncodec_cross_zone = topk:0.01\n"
+			    "pull_codec = int8\npull_codec_cross_zone = none\n", &s, err) == 0,
+		      "%s", err);
+	ck_assert_int_eq(dml_table_spec_codecs(s->tables[0], 0, &lc, err, ERRLEN), 0);
+	ck_assert_int_eq(lc.push.kind, DML_CODEC_BF16);
+	ck_assert_int_eq(lc.pull.kind, DML_CODEC_INT8);
+	ck_assert_int_eq(dml_table_spec_codecs(s->tables[0], 1, &lc, err, ERRLEN), 0);
+	ck_assert_int_eq(lc.push.kind, DML_CODEC_TOPK);
+	ck_assert_float_eq(lc.push.topk_fraction, 0.01f);
+	ck_assert_int_eq(lc.pull.kind, DML_CODEC_NONE);
+	dml_job_spec_free(s);
+	ck_assert_int_eq(dml_table_spec_codecs(&bare, 0, &lc, err, ERRLEN), 0);
+	ck_assert(lc.push.kind == DML_CODEC_NONE && lc.pull.kind == DML_CODEC_NONE);
+	ck_assert_int_eq(dml_table_spec_codecs(&bare, 1, &lc, err, ERRLEN), 0);
+	ck_assert(lc.push.kind == DML_CODEC_FP16 && lc.pull.kind == DML_CODEC_FP16);
+	bare.pull_codec_cross_zone = "topk:0.5";
+	ck_assert_int_eq(dml_table_spec_codecs(&bare, 1, &lc, err, ERRLEN), DML_EINVAL);
+	ck_assert_msg(strstr(err, "table 0: pull_codec_cross_zone: topk drops values"), "%s",
+		      err);
 }
 END_TEST
 
@@ -217,6 +253,11 @@ START_TEST(bad_files_say_where_and_why)
 	assert_bad(MIN_JOB MIN_TABLE "beta1 = 1\n", "t.conf:9: beta1: 1 is not in [0, 1)");
 	assert_bad(MIN_JOB MIN_TABLE "lr = -0.1\n", "t.conf:9: lr:");
 	assert_bad(MIN_JOB MIN_TABLE "[tables]\n", "t.conf:9: unknown section [tables]");
+	assert_bad(MIN_JOB MIN_TABLE "codec = zip\n", "t.conf:9: codec: codec 'zip' is none of "
+		   "none, fp16, bf16, int8, topk:FRACTION");
+	assert_bad(MIN_JOB MIN_TABLE "codec_cross_zone = topk:0\n", "t.conf:9: codec_cross_zone:");
+	assert_bad(MIN_JOB MIN_TABLE "pull_codec = topk:0.5\n", "t.conf:9: pull_codec: topk "
+		   "drops values");
 	/* required keys and rules across keys: the file and the reason */
 	assert_bad("[job]\napp = lsq\nmax_clocks = 1\n" MIN_TABLE,
 		   "t.conf: missing required key 'name' in [job]");
@@ -311,6 +352,7 @@ void check_jobs_add_files(TCase *tc)
 {
 	tcase_add_test(tc, full_file_lands_in_the_spec);
 	tcase_add_test(tc, defaults_fill_what_a_file_leaves_out);
+	tcase_add_test(tc, codec_keys);
 	tcase_add_test(tc, bad_files_say_where_and_why);
 	tcase_add_test(tc, files_load_from_disk);
 	tcase_add_test(tc, example_lsq_conf_parses);

@@ -61,6 +61,14 @@ test_check_codec_SOURCES = test/check_codec.c test/check_codec_trip.c \
 test_check_codec_CFLAGS = $(TEST_CFLAGS)
 test_check_codec_LDADD = proto/libdmlproto.la $(TEST_LIBS) -lm
 
+# Codecs on the wire: a server and libdml clients in different zones.
+check_PROGRAMS += test/check_codec_link
+TESTS += test/check_codec_link
+test_check_codec_link_SOURCES = test/check_codec_link.c test/raw_frame.c test/raw_frame.h \
+	$(HARNESS_SOURCES)
+test_check_codec_link_CFLAGS = $(TEST_CFLAGS)
+test_check_codec_link_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lm
+
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
 	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)

@@ -12,6 +12,7 @@
 
 #include "tools/dmlctl.h"
 #include "proto/job_spec.h"
+#include "proto/table_spec.h"
 #include "proto/util.h"
 
 /* ---- JSON ---------------------------------------------------------------------- */
@@ -203,6 +204,25 @@ void ctl_print_nodes_json(FILE *out, const Dml__Meta *r)
 
 /* ---- jobs as JSON ------------------------------------------------------------------ */
 
+
+/* Each link class's codecs, defaults resolved (dml-job(5), "Codecs"). */
+static void json_table_codecs(struct ctl_json *j, const Dml__TableSpec *t)
+{
+	static const char *const keys[2][2] = {
+		{ "codec", "pull_codec" }, { "codec_cross_zone", "pull_codec_cross_zone" },
+	};
+	char name[32];
+
+	for (int cross = 0; cross <= 1; cross++) {
+		struct dml_link_codecs lc;
+
+		if (dml_table_spec_codecs(t, cross, &lc, NULL, 0))
+			continue;
+		ctl_json_str(j, keys[cross][0], dml_codec_format(&lc.push, name, sizeof(name)));
+		ctl_json_str(j, keys[cross][1], dml_codec_format(&lc.pull, name, sizeof(name)));
+	}
+}
+
 static void json_table_spec(struct ctl_json *j, const Dml__TableSpec *t)
 {
 	ctl_json_open(j, NULL, '{');
@@ -222,6 +242,7 @@ static void json_table_spec(struct ctl_json *j, const Dml__TableSpec *t)
 	ctl_json_num(j, "beta2", t->beta2);
 	ctl_json_num(j, "epsilon", t->epsilon);
 	ctl_json_num(j, "lr_decay", t->lr_decay);
+	json_table_codecs(j, t);
 	ctl_json_close(j, '}');
 }
 

@@ -17,6 +17,7 @@
 #include "tools/dmlctl.h"
 #include "proto/job_spec.h"
 #include "store/table.h"
+#include "proto/table_spec.h"
 #include "proto/util.h"
 
 /* ---- names and cells ------------------------------------------------------------- */
@@ -331,6 +332,20 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 	table_free(&t);
 }
 
+/* ", push none/fp16, pull none/fp16": within a zone / across zones. */
+static void print_table_codecs(FILE *out, const Dml__TableSpec *t)
+{
+	struct dml_link_codecs lc[2];
+	char a[4][32];
+
+	if (dml_table_spec_codecs(t, 0, &lc[0], NULL, 0) ||
+	    dml_table_spec_codecs(t, 1, &lc[1], NULL, 0))
+		return;
+	fprintf(out, ", push %s/%s, pull %s/%s", dml_codec_format(&lc[0].push, a[0], 32),
+		dml_codec_format(&lc[1].push, a[1], 32), dml_codec_format(&lc[0].pull, a[2], 32),
+		dml_codec_format(&lc[1].pull, a[3], 32));
+}
+
 /* The spec in a few lines: what runs, when it stops, on whom, which tables. */
 static void print_spec_summary(FILE *out, const Dml__JobSpec *sp, uint64_t data_examples)
 {
@@ -396,6 +411,7 @@ static void print_spec_summary(FILE *out, const Dml__JobSpec *sp, uint64_t data_
 			ctl_clean(t->optimizer, a, sizeof(a)), t->lr);
 		if (t->lr_decay > 0)
 			fprintf(out, ", lr_decay %g", t->lr_decay);
+		print_table_codecs(out, t);
 		fputc('\n', out);
 	}
 }

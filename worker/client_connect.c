@@ -85,6 +85,7 @@ static void map_install(struct dml *d, struct dml_client_map *m)
 	dml_shard_map_destroy(&d->map);
 	d->map = m->shard;
 	memset(&m->shard, 0, sizeof(m->shard));
+	dml_client_codecs_install(d, &m->codecs);
 	dml_client_sched_pace_reset(d->sched);
 	dml_info("job %u: shard map v%llu, %u servers", d->conf.job,
 		 (unsigned long long)d->map.version, d->nroute);
@@ -301,6 +302,7 @@ void dml_client_free_all(struct dml *d)
 	free(d->links);
 	free(d->route);
 	dml_shard_map_destroy(&d->map);
+	dml_client_codecs_free(&d->codecs);
 	if (d->tick)
 		event_free(d->tick);
 	if (d->loop && --d->loop->refs == 0) {
@@ -325,13 +327,19 @@ static void ignore_sigpipe(void)
 		signal(SIGPIPE, SIG_IGN);
 }
 
+/* Every string option duplicated: the handle outlives the options. */
 static void copy_conf(struct dml_client_conf *dst, const struct dml_client_conf *src)
 {
+	const struct dml_conf_schema *sc = &dml_client_conf_schema;
+
 	*dst = *src;
-	dst->servers = dml_xstrdup(src->servers ? src->servers : "");
-	dst->scheduler = dml_xstrdup(src->scheduler ? src->scheduler : "");
-	dst->secret_file = dml_xstrdup(src->secret_file ? src->secret_file : "");
-	dst->cluster = dml_xstrdup(src->cluster ? src->cluster : "dml");
+	for (size_t i = 0; i < sc->noptions; i++) {
+		const struct dml_conf_option *o = &sc->options[i];
+		char **field = (char **)((char *)dst + o->offset);
+
+		if (o->type == DML_CONF_STRING || o->type == DML_CONF_HOSTPORT)
+			*field = dml_xstrdup(*field ? *field : (o->def ? o->def : ""));
+	}
 }
 
 /* Share's event loop, or a new one when share is NULL. */

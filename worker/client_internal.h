@@ -20,6 +20,7 @@
 #include "proto/conn.h"
 #include "worker/dml.h"
 #include "proto/dml.pb-c.h"
+#include "proto/table_spec.h"
 #include "shard/shardmap.h"
 
 /* The most servers one client talks to. */
@@ -42,6 +43,9 @@ struct dml_client_conf {
 	uint64_t max_meta;
 	uint32_t spin_us;
 	int local_socket;         /* dial this host's daemons over Unix sockets */
+	char *zone;               /* where this client is: picks codecs per link */
+	/* standalone: each table's codecs, [within a zone, across zones] */
+	char *codec[2], *pull_codec[2];
 };
 
 struct dml_opts {
@@ -95,6 +99,9 @@ struct part {
 	uint32_t *pos;                 /* pull: caller row of each reply row */
 	uint64_t *keys_own;
 	float *vals_own;
+	uint8_t *coded;                /* push: its values as sent, once encoded */
+	size_t coded_len;
+	Dml__DType dtype;              /* push: of coded; pull: the reply's */
 	uint64_t map_version;          /* of the map it was routed by */
 	uint64_t bounced_ns;           /* first DML_ERANGE answer; 0 if none */
 	int waited;                    /* parked through one fetch already */
@@ -130,6 +137,22 @@ struct link {
 	struct part_list q;
 	Dml__TableInfo **tables;       /* standalone: copied from WELCOME */
 	size_t ntables;
+	char zone[64];                 /* the server's, from its WELCOME */
+	uint32_t codecs;               /* bit (1 << dtype): the server takes it */
+};
+
+/* How one table's values travel, and what its lossy pushes did not send. */
+struct client_table_codec {
+	uint32_t table, width;
+	int dense;
+	uint64_t keys;
+	struct dml_link_codecs link[2];  /* [0] within a zone, [1] across zones */
+	struct residual *res;            /* NULL until a lossy push */
+};
+
+struct client_codecs {
+	struct client_table_codec *t;
+	uint32_t n;
 };
 
 /* An event loop and the handles on it (dml_connect_shared). */
@@ -163,6 +186,9 @@ struct dml {
 	uint64_t last_min_clock;
 	uint64_t held_ns;              /* pulls waited for, held by their servers */
 	uint64_t bytes_closed;         /* moved over connections closed since */
+	struct client_codecs codecs;   /* per table, from the job spec */
+	/* values in a codec, [within a zone, across zones][as floats, as sent] */
+	uint64_t codec_bytes[2][2];
 	uint64_t next_handle, next_wire;
 	uint64_t expire_at_ns;         /* the next deadline check (EXPIRE_EVERY_NS) */
 	struct request **reqs;         /* handle hash */
@@ -203,6 +229,21 @@ int dml_client_request_done(struct dml *d, void *arg);
 int dml_client_nothing_in_flight(struct dml *d, void *arg);
 void dml_client_tick_cb(evutil_socket_t fd, short what, void *arg);
 
+/* client_codec.c: codecs per table and link, error-feedback residuals. */
+int dml_client_codecs_from_spec(const Dml__JobSpec *spec, struct client_codecs *out,
+				char *err, size_t errlen);
+void dml_client_codecs_install(struct dml *d, struct client_codecs *next);
+void dml_client_codecs_free(struct client_codecs *cs);
+int dml_client_link_cross_zone(const struct dml *d, const struct link *l);
+/* At a part's first send: a push's values encoded (p->coded, with the
+ * residual updated) when its link's codec is lossy; a pull's reply dtype. */
+int dml_client_part_encode(struct dml *d, struct part *p);
+/* Back to floats before a part goes to another server (vals_own). */
+int dml_client_part_uncode(struct part *p);
+/* A PULL_REPLY in p's reply codec into p's output; DML_ESHAPE if bad. */
+int dml_client_reply_decode(struct dml *d, struct part *p, const Dml__Meta *m,
+			    const uint8_t *payload, size_t len);
+
 /* client_connect.c: connect and close. */
 void dml_client_free_all(struct dml *d);
 
@@ -224,6 +265,7 @@ struct dml_client_map {
 	struct dml_shard_map shard;
 	struct dml_client_server *servers;
 	uint32_t nservers;
+	struct client_codecs codecs;   /* per table of the job spec */
 };
 
 /**

@@ -38,6 +38,11 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 	struct link *l = arg;
 	struct dml *d = l->d;
 
+	snprintf(l->zone, sizeof(l->zone), "%s", w->zone ? w->zone : "");
+	l->codecs = 1u << DML__DTYPE__F32;
+	for (size_t i = 0; i < w->n_codecs; i++)
+		if ((unsigned)w->codecs[i] < 32)
+			l->codecs |= 1u << w->codecs[i];
 	if (d->conf.scheduler[0]) {
 		/* Its ranges come from the map, not from what it reports. */
 		if (w->node_id != l->node_id)
@@ -101,7 +106,8 @@ static void *payload_dest(struct dml_conn *c, const Dml__Meta *m, void *arg)
 	if (m->type != DML__MSG_TYPE__PULL_REPLY)
 		return NULL;
 	p = dml_client_find_part(l->d, m->request_id);
-	if (!p || p->link != l || p->kind != PART_PULL || p->pos)
+	if (!p || p->link != l || p->kind != PART_PULL || p->pos ||
+	    p->dtype != DML__DTYPE__F32)
 		return NULL;
 	if (m->payload_bytes != (uint64_t)(p->dense ? p->end - p->begin : p->nkeys) *
 				p->width * sizeof(float))
@@ -153,9 +159,16 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		uint64_t rows = p->dense ? p->end - p->begin : p->nkeys;
 		size_t row_bytes = p->width * sizeof(float);
 
-		if (p->kind != PART_PULL || len != rows * row_bytes)
+		if (p->kind != PART_PULL)
 			return DML_EFRAME_COUNT;
-		if (p->pos) {
+		if (p->dtype != DML__DTYPE__F32 || m->dtype != DML__DTYPE__F32) {
+			int rc = dml_client_reply_decode(d, p, m, payload, len);
+
+			if (rc)
+				return rc;
+		} else if (len != rows * row_bytes) {
+			return DML_EFRAME_COUNT;
+		} else if (p->pos) {
 			for (uint64_t i = 0; i < rows; i++)
 				memcpy(p->out + (size_t)p->pos[i] * p->width,
 				       payload + i * row_bytes, row_bytes);

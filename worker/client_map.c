@@ -157,6 +157,8 @@ int dml_client_map_from_wire(const Dml__ShardMap *w, const Dml__JobSpec *spec,
 	rc = take_servers(w, out, idx, err, errlen);
 	if (rc == 0)
 		rc = take_ranges(w, spec, out, idx, err, errlen);
+	if (rc == 0)
+		rc = dml_client_codecs_from_spec(spec, &out->codecs, err, errlen);
 	free(idx);
 	if (rc) {
 		dml_client_map_destroy(out);
@@ -173,6 +175,7 @@ void dml_client_map_destroy(struct dml_client_map *m)
 	free(m->servers);
 	m->servers = NULL;
 	m->nservers = 0;
+	dml_client_codecs_free(&m->codecs);
 }
 
 /* ---- the scheduler connection --------------------------------------------- */

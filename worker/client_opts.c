@@ -82,6 +82,22 @@ static const struct dml_conf_option options[] = {
 	{ "client", "max_meta", DML_CONF_SIZE, O(max_meta), "64K", 1024, 16777216.0,
 	  NULL, NULL, "largest frame metadata accepted (a big shard map needs more)" },
 	DML_CONF_OPT_LOCAL_DIAL("client", O(local_socket)),
+	{ "client", "zone", DML_CONF_STRING, O(zone), "", 0, 0, NULL, dml_conf_check_zone,
+	  "where this client is (rack, cloud region): a server of another zone gets each "
+	  "table's cross-zone codecs" },
+	{ "client", "codec", DML_CONF_STRING, O(codec[0]), "none", 0, 0, NULL,
+	  dml_conf_check_codec, "without a scheduler: how pushes travel to a server of this "
+	  "zone (none, fp16, bf16, int8, topk:FRACTION); with one, the job file's table keys "
+	  "decide" },
+	{ "client", "codec_cross_zone", DML_CONF_STRING, O(codec[1]), "fp16", 0, 0, NULL,
+	  dml_conf_check_codec, "without a scheduler: how pushes travel to a server of "
+	  "another zone" },
+	{ "client", "pull_codec", DML_CONF_STRING, O(pull_codec[0]), "none", 0, 0, NULL,
+	  dml_conf_check_pull_codec, "without a scheduler: how pull replies travel from a "
+	  "server of this zone (none, fp16, bf16, int8)" },
+	{ "client", "pull_codec_cross_zone", DML_CONF_STRING, O(pull_codec[1]), "fp16", 0, 0,
+	  NULL, dml_conf_check_pull_codec, "without a scheduler: how pull replies travel "
+	  "from a server of another zone" },
 };
 
 const struct dml_conf_schema dml_client_conf_schema =

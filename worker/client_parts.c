@@ -169,6 +169,7 @@ static void part_discard(struct part *p)
 {
 	free(p->keys_own);
 	free(p->vals_own);
+	free(p->coded);
 	free(p->pos);
 	free(p);
 }
@@ -190,8 +191,10 @@ int dml_client_part_send(struct dml *d, struct part *p)
 {
 	Dml__Meta m = DML__META__INIT;
 	struct iovec iov[2];
-	int n = 0;
+	int n = 0, rc;
 
+	if (p->sends == 0 && (rc = dml_client_part_encode(d, p)) != 0)
+		return rc;
 	p->sends++;
 	m.request_id = p->wire_id;
 	m.sender = d->conf.worker_id;
@@ -212,12 +215,15 @@ int dml_client_part_send(struct dml *d, struct part *p)
 			iov[n].iov_base = (void *)p->keys;
 			iov[n++].iov_len = p->nkeys * sizeof(uint64_t);
 		}
-		iov[n].iov_base = (void *)p->vals;
-		iov[n++].iov_len = (p->dense ? p->end - p->begin : p->nkeys) * p->width *
-				   sizeof(float);
+		m.dtype = p->coded ? p->dtype : DML__DTYPE__F32;
+		iov[n].iov_base = p->coded ? (void *)p->coded : (void *)p->vals;
+		iov[n++].iov_len = p->coded ? p->coded_len
+					    : (p->dense ? p->end - p->begin : p->nkeys) *
+					      p->width * sizeof(float);
 		break;
 	case PART_PULL:
 		m.type = DML__MSG_TYPE__PULL;
+		m.dtype = p->dtype;
 		if (!p->dense) {
 			iov[n].iov_base = (void *)p->keys;
 			iov[n++].iov_len = p->nkeys * sizeof(uint64_t);
@@ -343,8 +349,14 @@ static int route_range(struct dml *d, const struct dml_shard_table *t, struct pa
 		q = part_piece(p);
 		q->begin = b;
 		q->end = e;
-		if (p->vals)
+		if (p->vals_own) {      /* a bounced push's own values: p goes */
+			q->vals_own = dml_xmalloc((e - b) * p->width * sizeof(float));
+			memcpy(q->vals_own, p->vals + (b - p->begin) * p->width,
+			       (e - b) * p->width * sizeof(float));
+			q->vals = q->vals_own;
+		} else if (p->vals) {
 			q->vals = p->vals + (b - p->begin) * p->width;
+		}
 		if (p->out)
 			q->out = p->out + (b - p->begin) * p->width;
 		rc = dml_client_part_submit(d, q, l);
@@ -490,6 +502,15 @@ void dml_client_part_bounce(struct dml *d, struct part *p)
 	int bounced_before = p->bounced_ns != 0;
 
 	part_unlink(d, p);
+	/* Another server may take another codec: what was to be sent goes. */
+	if (dml_client_part_uncode(p) != 0) {
+		struct request *r = p->req;
+
+		r->parts_left--;
+		part_discard(p);
+		request_settle(d, r, DML_EIO);
+		return;
+	}
 	if (!bounced_before)
 		p->bounced_ns = dml_now_ns();
 	if (p->map_version < d->map.version) {

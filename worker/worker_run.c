@@ -342,7 +342,8 @@ int run_open(struct run *r)
 	    (rc = run_set_option(r, "spin_us", "%" PRIu32, c->spin_us)) ||
 	    (rc = run_set_option(r, "max_meta", "%" PRIu64, c->max_meta)) ||
 	    (rc = run_set_option(r, "max_payload", "%" PRIu64, c->max_payload)) ||
-	    (rc = run_set_option(r, "local_socket", "%s", c->local_socket ? "yes" : "no")))
+	    (rc = run_set_option(r, "local_socket", "%s", c->local_socket ? "yes" : "no")) ||
+	    (rc = run_set_option(r, "zone", "%s", c->zone)))
 		return rc;
 	if ((rc = dml_connect(r->opts, &r->d)) != 0) {
 		r->d = NULL;

@@ -1,0 +1,357 @@
+/*
+ * libdml's codecs on the wire (client_internal.h): which codec each table's
+ * pushes and pull replies take over a link, the encoding of a push when it
+ * is first sent, the decoding of a reply, and the residuals of error
+ * feedback.
+ *
+ * A link is cross-zone when this client and the server both name a zone
+ * and the names differ; the job's table keys (table_spec.h) pick the codec
+ * for each class, and a server that does not offer it in its WELCOME gets
+ * floats. A push is encoded once, at its first send, and its resends carry
+ * the same bytes: a server drops a resend by its sequence number, so what
+ * it applied and what the residual assumes it applied never differ.
+ *
+ * Error feedback: a lossy push adds the residual of its rows to its values
+ * and leaves in the residual what the encoding did not carry, so that the
+ * sum of everything sent plus the residual is the sum of everything pushed
+ * (to rounding). Residuals are per table and key, live as long as the
+ * handle (a reconnect keeps them) and go with dml_close. A push that
+ * bounces to another server is turned back into the values it was to
+ * send, which keeps that sum.
+ *
+ * Must never: encode values that are not finite (they would stay in the
+ * residual for good: such a push goes as floats and the server decides),
+ * or let a reply in a codec the pull did not ask for through.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/codec.h"
+#include "proto/dml_error.h"
+#include "proto/finite.h"
+#include "proto/frame.h"
+#include "proto/log.h"
+#include "proto/util.h"
+#include "worker/client_internal.h"
+
+/* What a table's lossy pushes did not send yet: dense tables hold a row per
+ * key, sparse ones a row per key pushed, found through an open-addressing
+ * hash of key -> row + 1 (0: empty slot). */
+struct residual {
+	float *rows;
+	uint64_t *slot_key;
+	uint32_t *slot_row;
+	size_t nslots, nrows, cap_rows;
+};
+
+static void residual_free(struct residual *r)
+{
+	if (!r)
+		return;
+	free(r->rows);
+	free(r->slot_key);
+	free(r->slot_row);
+	free(r);
+}
+
+static size_t slot_of(uint64_t key, size_t nslots)
+{
+	return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (nslots - 1);
+}
+
+static void residual_rehash(struct residual *r, size_t nslots)
+{
+	uint64_t *keys = dml_xcalloc(nslots, sizeof(*keys));
+	uint32_t *rows = dml_xcalloc(nslots, sizeof(*rows));
+
+	for (size_t i = 0; i < r->nslots; i++) {
+		size_t s;
+
+		if (!r->slot_row[i])
+			continue;
+		for (s = slot_of(r->slot_key[i], nslots); rows[s]; s = (s + 1) & (nslots - 1))
+			;
+		keys[s] = r->slot_key[i];
+		rows[s] = r->slot_row[i];
+	}
+	free(r->slot_key);
+	free(r->slot_row);
+	r->slot_key = keys;
+	r->slot_row = rows;
+	r->nslots = nslots;
+}
+
+/* Where a sparse table's key's residual row starts in rows (floats), made
+ * (zero) when new. An offset: rows moves as it grows. */
+static size_t residual_row(struct residual *r, uint64_t key, uint32_t width)
+{
+	size_t s;
+
+	if ((r->nrows + 1) * 2 > r->nslots)
+		residual_rehash(r, r->nslots ? r->nslots * 2 : 64);
+	for (s = slot_of(key, r->nslots); r->slot_row[s]; s = (s + 1) & (r->nslots - 1))
+		if (r->slot_key[s] == key)
+			return (size_t)(r->slot_row[s] - 1) * width;
+	if (r->nrows == r->cap_rows) {
+		r->cap_rows = r->cap_rows ? r->cap_rows * 2 : 64;
+		r->rows = dml_xrealloc(r->rows, r->cap_rows * width * sizeof(float));
+	}
+	memset(r->rows + r->nrows * width, 0, width * sizeof(float));
+	r->slot_key[s] = key;
+	r->slot_row[s] = (uint32_t)++r->nrows;
+	return (r->nrows - 1) * width;
+}
+
+/* ---- which codec ---------------------------------------------------------- */
+
+void dml_client_codecs_free(struct client_codecs *cs)
+{
+	for (uint32_t i = 0; i < cs->n; i++)
+		residual_free(cs->t[i].res);
+	free(cs->t);
+	cs->t = NULL;
+	cs->n = 0;
+}
+
+int dml_client_codecs_from_spec(const Dml__JobSpec *spec, struct client_codecs *out,
+				char *err, size_t errlen)
+{
+	out->n = (uint32_t)spec->n_tables;
+	out->t = dml_xcalloc(out->n ? out->n : 1, sizeof(*out->t));
+	for (uint32_t i = 0; i < out->n; i++) {
+		const Dml__TableSpec *ts = spec->tables[i];
+		struct client_table_codec *tc = &out->t[i];
+
+		tc->table = ts->id;
+		tc->width = ts->width;
+		tc->dense = ts->dense;
+		tc->keys = ts->keys;
+		for (int cross = 0; cross <= 1; cross++)
+			if (dml_table_spec_codecs(ts, cross, &tc->link[cross], err, errlen)) {
+				dml_client_codecs_free(out);
+				return DML_ECONF;
+			}
+	}
+	return 0;
+}
+
+void dml_client_codecs_install(struct dml *d, struct client_codecs *next)
+{
+	/* A table that keeps its shape keeps its residual. */
+	for (uint32_t i = 0; i < next->n; i++) {
+		struct client_table_codec *tc = &next->t[i];
+
+		for (uint32_t j = 0; j < d->codecs.n; j++) {
+			struct client_table_codec *old = &d->codecs.t[j];
+
+			if (old->table == tc->table && old->width == tc->width &&
+			    old->dense == tc->dense && old->keys == tc->keys) {
+				tc->res = old->res;
+				old->res = NULL;
+			}
+		}
+	}
+	dml_client_codecs_free(&d->codecs);
+	d->codecs = *next;
+	memset(next, 0, sizeof(*next));
+}
+
+/* The table's entry; without a job spec (standalone) made from the options. */
+static struct client_table_codec *table_codec(struct dml *d, const struct part *p)
+{
+	const struct dml_shard_table *t;
+	struct client_table_codec *tc;
+	Dml__TableSpec ts = DML__TABLE_SPEC__INIT;
+
+	for (uint32_t i = 0; i < d->codecs.n; i++)
+		if (d->codecs.t[i].table == p->table)
+			return &d->codecs.t[i];
+	t = dml_client_lookup_table(d, p->table);
+	if (!t)
+		return NULL;
+	d->codecs.t = dml_xrealloc(d->codecs.t, (d->codecs.n + 1) * sizeof(*tc));
+	tc = &d->codecs.t[d->codecs.n++];
+	memset(tc, 0, sizeof(*tc));
+	tc->table = t->id;
+	tc->width = t->width;
+	tc->dense = t->dense;
+	tc->keys = t->keys;
+	ts.id = t->id;
+	ts.codec = d->conf.codec[0];
+	ts.codec_cross_zone = d->conf.codec[1];
+	ts.pull_codec = d->conf.pull_codec[0];
+	ts.pull_codec_cross_zone = d->conf.pull_codec[1];
+	for (int cross = 0; cross <= 1; cross++)  /* the options were checked */
+		(void)dml_table_spec_codecs(&ts, cross, &tc->link[cross], NULL, 0);
+	return tc;
+}
+
+int dml_client_link_cross_zone(const struct dml *d, const struct link *l)
+{
+	return d->conf.zone[0] && l->zone[0] && strcmp(d->conf.zone, l->zone) != 0;
+}
+
+/* The codec for p over its link, none where the server does not take it. */
+static struct dml_codec part_codec(struct dml *d, const struct part *p,
+				   struct client_table_codec **tcp)
+{
+	struct client_table_codec *tc = table_codec(d, p);
+	struct dml_codec none = { .kind = DML_CODEC_NONE };
+	const struct dml_codec *c;
+
+	*tcp = tc;
+	if (!tc || tc->width != p->width)
+		return none;
+	c = p->kind == PART_PUSH ? &tc->link[dml_client_link_cross_zone(d, p->link)].push
+				 : &tc->link[dml_client_link_cross_zone(d, p->link)].pull;
+	if (!(p->link->codecs & (1u << dml_codec_dtype(c->kind))))
+		return none;
+	return *c;
+}
+
+/* ---- pushes ---------------------------------------------------------------- */
+
+/*
+ * The residual rows of a sparse push, gathered in order (at[i]: where key
+ * i's row is). A key that comes twice takes its row once (later copies
+ * start from zero) and every copy's leftover is added back, so that
+ * duplicates count once.
+ */
+static float *gather(struct client_table_codec *tc, const struct part *p, size_t *at)
+{
+	struct residual *r = tc->res;
+	size_t w = p->width;
+	float *tmp = dml_xmalloc((size_t)p->nkeys * w * sizeof(float));
+
+	for (uint32_t i = 0; i < p->nkeys; i++)
+		at[i] = tc->dense ? (size_t)p->keys[i] * w : residual_row(r, p->keys[i], p->width);
+	for (uint32_t i = 0; i < p->nkeys; i++) {
+		memcpy(tmp + i * w, r->rows + at[i], w * sizeof(float));
+		memset(r->rows + at[i], 0, w * sizeof(float));
+	}
+	return tmp;
+}
+
+static void scatter(struct residual *r, const struct part *p, const size_t *at,
+		    const float *tmp)
+{
+	size_t w = p->width;
+
+	for (uint32_t i = 0; i < p->nkeys; i++)
+		for (size_t j = 0; j < w; j++)
+			r->rows[at[i] + j] += tmp[i * w + j];
+}
+
+static int encode_push(struct dml *d, struct part *p, const struct dml_codec *c,
+		       struct client_table_codec *tc)
+{
+	size_t n = (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
+	size_t cap = dml_codec_bound(c, n), len = 0;
+	float *res, *tmp = NULL;
+	size_t *at = NULL;
+	int rc;
+
+	if (!dml_values_finite(p->vals, n))
+		return 0;
+	for (uint32_t i = 0; i < p->nkeys && tc->dense; i++)
+		if (p->keys[i] >= tc->keys)
+			return 0;       /* the server refuses it: no residual for it */
+	if (!tc->res)
+		tc->res = dml_xcalloc(1, sizeof(*tc->res));
+	if (tc->dense && !tc->res->rows)
+		tc->res->rows = dml_xcalloc((size_t)tc->keys * tc->width, sizeof(float));
+	if (p->dense) {
+		res = tc->res->rows + (size_t)p->begin * p->width;
+	} else {
+		at = dml_xmalloc(p->nkeys * sizeof(*at));
+		res = tmp = gather(tc, p, at);
+	}
+	p->coded = dml_xmalloc(cap ? cap : 1);
+	rc = dml_codec_encode(c, p->vals, n, res, p->coded, cap, &len);
+	if (at)
+		scatter(tc->res, p, at, tmp);
+	free(at);
+	free(tmp);
+	if (rc) {
+		free(p->coded);
+		p->coded = NULL;
+		return rc;
+	}
+	p->coded_len = len;
+	p->dtype = dml_codec_dtype(c->kind);
+	d->codec_bytes[dml_client_link_cross_zone(d, p->link)][0] += n * sizeof(float);
+	d->codec_bytes[dml_client_link_cross_zone(d, p->link)][1] += len;
+	return 0;
+}
+
+int dml_client_part_encode(struct dml *d, struct part *p)
+{
+	struct client_table_codec *tc;
+	struct dml_codec c;
+
+	if (p->kind == PART_BYE || p->coded)
+		return 0;
+	c = part_codec(d, p, &tc);
+	if (p->kind == PART_PULL) {
+		p->dtype = dml_codec_dtype(c.kind);
+		return 0;
+	}
+	if (c.kind == DML_CODEC_NONE)
+		return 0;
+	return encode_push(d, p, &c, tc);
+}
+
+int dml_client_part_uncode(struct part *p)
+{
+	size_t n = (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
+	struct dml_codec c = { .topk_fraction = 1.0f };
+	float *vals;
+
+	if (p->kind == PART_PULL)
+		p->dtype = DML__DTYPE__F32;
+	if (!p->coded)
+		return 0;
+	vals = dml_xmalloc((n ? n : 1) * sizeof(float));
+	(void)dml_dtype_codec(p->dtype, &c.kind);
+	if (dml_codec_decode(&c, p->coded, p->coded_len, n, vals) != 0) {
+		free(vals);    /* our own encoding: cannot happen */
+		return DML_EIO;
+	}
+	free(p->vals_own);
+	p->vals_own = vals;
+	p->vals = vals;
+	free(p->coded);
+	p->coded = NULL;
+	p->coded_len = 0;
+	p->dtype = DML__DTYPE__F32;
+	return 0;
+}
+
+/* ---- pull replies ---------------------------------------------------------- */
+
+int dml_client_reply_decode(struct dml *d, struct part *p, const Dml__Meta *m,
+			    const uint8_t *payload, size_t len)
+{
+	size_t rows = p->dense ? p->end - p->begin : p->nkeys, n = rows * p->width;
+	struct dml_codec c = { .topk_fraction = 1.0f };
+	float *out = p->out;
+	int rc;
+
+	if (m->dtype != p->dtype)
+		return DML_ESHAPE;
+	(void)dml_dtype_codec(m->dtype, &c.kind);
+	if (p->pos)
+		out = dml_xmalloc((n ? n : 1) * sizeof(float));
+	rc = dml_codec_decode(&c, payload, len, n, out);
+	if (rc == 0 && p->pos)
+		for (size_t i = 0; i < rows; i++)
+			memcpy(p->out + (size_t)p->pos[i] * p->width, out + i * p->width,
+			       p->width * sizeof(float));
+	if (p->pos)
+		free(out);
+	if (rc == 0) {
+		d->codec_bytes[dml_client_link_cross_zone(d, p->link)][0] += n * sizeof(float);
+		d->codec_bytes[dml_client_link_cross_zone(d, p->link)][1] += len;
+	}
+	return rc ? DML_ESHAPE : 0;
+}
