@@ -11,6 +11,8 @@
  *     lossy codec (fp16, bf16, int8, topk:0.25), dense and sparse, a key
  *     given twice in one push counting twice; read by a client of no zone
  *     (floats);
+ *   - coded pushes applied but not acknowledged when their connection is
+ *     cut are resent and acknowledged as duplicates, never applied twice;
  *   - a hostile coded push (a count past the values, an index out of
  *     range, a NaN in fp16, a topk pull, a coded MIGRATE) gets an error
  *     naming the cause or loses its connection, and applies nothing.
@@ -210,6 +212,74 @@ START_TEST(test_error_feedback_sums)
 }
 END_TEST
 
+/* Wait until the server counted want pushes (applied or not). */
+static void wait_pushes(struct rig *r, double want)
+{
+	for (int t = 0; t < 3000; t++) {
+		if (metric(r, "dml_server_requests_total{type=\"push\"}") >= want)
+			return;
+		usleep(10000);
+	}
+	ck_abort_msg("the server never counted %g pushes", want);
+}
+
+/*
+ * Coded pushes stay exactly-once when their connection dies with their
+ * acknowledgements: the server applies a window of int8 pushes whose ACKs
+ * the proxy holds, the connection is cut, libdml resends them (the same
+ * bytes: the residual is not charged twice) and the server acknowledges
+ * them as duplicates. The sums are those of the pushes made, to the
+ * residual.
+ */
+START_TEST(test_cut_resends_coded)
+{
+	const double x = 1.0 + 1.0 / 4096.0;
+	enum { ROUNDS = 4, WINDOW = 16 };
+	float vals[KEYS * WIDTH], out[KEYS * WIDTH];
+	struct dml_test_proxy *proxy;
+	struct rig r;
+	dml_handle_t h;
+	dml_opts_t *o;
+	uint16_t port;
+	dml_t *d, *reader;
+	double dups;
+
+	rig_up(&r);
+	ck_assert_int_eq(dml_test_proxy_start(r.env, dml_test_server_port(r.srv), &proxy), 0);
+	port = dml_test_proxy_port(proxy);
+	ck_assert_int_eq(dml_test_client_opts_ports(r.env, &port, 1, 1, &o), 0);
+	ck_assert_int_eq(dml_opts_set(o, "zone", "A"), 0);
+	ck_assert_int_eq(dml_opts_set(o, "codec_cross_zone", "int8"), 0);
+	ck_assert_int_eq(dml_connect(o, &d), 0);
+	dml_opts_free(o);
+	reader = client(&r, 0, NULL, NULL);
+	for (int i = 0; i < KEYS * WIDTH; i++)
+		vals[i] = (float)(x * (1 + i % WIDTH));
+	for (int round = 0; round < ROUNDS; round++) {
+		for (int p = 0; p < WINDOW; p++)
+			ck_assert_int_eq(dml_push_range(d, 0, 0, KEYS, vals, &h), 0);
+		ck_assert_int_eq(dml_wait_all(d), 0);
+		ck_assert_int_eq(dml_test_proxy_hold(proxy), 0);
+		for (int p = 0; p < WINDOW; p++)
+			ck_assert_int_eq(dml_push_range(d, 0, 0, KEYS, vals, &h), 0);
+		/* each round before this one counted its resends too */
+		wait_pushes(&r, (3 * round + 2) * WINDOW);
+		ck_assert_int_eq(dml_test_proxy_cut(proxy, NULL), 0);
+		ck_assert_msg(dml_wait_all(d) == 0, "%s", dml_error_detail(d));
+	}
+	dups = metric(&r, "dml_server_push_duplicates_total");
+	ck_assert_msg(dups >= ROUNDS * WINDOW, "%g duplicates", dups);
+	ok(reader, dml_pull_range(reader, 0, 0, KEYS, out, &h), &h);
+	for (int i = 0; i < KEYS * WIDTH; i++)
+		ck_assert_msg(fabs(out[i] - 2 * ROUNDS * WINDOW * vals[i]) < 0.03,
+			      "key %d: %.6f, want %.6f", i / WIDTH, out[i],
+			      2 * ROUNDS * WINDOW * vals[i]);
+	dml_close(reader);
+	dml_close(d);
+	rig_down(&r);
+}
+END_TEST
+
 /* A coded dense PUSH of table 0 keys [0, 4) with these value bytes. */
 static void send_coded(int fd, uint64_t id, Dml__DType dtype, const void *bytes,
 		       uint32_t len)
@@ -296,6 +366,7 @@ int main(void)
 	tcase_add_test(tc, test_welcome_offers);
 	tcase_add_test(tc, test_fp16_integers_exact);
 	tcase_add_loop_test(tc, test_error_feedback_sums, 0, (int)DML_ARRAY_LEN(lossy));
+	tcase_add_test(tc, test_cut_resends_coded);
 	tcase_add_test(tc, test_hostile_coded_pushes);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
