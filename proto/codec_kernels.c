@@ -234,25 +234,28 @@ int codec_bf16_decode(const uint8_t *in, size_t n, float *out)
 #define INT8_TINY 0x1p-119f
 
 /* The largest magnitude of a block, compared as bits: for floats that are
- * not NaN the order is the same, and an integer maximum vectorises. A NaN
- * or an infinity comes out above FLT_MAX. */
-static float block_max_abs(const float *x, const float *r, size_t n)
+ * not NaN the order is the same, and an integer maximum vectorises (signed:
+ * the magnitudes' bits are below 2^31, and SSE4.1 and AVX2 have a signed
+ * maximum). A NaN or an infinity comes out above FLT_MAX. Inlined, so that
+ * each clone of the encoder has its own. */
+static inline __attribute__((always_inline)) float
+block_max_abs(const float *x, const float *r, size_t n)
 {
-	uint32_t m = 0;
+	int32_t m = 0;
 
 	if (r)
 		for (size_t i = 0; i < n; i++) {
-			uint32_t a = float_bits(x[i] + r[i]) & 0x7fffffffu;
+			int32_t a = (int32_t)(float_bits(x[i] + r[i]) & 0x7fffffffu);
 
 			m = a > m ? a : m;
 		}
 	else
 		for (size_t i = 0; i < n; i++) {
-			uint32_t a = float_bits(x[i]) & 0x7fffffffu;
+			int32_t a = (int32_t)(float_bits(x[i]) & 0x7fffffffu);
 
 			m = a > m ? a : m;
 		}
-	return bits_float(m);
+	return bits_float((uint32_t)m);
 }
 
 /* round(v * inv) within +-127, half away from zero. Clamped before the
