@@ -4,8 +4,9 @@
 # host and zone B's worker in a network namespace of its own behind a veth
 # pair limited on both ends; dmlctl lists each worker alive in its zone,
 # zone B's worker reaches the server from the link's far end, a BSP job
-# through the link makes `dml-local links` count more bytes both ways, and
-# `down` removes the namespace and the pair. Bad --zones/--wan combinations
+# through the link makes `dml-local links` count more bytes both ways,
+# about half as many with the default cross-zone codec (fp16) as without,
+# and `down` removes the namespace and the pair. Bad --zones/--wan combinations
 # are refused before anything starts. Needs root and iproute2; skips
 # otherwise. Exit status: 0 pass, 1 fail, 77 skip.
 set -u
@@ -67,25 +68,48 @@ node_zone() { # ROLE ID
 ab0=${BASH_REMATCH[1]}
 ba0=${BASH_REMATCH[2]}
 
-# BSP, a table of 64 KiB: each clock crosses the link both ways.
+# BSP, a table of 64 KiB: each clock crosses the link both ways. Run
+# twice: with floats on the link, then with the job's default cross-zone
+# codec (fp16 pushes and pull replies), which must halve what crosses.
 clocks=20
 keys=16384
-local_cluster_lsq --wait zones "$keys" 0.0001 "staleness = 0" "batch_size = 8" \
-	"max_clocks = $clocks" "examples = 256"
-grep -q "done: every worker reached $clocks clocks" "$tmp/submit.out" ||
-	fail "the job: $(tail -n 5 "$tmp/submit.out")"
+link_bytes() { # -> ab ba: the counters now
+	"${local_[@]}" links --dir "$run" >"$tmp/links.out" 2>&1 || fail "links: $(cat "$tmp/links.out")"
+	[[ $(cat "$tmp/links.out") =~ ^A\ B\ ([0-9]+)\ ([0-9]+)$ ]] || fail "links: $(cat "$tmp/links.out")"
+	ab=${BASH_REMATCH[1]}
+	ba=${BASH_REMATCH[2]}
+}
+zone_job() { # NAME [--table LINE...]
+	local name=$1
+	shift
+	local_cluster_lsq --wait "$name" "$keys" 0.0001 "staleness = 0" "batch_size = 8" \
+		"max_clocks = $clocks" "examples = 256" "$@"
+	grep -q "done: every worker reached $clocks clocks" "$tmp/submit.out" ||
+		fail "the job $name: $(tail -n 5 "$tmp/submit.out")"
+}
+link_bytes
+ab0=$ab ba0=$ba
+zone_job floats --table "codec_cross_zone = none" "pull_codec_cross_zone = none"
+link_bytes
+ab1=$ab ba1=$ba
 
 # Zone B's worker reached the server from its link's far end.
 grep -q "peer $(fleet_link_addr "$b" 2):[0-9]*: worker 2 joined" "$run/server1.log" ||
 	fail "worker 2 did not join server 1 from $(fleet_link_addr "$b" 2)"
 
-"${local_[@]}" links --dir "$run" >"$tmp/links1.out" 2>&1 || fail "links: $(cat "$tmp/links1.out")"
-[[ $(cat "$tmp/links1.out") =~ ^A\ B\ ([0-9]+)\ ([0-9]+)$ ]] || fail "links: $(cat "$tmp/links1.out")"
-ab1=${BASH_REMATCH[1]}
-ba1=${BASH_REMATCH[2]}
-least=$((clocks * keys * 4 / 2))
+least=$((clocks * keys * 4))
 [ $((ab1 - ab0)) -ge "$least" ] || fail "A->B grew by $((ab1 - ab0)) bytes, less than $least"
 [ $((ba1 - ba0)) -ge "$least" ] || fail "B->A grew by $((ba1 - ba0)) bytes, less than $least"
+zone_job fp16
+link_bytes
+ab2=$ab ba2=$ba
+for dir in ab ba; do
+	flat=$(( ${dir}1 - ${dir}0 )) coded=$(( ${dir}2 - ${dir}1 ))
+	[ $((coded * 4)) -lt $((flat * 3)) ] ||
+		fail "$dir: $coded bytes with fp16 on the link, $flat with floats: not compressed"
+	[ $((coded * 2)) -ge $((flat * 4 / 5)) ] ||
+		fail "$dir: $coded bytes with fp16 on the link, $flat with floats: less than half"
+done
 "${local_[@]}" status --dir "$run" --build "$builddir" >"$tmp/status.out" 2>&1 ||
 	fail "status: $(cat "$tmp/status.out")"
 grep -q "^link A-B: A->B [0-9]* bytes ([0-9]* packets), B->A [0-9]* bytes" "$tmp/status.out" ||
@@ -98,5 +122,5 @@ grep -q "^worker2 .*alive, zone B, link 100Mbit (namespace $ns)" "$tmp/status.ou
 [ ! -e "/sys/class/net/$host" ] || fail "down left the device $host"
 [ ! -e "$run/links" ] || fail "down left $run/links"
 echo "PASS: zone B's worker in $ns behind 100Mbit both ways, each worker alive in its zone," \
-	"a $clocks-clock BSP job moved $((ab1 - ab0)) bytes A->B and $((ba1 - ba0)) B->A;" \
-	"all removed by down"
+	"a $clocks-clock BSP job moved $((ab1 - ab0)) bytes A->B and $((ba1 - ba0)) B->A as" \
+	"floats, $((ab2 - ab1)) and $((ba2 - ba1)) in fp16; all removed by down"

@@ -36,16 +36,22 @@ local_cluster_dmlctl() {
 
 # Submit a synthetic lsq job of one dense table with sgd: $tmp/NAME.conf
 # from NAME and the [job] lines given ("staleness = 0", ...), then
-# keys = dim, lr and the rest as the table's. With --wait first, waits
+# keys = dim, lr and the rest as the table's, and the lines after a
+# "--table" argument in the table's section. With --wait first, waits
 # (120 s at most) until the job ends; its report is then in $tmp/submit.out.
 local_cluster_lsq() {
-	local wait=()
+	local wait=() job=() table=()
 	[ "$1" != --wait ] || { wait=(timeout 120); shift; }
 	local name=$1 dim=$2 lr=$3
 	shift 3
+	while [ $# -gt 0 ] && [ "$1" != --table ]; do
+		job+=("$1")
+		shift
+	done
+	[ $# -eq 0 ] || { shift; table=("$@"); }
 	printf '%s\n' "[job]" "name = $name" "app = lsq" "data = synthetic" "dim = $dim" \
-		"$@" "[table]" "id = 0" "keys = $dim" "optimizer = sgd" "lr = $lr" \
-		>"$tmp/$name.conf"
+		"${job[@]}" "[table]" "id = 0" "keys = $dim" "optimizer = sgd" "lr = $lr" \
+		"${table[@]}" >"$tmp/$name.conf"
 	"${wait[@]}" "${dmlctl[@]}" submit "$tmp/$name.conf" ${wait:+--wait} >"$tmp/submit.out" 2>&1 ||
 		fail "submit $name: $(cat "$tmp/submit.out")"
 }
