@@ -55,9 +55,10 @@
 #define ZONES_LOSSY_MAX 6
 /* (a) to (d), then the lossy ones. */
 #define ZONES_RUNS_MAX (4 + ZONES_LOSSY_MAX)
-/* 5 epochs: the flat run takes about 4.5 minutes at 100 Mbit/s (each
- * epoch moves about 0.8 GB across), the whole default run about 10; the
- * copies' mean passes 0.87 after about 3 epochs. */
+/* 5 epochs: the flat run takes 4.5 to 7.5 minutes at 100 Mbit/s on a
+ * shared 2-core machine (each epoch moves about 0.8 GB across), the whole
+ * default run 10 to 15 once every configuration runs; the copies' mean
+ * passes 0.87 after about 3 epochs. */
 #define ZONES_DEFAULT_EPOCHS 5
 /* The targets. */
 #define ZONES_GOAL_AGG_BYTES 0.55      /* (c) x (b) */
