@@ -521,12 +521,12 @@ static void zones_print_targets(const struct zones_run *runs, size_t n)
 		bench_goal("(c) cross-zone bytes/example <= 0.55 x (b)",
 			   c->m_bytes_ex / b->m_bytes_ex, ZONES_GOAL_AGG_BYTES, "%.3f x", 0);
 	snprintf(what, sizeof(what), "best of (d), (e)%s%s: bytes/example <= 0.03 x (b)",
-		 codec ? " " : "", codec ? codec->label : "");
+		 codec ? " = " : "", codec ? codec->label : "");
 	bench_goal(what, codec ? codec->m_bytes_ex / b->m_bytes_ex : NAN,
 		   ZONES_GOAL_CODEC_BYTES, "%.4f x", 0);
-	bench_goal("  its final accuracy at most 0.5 points below (a)",
+	bench_goal("  its final accuracy: points below (a)'s, <= 0.5",
 		   codec ? (a->m_acc - codec->m_acc) * 100 : NAN, ZONES_GOAL_ACC_POINTS,
-		   "%+.2f pt", 0);
+		   "%.2f pt", 0);
 	bench_goal("best time to the target of (c)-(e) <= 1.25 x (a)", best / a->m_time,
 		   ZONES_GOAL_TIME_VS_LAN, "%.3f x", 0);
 	bench_goal("best time to the target of (c)-(e) <= 0.2 x (b)", best / b->m_time,
