@@ -166,6 +166,12 @@ dist_noinst_SCRIPTS += test/check_links.sh
 TESTS += test/check_zones.sh
 dist_noinst_SCRIPTS += test/check_zones.sh
 
+# dml-bench zones in a tiny mode: every configuration's row, the targets,
+# the flat routing's cross-zone bytes (exit 77 = SKIP without root,
+# iproute2 or Fashion-MNIST).
+TESTS += test/check_bench_zones.sh
+dist_noinst_SCRIPTS += test/check_bench_zones.sh
+
 # A hung worker (SIGSTOP) under BSP: lost, its clock dropped by the
 # servers (EVICT), the job going on; back, it takes up at the job's clock.
 TESTS += test/check_stall.sh

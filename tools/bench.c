@@ -3,7 +3,7 @@
  * holds the table of subcommands and main(): pushpull (bench_pushpull.c),
  * train (bench_train.c), gen-clicks (bench_clicks.c), sparse
  * (bench_sparse.c), recovery (bench_recovery.c), hetero (bench_hetero.c),
- * assign (bench_assign.c) and codec (bench_codec.c).
+ * zones (bench_zones.c), assign (bench_assign.c) and codec (bench_codec.c).
  *
  * Each subcommand stops whatever it started (servers, clusters, threads)
  * before it returns; its exit status says whether it ran, not whether a
@@ -21,6 +21,7 @@
 #include "tools/bench_sparse.h"
 #include "tools/bench_train.h"
 #include "tools/bench_util.h"
+#include "tools/bench_zones.h"
 #include "worker/blas_kernels.h"
 #include "proto/log.h"
 #include "proto/util.h"
@@ -46,6 +47,8 @@ static const struct bench_cmd {
 	  bench_recovery_main, bench_recovery_usage },
 	{ "hetero", "time to accuracy on unequal workers, with and without placement "
 		    "by measured speed", bench_hetero_main, bench_hetero_usage },
+	{ "zones", "cross-zone bytes and time to accuracy on a fleet over emulated "
+		   "zones", bench_zones_main, bench_zones_usage },
 	{ "assign", "the scheduler's placement for 10,000 simulated workers",
 	  bench_assign_main, bench_assign_usage },
 	{ "codec", "the gradient codecs' encode and decode GB/s next to memcpy, and "

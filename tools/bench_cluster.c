@@ -337,9 +337,9 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 		     const char *build, unsigned servers, unsigned workers)
 {
 	char nservers[16], nworkers[16];
-	const char *argv[] = { k->dml_local, "up", "--dir", k->run, "--servers", nservers,
-			       "--workers", nworkers, "--build", build,
-			       k->cpus ? "--cpus" : NULL, k->cpus, NULL };
+	const char *argv[16] = { k->dml_local, "up", "--dir", k->run, "--servers", nservers,
+				 "--build", build };
+	size_t n = 8;
 	int rc;
 
 	if (bench_path(k->dml_local, sizeof(k->dml_local), src, "tools/dml-local") ||
@@ -351,6 +351,19 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 	k->have_run = 1;
 	snprintf(nservers, sizeof(nservers), "%u", servers);
 	snprintf(nworkers, sizeof(nworkers), "%u", workers);
+	if (k->zones) {
+		argv[n++] = "--zones";
+		argv[n++] = k->zones;
+		argv[n++] = "--wan";
+		argv[n++] = k->wan;
+	} else {
+		argv[n++] = "--workers";
+		argv[n++] = nworkers;
+	}
+	if (k->cpus) {
+		argv[n++] = "--cpus";
+		argv[n++] = k->cpus;
+	}
 	/* Down is due even when up failed half way (it stops what it started). */
 	k->up = 1;
 	if (bench_exec_logged(argv, k->out, BENCH_CLUSTER_OUT_MAX))
@@ -358,30 +371,104 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 	return cluster_env_load(k);
 }
 
+/* Run SCRIPT with bash after sourcing tools/fleet.sh of dir tools. */
+static int cluster_fleet_exec(const char *tools, int tools_len, const char *script,
+			      char *out, size_t len, char *why, size_t whylen)
+{
+	char cmd[PATH_MAX * 2 + 256];
+	const char *argv[] = { "/bin/bash", "-c", cmd, NULL };
+	int n = snprintf(cmd, sizeof(cmd), ". '%.*s/fleet.sh' && %s", tools_len, tools,
+			 script);
+
+	if (n < 0 || (size_t)n >= sizeof(cmd)) {
+		snprintf(why, whylen, "command too long");
+		return DML_EINVAL;
+	}
+	return bench_exec(argv, out, len, why, whylen);
+}
+
 int bench_cluster_set_cpus(struct bench_cluster *k, unsigned worker, const char *cores)
 {
-	char script[PATH_MAX * 2 + 256];
-	const char *argv[] = { "/bin/bash", "-c", script, NULL };
+	char script[PATH_MAX + 256], why[128];
 	/* fleet.sh lies next to dml-local, in the source tree's tools/ */
 	int tools = (int)(strrchr(k->dml_local, '/') - k->dml_local);
 	int n = snprintf(script, sizeof(script),
-			 ". '%.*s/fleet.sh' && ctl=$(fleet_controller) && "
+			 "ctl=$(fleet_controller) && "
 			 "fleet_set \"${ctl#* }/$(cat '%s/cgroup')/worker%u\" '%s'",
-			 tools, k->dml_local, k->run, worker, cores);
+			 k->run, worker, cores);
 
 	if (n < 0 || (size_t)n >= sizeof(script))
 		return DML_EINVAL;
-	return bench_exec_logged(argv, k->out, BENCH_CLUSTER_OUT_MAX) ? DML_EIO : 0;
+	if (cluster_fleet_exec(k->dml_local, tools, script, k->out, BENCH_CLUSTER_OUT_MAX,
+			       why, sizeof(why)) == 0)
+		return 0;
+	dml_err("setting worker %u's quota to %s cores: %s", worker, cores, why);
+	bench_log_lines(k->out);
+	return DML_EIO;
+}
+
+int bench_cluster_links_check(const char *src, char *why, size_t len)
+{
+	char tools[PATH_MAX], how[128];
+
+	if (bench_path(tools, sizeof(tools), src, "tools")) {
+		snprintf(why, len, "source tree path too long");
+		return DML_EINVAL;
+	}
+	if (cluster_fleet_exec(tools, (int)strlen(tools), "fleet_link_check", why, len, how,
+			       sizeof(how)) == 0)
+		return 0;
+	why[strcspn(why, "\n")] = '\0';
+	if (!why[0])
+		snprintf(why, len, "fleet_link_check: %s", how);
+	return DML_EINVAL;
+}
+
+int bench_cluster_link_bytes(struct bench_cluster *k, uint64_t *bytes)
+{
+	const char *argv[] = { k->dml_local, "links", "--dir", k->run, NULL };
+	unsigned links = 0;
+	char *save = NULL;
+
+	*bytes = 0;
+	if (bench_exec_logged(argv, k->out, BENCH_CLUSTER_OUT_MAX))
+		return DML_EIO;
+	/* "A B BYTES_AB BYTES_BA" a link */
+	for (char *line = strtok_r(k->out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
+		char a[64], b[64];
+		uint64_t ab, ba;
+
+		if (sscanf(line, "%63s %63s %" SCNu64 " %" SCNu64, a, b, &ab, &ba) != 4) {
+			dml_err("dml-local links: unexpected line: %s", line);
+			return DML_EIO;
+		}
+		*bytes += ab + ba;
+		links++;
+	}
+	if (!links) {
+		dml_err("dml-local links: no zone link in %s", k->run);
+		return DML_EIO;
+	}
+	return 0;
 }
 
 int bench_cluster_submit(struct bench_cluster *k, const char *job_file)
 {
 	const char *argv[] = { k->dmlctl, "--json", "submit", job_file, NULL };
-	char id[32];
+	char id[32], why[128];
 	uint64_t v;
 
-	if (bench_exec_logged(argv, k->out, BENCH_CLUSTER_OUT_MAX))
+	k->refused[0] = '\0';
+	if (bench_exec(argv, k->out, BENCH_CLUSTER_OUT_MAX, why, sizeof(why))) {
+		/* dmlctl exits 2 when the job file or the scheduler refused it */
+		if (strcmp(why, "exit status 2") == 0)
+			snprintf(k->refused, sizeof(k->refused), "%.*s",
+				 (int)strcspn(k->out, "\n"), k->out);
+		dml_err("dmlctl submit %s: %s", job_file, why);
+		bench_log_lines(k->out);
 		return DML_EIO;
+	}
 	if (bench_json_get(k->out, "job", id, sizeof(id)) ||
 	    dml_parse_u64(id, 1, UINT32_MAX, &v)) {
 		dml_err("dmlctl submit: no job id in its answer: %.200s", k->out);

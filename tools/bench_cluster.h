@@ -1,10 +1,12 @@
 /*
  * dml-bench's local cluster, shared by the subcommands that train on one
- * (train in bench_train.c, sparse in bench_sparse.c): helper programs run
- * to their end with their output kept, values read from `dmlctl --json`
- * answers, the build and source trees, the workers' thread count, and a
- * cluster of tools/dml-local in a private directory: up, one job submitted
- * and polled, then stopped and taken down.
+ * (train in bench_train.c, sparse in bench_sparse.c, and hetero and zones
+ * through bench_train_cluster_run()): helper programs run to their end
+ * with their output kept, values read from `dmlctl --json` answers, the
+ * build and source trees, the workers' thread count, and a cluster of
+ * tools/dml-local in a private directory (its workers under CPU quotas or
+ * over zones, if asked): up, one job submitted and polled, the zone
+ * links' byte counts, then stopped and taken down.
  *
  * Must never leave a cluster running or its directory behind: whoever
  * calls bench_cluster_up() calls bench_cluster_down() on every path,
@@ -101,9 +103,13 @@ struct bench_cluster {
 	char run[PATH_MAX];      /* dml-local's directory, made by us */
 	char dml_local[PATH_MAX], dmlctl[PATH_MAX];
 	const char *cpus;        /* dml-local up --cpus LIST, or NULL; set before up */
+	/* dml-local up --zones LIST --wan RATE (replacing the workers asked
+	 * for), or NULL; set before up */
+	const char *zones, *wan;
 	char sched[320], secret[PATH_MAX];
 	int have_run, up, ended;
 	uint32_t job;            /* 0 until submitted */
+	char refused[256];       /* why dmlctl submit refused the job; "" if not */
 	char job_arg[16];
 	struct bench_poll *polls; /* every answer, in order */
 	size_t npolls;
@@ -135,8 +141,25 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
  */
 int bench_cluster_set_cpus(struct bench_cluster *k, unsigned worker, const char *cores);
 
-/** `dmlctl --json submit FILE`: k->job and k->job_arg. 0 or DML_EIO (logged). */
+/**
+ * `dmlctl --json submit FILE`: k->job and k->job_arg. 0 or DML_EIO (logged);
+ * when the job file or the scheduler refused the job, also k->refused.
+ */
 int bench_cluster_submit(struct bench_cluster *k, const char *job_file);
+
+/**
+ * Whether this machine can make dml-local's links and zones (root and
+ * iproute2: tools/fleet.sh's fleet_link_check, from the source tree src).
+ * 0, or DML_EINVAL with why it cannot in why.
+ */
+int bench_cluster_links_check(const char *src, char *why, size_t len);
+
+/**
+ * The bytes the zone links of a cluster up with k->zones carried so far,
+ * both ways and every link together (`dml-local links`, tc's counts).
+ * 0 or DML_EIO (logged).
+ */
+int bench_cluster_link_bytes(struct bench_cluster *k, uint64_t *bytes);
 
 /**
  * Ask the scheduler how the job is doing and append the answer to k->polls

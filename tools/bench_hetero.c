@@ -38,7 +38,6 @@
  * bench_train_cluster_run(), which takes its cluster down on every path;
  * the job files live in a directory of ours, removed at the end.
  */
-#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -51,6 +50,7 @@
 #include "tools/bench.h"
 #include "tools/bench_cluster.h"
 #include "tools/bench_hetero.h"
+#include "tools/bench_jobfile.h"
 #include "tools/bench_opt.h"
 #include "tools/bench_train.h"
 #include "tools/bench_util.h"
@@ -234,69 +234,6 @@ static void hetero_fleet_list(const struct hetero_fleet *f, int drop_slowest, ch
 	}
 }
 
-/* ---- job files ----------------------------------------------------------- */
-
-struct hetero_key {
-	const char *key;
-	char val[48];
-};
-
-/* The key of a "key = value" line, its length; 0 for anything else. */
-static size_t line_key(const char *line, const char **key)
-{
-	while (*line == ' ' || *line == '\t')
-		line++;
-	*key = line;
-	if (*line == '#' || *line == '[' || *line == '\n' || !*line)
-		return 0;
-	return strcspn(line, " \t=");
-}
-
-/*
- * The job file src with the [job] keys of kv set: written to dir/NAME.conf
- * (path in out). Every other line is kept as it is.
- */
-static int hetero_job_write(const char *src, const char *dir, const char *name,
-			    const struct hetero_key *kv, size_t n, char *out, size_t outlen)
-{
-	char line[4096];
-	int in_job = 0, rc = 0;
-	FILE *in, *f;
-
-	if (snprintf(out, outlen, "%s/%s.conf", dir, name) >= (int)outlen)
-		return DML_EINVAL;
-	if (!(in = fopen(src, "r"))) {
-		dml_err("%s: %s", src, strerror(errno));
-		return DML_EIO;
-	}
-	if (!(f = fopen(out, "w"))) {
-		dml_err("%s: %s", out, strerror(errno));
-		fclose(in);
-		return DML_EIO;
-	}
-	while (fgets(line, sizeof(line), in)) {
-		const char *key;
-		size_t klen = line_key(line, &key);
-		int skip = 0;
-
-		if (key[0] == '[')
-			in_job = strncmp(key, "[job]", 5) == 0;
-		for (size_t i = 0; in_job && klen && i < n; i++)
-			skip |= strlen(kv[i].key) == klen && memcmp(kv[i].key, key, klen) == 0;
-		if (!skip)
-			fputs(line, f);
-		if (key[0] == '[' && in_job)
-			for (size_t i = 0; i < n; i++)
-				fprintf(f, "%s = %s\n", kv[i].key, kv[i].val);
-	}
-	if (ferror(in) || fclose(f) != 0) {
-		dml_err("writing %s from %s failed", out, src);
-		rc = DML_EIO;
-	}
-	fclose(in);
-	return rc;
-}
-
 /* ---- figures ------------------------------------------------------------- */
 
 /*
@@ -464,42 +401,14 @@ static int hetero_rounds(const struct hetero_opts *o, struct hetero_run *runs)
 
 /* ---- report -------------------------------------------------------------- */
 
-static void hetero_cell(char *buf, size_t len, const char *fmt, double v)
-{
-	if (isnan(v))
-		snprintf(buf, len, "-");
-	else
-		snprintf(buf, len, fmt, v);
-}
-
-/*
- * Seconds from time zero (the first update of the model) until every worker
- * of r trained: the slowest machine's start, loading the data under its
- * quota, which no placement shortens and a long job does not notice. NaN
- * when no status shows every worker past its first clock.
- */
 static double hetero_start_s(const struct hetero_run *r)
 {
-	for (size_t i = 0; r->ran && i < r->fig.npolls; i++) {
-		const struct bench_poll *p = &r->fig.polls[i];
-		unsigned started = 0;
-
-		for (unsigned k = 0; k < p->nw; k++)
-			started += p->w[k].alive && p->w[k].clock >= 1;
-		if (p->ns >= r->fig.t0_ns && started == r->workers)
-			return (double)(p->ns - r->fig.t0_ns) / 1e9;
-	}
-	return NAN;
+	return r->ran ? bench_train_start_s(&r->fig, r->workers) : NAN;
 }
 
-/* Seconds of training to the target, from when every worker trained. */
 static double hetero_time(const struct hetero_run *r)
 {
-	double start = hetero_start_s(r);
-
-	if (!r->ran || !r->fig.reached)
-		return NAN;
-	return isnan(start) ? r->fig.t_target : r->fig.t_target - start;
+	return r->ran ? bench_train_time(&r->fig, r->workers) : NAN;
 }
 
 static void hetero_print_row(const struct hetero_run *r, const struct hetero_run *a,
@@ -508,26 +417,15 @@ static void hetero_print_row(const struct hetero_run *r, const struct hetero_run
 	char st[32], t[32], ep[32], rate[32], sp[32], va[32], vd[32];
 	double tt = hetero_time(r);
 
-	hetero_cell(st, sizeof(st), "%.2f s", hetero_start_s(r));
-	hetero_cell(t, sizeof(t), "%.1f s", tt);
-	hetero_cell(ep, sizeof(ep), "%.1f", r->ran ? r->fig.ep_target : NAN);
-	hetero_cell(rate, sizeof(rate), "%.0f", r->ran ? r->fig.rate : NAN);
-	hetero_cell(sp, sizeof(sp), "+-%.1f%%", r->ran ? r->spread : NAN);
-	hetero_cell(va, sizeof(va), "%.2f", tt / hetero_time(a));
-	hetero_cell(vd, sizeof(vd), "%.2f", tt / hetero_time(d));
+	bench_cell(st, sizeof(st), "%.2f s", hetero_start_s(r));
+	bench_cell(t, sizeof(t), "%.1f s", tt);
+	bench_cell(ep, sizeof(ep), "%.1f", r->ran ? r->fig.ep_target : NAN);
+	bench_cell(rate, sizeof(rate), "%.0f", r->ran ? r->fig.rate : NAN);
+	bench_cell(sp, sizeof(sp), "+-%.1f%%", r->ran ? r->spread : NAN);
+	bench_cell(va, sizeof(va), "%.2f", tt / hetero_time(a));
+	bench_cell(vd, sizeof(vd), "%.2f", tt / hetero_time(d));
 	printf("%-4s %-38s %7s %10s %7s %11s %10s %8s %8s\n", r->label, r->what, st, t, ep,
 	       rate, sp, va, vd);
-}
-
-/* A target line: v at most goal (at_least: at least goal). */
-static void hetero_goal(const char *what, double v, double goal, const char *fmt,
-			int at_least)
-{
-	char got[32];
-
-	hetero_cell(got, sizeof(got), fmt, v);
-	printf("  %-52s %10s  %s\n", what, got, isnan(v) ? "not measured" :
-	       (at_least ? v >= goal : v <= goal) ? "PASS" : "FAIL");
 }
 
 static void hetero_print(const struct hetero_opts *o, struct hetero_run *runs, size_t n)
@@ -546,11 +444,11 @@ static void hetero_print(const struct hetero_opts *o, struct hetero_run *runs, s
 	printf("start: from the first update until every worker trained (the slowest\n"
 	       "one loading its data); time to %.2f counts from there.\n", o->target);
 	printf("\ntargets (the issue's):\n");
-	hetero_goal("best of (b), (c) <= 0.45 x (a)", best / hetero_time(a),
+	bench_goal("best of (b), (c) <= 0.45 x (a)", best / hetero_time(a),
 		    HETERO_GOAL_VS_EQUAL, "%.3f x", 0);
-	hetero_goal("best of (b), (c) <= 1.05 x (d)", best / hetero_time(d),
+	bench_goal("best of (b), (c) <= 1.05 x (d)", best / hetero_time(d),
 		    HETERO_GOAL_VS_FEWER, "%.3f x", 0);
-	hetero_goal("(b) load spread after rebalancing <= +-5%", b->ran ? b->spread : NAN,
+	bench_goal("(b) load spread after rebalancing <= +-5%", b->ran ? b->spread : NAN,
 		    HETERO_GOAL_SPREAD, "+-%.1f%%", 0);
 	/* Time to a target also counts the epochs each run needed, which
 	 * vary by a few from run to run; throughput is placement alone. */
@@ -630,7 +528,7 @@ static int hetero_slowdown(const struct hetero_opts *o, const struct hetero_flee
 	printf("  time to %.2f: %.1f s; final accuracy %.4f; load spread +-%.1f%% before, "
 	       "+-%.1f%% after rebalancing\n", o->target, hetero_time(r), r->fig.final_acc,
 	       before, after);
-	hetero_goal("final accuracy >= the floor", r->fig.final_acc, o->floor, "%.4f", 1);
+	bench_goal("final accuracy >= the floor", r->fig.final_acc, o->floor, "%.4f", 1);
 	if ((rc = hetero_picture(o, r, f)) == 0)
 		printf("  picture of each worker's speed and batch: %s\n", o->picture);
 	return rc;
@@ -640,33 +538,22 @@ static int hetero_slowdown(const struct hetero_opts *o, const struct hetero_flee
 
 /* The [job] keys of one configuration. */
 static size_t hetero_keys(const struct hetero_opts *o, const char *name, long staleness,
-			  int by_rate, unsigned batch, unsigned fleet, struct hetero_key *kv)
+			  int by_rate, unsigned batch, unsigned fleet, struct bench_job_key *kv)
 {
 	size_t n = 0;
 
-	kv[n].key = "name";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "hetero-%s", name);
-	kv[n].key = "staleness";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%ld", staleness);
-	kv[n].key = "batch_size";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", batch);
-	kv[n].key = "clock_batch";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", batch * fleet);
-	kv[n].key = "batch_split";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%s", by_rate ? "rate" : "equal");
-	kv[n].key = "rebalance";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%s", by_rate ? "auto" : "off");
-	kv[n].key = "rebalance_hold_ms";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", o->hold_ms);
-	kv[n].key = "rebalance_threshold";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%g", o->threshold);
-	kv[n].key = "max_epochs";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%g", o->max_epochs);
+	bench_job_key_set(kv, &n, "job", "name", "hetero-%s", name);
+	bench_job_key_set(kv, &n, "job", "staleness", "%ld", staleness);
+	bench_job_key_set(kv, &n, "job", "batch_size", "%u", batch);
+	bench_job_key_set(kv, &n, "job", "clock_batch", "%u", batch * fleet);
+	bench_job_key_set(kv, &n, "job", "batch_split", "%s", by_rate ? "rate" : "equal");
+	bench_job_key_set(kv, &n, "job", "rebalance", "%s", by_rate ? "auto" : "off");
+	bench_job_key_set(kv, &n, "job", "rebalance_hold_ms", "%u", o->hold_ms);
+	bench_job_key_set(kv, &n, "job", "rebalance_threshold", "%g", o->threshold);
+	bench_job_key_set(kv, &n, "job", "max_epochs", "%g", o->max_epochs);
 	/* accuracy comes from copies of the model: no evaluation on the way */
-	kv[n].key = "eval_every";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", 1000000u);
-	kv[n].key = "partitions";
-	snprintf(kv[n++].val, sizeof(kv[0].val), "%u", 24u);
+	bench_job_key_set(kv, &n, "job", "eval_every", "%u", 1000000u);
+	bench_job_key_set(kv, &n, "job", "partitions", "%u", 24u);
 	return n;
 }
 
@@ -684,7 +571,7 @@ static int hetero_prepare(const struct hetero_opts *o, const struct hetero_fleet
 		{ "(d)", "BSP, the slowest worker removed", "d", 0, 0, 1 },
 		{ "slow", "BSP by speed, a worker slows down", "slowdown", 0, 1, 0 },
 	};
-	struct hetero_key kv[16];
+	struct bench_job_key kv[16];
 	int rc = 0;
 
 	for (size_t i = 0; i < DML_ARRAY_LEN(confs) && rc == 0; i++) {
@@ -700,7 +587,7 @@ static int hetero_prepare(const struct hetero_opts *o, const struct hetero_fleet
 			hetero_fleet_list(f, confs[i].fewer, r->cpus, sizeof(r->cpus));
 		else
 			snprintf(r->cpus, sizeof(r->cpus), "%s", o->cpus);
-		rc = hetero_job_write(job, dir, confs[i].name, kv, n, r->job, sizeof(r->job));
+		rc = bench_job_write(job, dir, confs[i].name, kv, n, r->job, sizeof(r->job));
 	}
 	return rc;
 }

@@ -389,7 +389,8 @@ int bench_train_cluster_run(const struct bench_train_cfg *cfg, struct bench_trai
 		.job = cfg->job, .build = cfg->build, .workers = cfg->workers,
 		.servers = cfg->servers, .threads = 1, .target = cfg->target,
 		.max_seconds = cfg->max_seconds, .skip_single = 1, .keep = cfg->keep,
-		.cpus = cfg->cpus, .slow_after_s = cfg->slow_after_s,
+		.cpus = cfg->cpus, .zones = cfg->zones, .wan = cfg->wan,
+		.slow_after_s = cfg->slow_after_s,
 		.slow_worker = cfg->slow_worker, .slow_cpus = cfg->slow_cpus,
 		.smooth_epochs = cfg->smooth_epochs,
 	};
@@ -416,6 +417,31 @@ int bench_train_cluster_run(const struct bench_train_cfg *cfg, struct bench_trai
 	fig->trained_s = r.trained_s;
 	fig->epochs = r.epochs;
 	fig->t0_ns = r.t0_ns;
+	fig->link_bytes = r.link_bytes;
+	fig->link_examples = r.link_examples;
+	snprintf(fig->refused, sizeof(fig->refused), "%s", r.refused);
 	train_ctx_close(&c);
 	return rc;
+}
+double bench_train_start_s(const struct bench_train_fig *fig, unsigned workers)
+{
+	for (size_t i = 0; i < fig->npolls; i++) {
+		const struct bench_poll *p = &fig->polls[i];
+		unsigned started = 0;
+
+		for (unsigned k = 0; k < p->nw; k++)
+			started += p->w[k].alive && p->w[k].clock >= 1;
+		if (p->ns >= fig->t0_ns && started == workers)
+			return (double)(p->ns - fig->t0_ns) / 1e9;
+	}
+	return NAN;
+}
+
+double bench_train_time(const struct bench_train_fig *fig, unsigned workers)
+{
+	double start = bench_train_start_s(fig, workers);
+
+	if (!fig->reached)
+		return NAN;
+	return isnan(start) ? fig->t_target : fig->t_target - start;
 }

@@ -30,6 +30,9 @@ struct bench_train_cfg {
 	const char *build;       /* the build tree; NULL: this program's */
 	const char *job;         /* the job file; it must evaluate accuracy */
 	const char *cpus;        /* dml-local up --cpus LIST, or NULL */
+	/* dml-local up --zones LIST --wan RATE (then workers is ignored), or
+	 * NULL: every node on this host */
+	const char *zones, *wan;
 	unsigned servers, workers;
 	double target;           /* test accuracy to reach */
 	double max_seconds;      /* of training at most */
@@ -55,6 +58,12 @@ struct bench_train_fig {
 	uint64_t t0_ns;          /* time zero of training (dml_now_ns) */
 	struct bench_poll *polls; /* every status answer; the caller frees it */
 	size_t npolls;
+	/* with zones: the bytes the zone links carried both ways from the
+	 * submission to the end of the watch, and the examples trained then
+	 * (NaN, 0 without zones) */
+	double link_bytes;
+	uint64_t link_examples;
+	char refused[256];       /* why the job was refused; "" when it was not */
 };
 
 /**
@@ -63,5 +72,19 @@ struct bench_train_fig {
  * error (logged); fig->polls is the caller's to free in both cases.
  */
 int bench_train_cluster_run(const struct bench_train_cfg *cfg, struct bench_train_fig *fig);
+
+/**
+ * Seconds from time zero (the first update of the model) until each of the
+ * run's `workers` workers trained: the slowest machine's start, loading the
+ * data, which no placement or routing shortens and a long job does not
+ * notice. NaN when no status shows every worker past its first clock.
+ */
+double bench_train_start_s(const struct bench_train_fig *fig, unsigned workers);
+
+/**
+ * Seconds of training to the target, counted from bench_train_start_s()
+ * (from time zero when that is unknown); NaN when it was not reached.
+ */
+double bench_train_time(const struct bench_train_fig *fig, unsigned workers);
 
 #endif

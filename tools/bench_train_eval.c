@@ -136,6 +136,7 @@ void train_result_init(struct train_result *r)
 	memset(r, 0, sizeof(*r));
 	r->rate = r->trained_s = r->epochs = NAN;
 	r->t_target = r->ep_target = r->acc_target = r->final_acc = NAN;
+	r->link_bytes = NAN;
 }
 
 /* ---- evaluation -------------------------------------------------------- */

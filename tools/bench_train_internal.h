@@ -42,6 +42,7 @@ struct train_opts {
 	double sgd_lr;            /* the SGD runs' learning rate */
 	/* bench_train_cluster_run(): the fleet and its slowdown */
 	const char *cpus;
+	const char *zones, *wan;  /* bench_train_cfg's */
 	double slow_after_s;
 	unsigned slow_worker;
 	const char *slow_cpus;
@@ -96,6 +97,9 @@ struct train_result {
 	double watch_cpu_s;  /* cluster: CPU the copies and polls cost, dmlctl's too */
 	double watch_s;      /* over this long */
 	char note[160];      /* cluster: the job's own last evaluation */
+	double link_bytes;   /* cluster with zones: bench_train_fig's */
+	uint64_t link_examples;
+	char refused[256];   /* cluster: why the job was refused */
 };
 
 /*

@@ -408,19 +408,40 @@ static int train_cluster_figures(struct train_cluster *k, struct train_ctx *c,
 				     c->o->smooth_epochs, r);
 }
 
+/* With zones: the zone links' bytes since `before`, and the examples trained. */
+static int train_cluster_links(struct train_cluster *k, uint64_t before,
+			       struct train_result *r)
+{
+	uint64_t after;
+	int rc = bench_cluster_link_bytes(&k->b, &after);
+
+	if (rc == 0) {
+		r->link_bytes = (double)(after - before);
+		r->link_examples = k->b.npolls ? k->b.polls[k->b.npolls - 1].examples : 0;
+	}
+	return rc;
+}
+
 int train_cluster(struct train_ctx *c, struct train_series *s,
 		  struct train_result *r)
 {
 	struct train_cluster k;
+	uint64_t links0 = 0;
 	int rc;
 
 	memset(&k, 0, sizeof(k));
 	bench_cluster_init(&k.b);
 	k.b.cpus = c->o->cpus;
+	k.b.zones = c->o->zones;
+	k.b.wan = c->o->wan;
 	rc = bench_cluster_up(&k.b, "dml-bench-train", c->p->src, c->p->build,
 			      c->o->servers, c->o->workers);
-	if (rc == 0)
+	if (rc == 0 && k.b.zones)
+		rc = bench_cluster_link_bytes(&k.b, &links0);
+	if (rc == 0) {
 		rc = bench_cluster_submit(&k.b, c->p->job);
+		snprintf(r->refused, sizeof(r->refused), "%s", k.b.refused);
+	}
 	if (rc == 0)
 		rc = train_cluster_connect(&k, &c->layout);
 	if (rc == 0) {
@@ -431,7 +452,9 @@ int train_cluster(struct train_ctx *c, struct train_series *s,
 		r->watch_cpu_s = train_cpu_s() - cpu;
 		r->watch_s = (double)(dml_now_ns() - t) / 1e9;
 	}
-	if (rc && !bench_interrupted())
+	if (rc == 0 && k.b.zones)
+		rc = train_cluster_links(&k, links0, r);
+	if (rc && !r->refused[0] && !bench_interrupted())
 		bench_cluster_log_tails(&k.b);
 	/* The figures need the polls and the copies, not the cluster. */
 	train_cluster_down(&k, c->o->keep);

@@ -12,6 +12,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -86,6 +87,23 @@ int bench_cmd_begin(int parse_rc, int help, void (*usage)(FILE *out), int verbos
 	dml_log_set_level(DML_LOG_WARN + verbose);
 	bench_signals_install();
 	return 0;
+}
+
+void bench_cell(char *buf, size_t len, const char *fmt, double v)
+{
+	if (isnan(v))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, fmt, v);
+}
+
+void bench_goal(const char *what, double v, double goal, const char *fmt, int at_least)
+{
+	char got[32];
+
+	bench_cell(got, sizeof(got), fmt, v);
+	printf("  %-52s %10s  %s\n", what, got, isnan(v) ? "not measured" :
+	       (at_least ? v >= goal : v <= goal) ? "PASS" : "FAIL");
 }
 
 int bench_exit_status(int rc)

@@ -56,6 +56,15 @@ unsigned bench_cores(void);
 /** The load averages of /proc/loadavg as "1.00 0.50 0.25", or "unknown". */
 void bench_loadavg(char *buf, size_t len);
 
+/** v formatted by fmt into buf, or "-" when v is NaN (not measured). */
+void bench_cell(char *buf, size_t len, const char *fmt, double v);
+
+/**
+ * A target's line of a report: "  WHAT  VALUE  PASS" when v is at most goal
+ * (at_least: at least goal), FAIL when not, "not measured" when v is NaN.
+ */
+void bench_goal(const char *what, double v, double goal, const char *fmt, int at_least);
+
 /** The exit status for a subcommand's result rc (0 or a DML_E... code). */
 int bench_exit_status(int rc);
 

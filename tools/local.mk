@@ -11,7 +11,8 @@ tools_dml_bench_SOURCES = tools/bench.c tools/bench_drive.c tools/bench.h tools/
 	tools/bench_sparse.c tools/bench_sparse.h tools/bench_server.c tools/bench_server.h \
 	tools/bench_recovery.c tools/bench_recovery.h tools/bench_hetero.c \
 	tools/bench_hetero.h tools/bench_assign.c tools/bench_assign.h tools/bench_codec.c \
-	tools/bench_codec.h tools/curve_svg.c tools/curve_svg.h
+	tools/bench_codec.h tools/bench_jobfile.c tools/bench_jobfile.h \
+	tools/bench_zones.c tools/bench_zones.h tools/curve_svg.c tools/curve_svg.h
 # dml-bench train finds the PyTorch script in the source tree, else here.
 tools_dml_bench_CPPFLAGS = $(AM_CPPFLAGS) -DDML_PKGDATADIR='"$(pkgdatadir)"'
 dist_pkgdata_DATA = tools/bench_torch.py
