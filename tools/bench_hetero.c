@@ -55,6 +55,7 @@
 #include "tools/bench_train.h"
 #include "tools/bench_util.h"
 #include "tools/curve_svg.h"
+#include "proto/codec.h"
 #include "proto/dml_error.h"
 #include "proto/log.h"
 #include "proto/util.h"
@@ -64,6 +65,7 @@
 #define HETERO_GOAL_VS_EQUAL 0.45
 #define HETERO_GOAL_VS_FEWER 1.05
 #define HETERO_GOAL_SPREAD 5.0
+#define HETERO_GOAL_CODEC_VS_FEWER 1.0
 /* A reassignment's figures settle for this long before they count. */
 #define HETERO_SETTLE_NS 1000000000ull
 /* A worker's spread needs this many clocks in its window. */
@@ -73,7 +75,7 @@
 #define HETERO_CONFIGS 4
 
 struct hetero_opts {
-	const char *job, *build, *cpus, *picture;
+	const char *job, *build, *cpus, *picture, *codec;
 	unsigned servers, batch, hold_ms, rounds;
 	double threshold, target, floor, max_seconds, max_epochs, slow_at, smooth;
 	int keep, verbose, skip_slowdown;
@@ -118,6 +120,10 @@ static const struct bench_opt hetero_opt_rows[] = {
 	  .help = "the target counts as reached when the mean accuracy\n"
 		  "of the copies within the last E epochs reaches it\n"
 		  "(default 0.5; 0: when one copy does)" },
+	{ .name = "codec", .arg = "NAME", .parse = bench_opt_string, .offset = H_FIELD(codec),
+	  .help = "how every table's values travel on every link: none\n"
+		  "(default), fp16, bf16, int8 or topk:F (pull replies\n"
+		  "then in fp16); the job keys codec and pull_codec" },
 	{ .name = "picture", .arg = "FILE", .parse = bench_opt_string, .offset = H_FIELD(picture),
 	  .help = "the slowdown's picture (default hetero-slowdown.svg)" },
 	{ .name = "skip-slowdown", .parse = bench_opt_flag, .offset = H_FIELD(skip_slowdown),
@@ -166,6 +172,9 @@ static int hetero_usage_error(const char *opt, const char *value, const char *wa
 /* Returns 0, or the exit status to end with (0 after --help). */
 static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *help)
 {
+	struct dml_codec c;
+	int rc;
+
 	memset(o, 0, sizeof(*o));
 	o->cpus = "0.6,0.6,0.15";
 	o->picture = "hetero-slowdown.svg";
@@ -180,7 +189,11 @@ static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *
 	o->slow_at = 2.5;
 	o->rounds = 5;
 	o->smooth = 0.5;
-	return bench_opts_parse(&hetero_table, argc, argv, o, help);
+	o->codec = "none";
+	rc = bench_opts_parse(&hetero_table, argc, argv, o, help);
+	if (rc == 0 && !*help && dml_codec_parse(o->codec, &c, NULL, 0) != 0)
+		rc = hetero_usage_error("--codec", o->codec, "none, fp16, bf16, int8 or topk:F");
+	return rc;
 }
 
 /* ---- the fleet ----------------------------------------------------------- */
@@ -450,6 +463,11 @@ static void hetero_print(const struct hetero_opts *o, struct hetero_run *runs, s
 		    HETERO_GOAL_VS_FEWER, "%.3f x", 0);
 	bench_goal("(b) load spread after rebalancing <= +-5%", b->ran ? b->spread : NAN,
 		    HETERO_GOAL_SPREAD, "+-%.1f%%", 0);
+	/* With a lossy codec the slow worker moves less of the model a clock:
+	 * placement by speed should then catch up with dropping it. */
+	if (strcmp(o->codec, "none") != 0)
+		bench_goal("with the codec: (b) <= 1.0 x (d)", hetero_time(b) / hetero_time(d),
+			   HETERO_GOAL_CODEC_VS_FEWER, "%.3f x", 0);
 	/* Time to a target also counts the epochs each run needed, which
 	 * vary by a few from run to run; throughput is placement alone. */
 	printf("  time per example, the best of (b), (c): %.3f x (a), %.3f x (d)\n",
@@ -554,6 +572,10 @@ static size_t hetero_keys(const struct hetero_opts *o, const char *name, long st
 	/* accuracy comes from copies of the model: no evaluation on the way */
 	bench_job_key_set(kv, &n, "job", "eval_every", "%u", 1000000u);
 	bench_job_key_set(kv, &n, "job", "partitions", "%u", 24u);
+	/* A pull reply carries every value: topk's pulls go in fp16. */
+	bench_job_key_set(kv, &n, "table", "codec", "%s", o->codec);
+	bench_job_key_set(kv, &n, "table", "pull_codec", "%s",
+			  strncmp(o->codec, "topk:", 5) == 0 ? "fp16" : o->codec);
 	return n;
 }
 
@@ -622,9 +644,9 @@ int bench_hetero_main(int argc, char **argv)
 	if (rc == 0) {
 		bench_loadavg(load, sizeof(load));
 		printf("dml-bench hetero: %s, batch %u a worker, fleet %s cores, %u server%s; "
-		       "target test accuracy %.2f (mean of the copies over %g epochs); %u "
-		       "rounds; %s\n", job, o.batch, o.cpus, o.servers, o.servers == 1 ? "" : "s",
-		       o.target, o.smooth, o.rounds, load);
+		       "codec %s; target test accuracy %.2f (mean of the copies over %g epochs); "
+		       "%u rounds; %s\n", job, o.batch, o.cpus, o.servers,
+		       o.servers == 1 ? "" : "s", o.codec, o.target, o.smooth, o.rounds, load);
 	}
 	if (rc == 0)
 		rc = hetero_rounds(&o, runs);
