@@ -13,6 +13,10 @@
  *     (floats);
  *   - coded pushes applied but not acknowledged when their connection is
  *     cut are resent and acknowledged as duplicates, never applied twice;
+ *   - every value pushed and pulled counts in its client's link class, as
+ *     floats and as sent (fp16 across zones: half), and a lossy push of
+ *     values fp16 cannot hold leaves a residual norm above 0 where a
+ *     codec-none table's stays 0;
  *   - a hostile coded push (a count past the values, an index out of
  *     range, a NaN in fp16, a topk pull, a coded MIGRATE) gets an error
  *     naming the cause or loses its connection, and applies nothing.
@@ -280,6 +284,82 @@ START_TEST(test_cut_resends_coded)
 }
 END_TEST
 
+/* The client's counters of one link class: {as floats, as sent}. */
+static void link_bytes(dml_t *d, int link_class, uint64_t want_floats, uint64_t want_sent)
+{
+	uint64_t floats = 7, sent = 7;
+
+	ck_assert_int_eq(dml_link_bytes(d, link_class, &floats, &sent), 0);
+	ck_assert_msg(floats == want_floats && sent == want_sent,
+		      "class %d: %llu as floats, %llu sent; want %llu, %llu", link_class,
+		      (unsigned long long)floats, (unsigned long long)sent,
+		      (unsigned long long)want_floats, (unsigned long long)want_sent);
+}
+
+static double residual_norm(dml_t *d, uint32_t table)
+{
+	double norm = -1;
+
+	ck_assert_int_eq(dml_residual_norm(d, table, &norm), 0);
+	return norm;
+}
+
+/*
+ * Every value pushed and pulled counts in its link class, as floats and as
+ * sent: across zones (A to B, fp16 both ways by default) half the floats'
+ * bytes, within zone B (no codec by default) as many; keys do not count.
+ * One push of 1 + 2^-12 times 1, 2, 3, which fp16 cannot hold, leaves a
+ * residual; a codec-none table, and one never pushed, have none.
+ */
+START_TEST(test_link_bytes_and_residuals)
+{
+	const double x = 1.0 + 1.0 / 4096.0;
+	float vals[KEYS * WIDTH], out[KEYS * WIDTH];
+	uint64_t keys[4] = { 5, 6, 7, 5 }, n = KEYS * WIDTH, sn = 4 * WIDTH, f, s;
+	struct rig r;
+	dml_handle_t h;
+	dml_t *cross, *near, *nowhere;
+
+	rig_up(&r);
+	cross = client(&r, 1, "A", NULL);
+	near = client(&r, 2, "B", NULL);
+	nowhere = client(&r, 0, NULL, NULL);
+	for (int i = 0; i < KEYS * WIDTH; i++)
+		vals[i] = (float)(x * (1 + i % WIDTH));
+	link_bytes(cross, DML_LINK_CROSS_ZONE, 0, 0);
+	ck_assert(residual_norm(cross, 0) == 0);
+	ok(cross, dml_push_range(cross, 0, 0, KEYS, vals, &h), &h);
+	ok(cross, dml_push(cross, 1, keys, 4, vals, &h), &h);
+	link_bytes(cross, DML_LINK_CROSS_ZONE, 4 * (n + sn), 2 * (n + sn));
+	ok(cross, dml_pull_range(cross, 0, 0, KEYS, out, &h), &h);
+	link_bytes(cross, DML_LINK_CROSS_ZONE, 4 * (2 * n + sn), 2 * (2 * n + sn));
+	link_bytes(cross, DML_LINK_WITHIN_ZONE, 0, 0);
+	/* fp16 rounds 1 + 2^-12 to 1: at most half a step (2^-11 at 1, 2^-9
+	 * at 2 and 3) of every value stays behind, and some of it does */
+	ck_assert_msg(residual_norm(cross, 0) > 0 && residual_norm(cross, 0) < sqrt(n) / 1024,
+		      "dense residual %g", residual_norm(cross, 0));
+	ck_assert_msg(residual_norm(cross, 1) > 0, "sparse residual %g", residual_norm(cross, 1));
+	ck_assert(residual_norm(cross, 7) == 0);
+
+	ok(near, dml_push_range(near, 0, 0, KEYS, vals, &h), &h);
+	ok(near, dml_pull(near, 1, keys, 4, out, &h), &h);
+	link_bytes(near, DML_LINK_WITHIN_ZONE, 4 * (n + sn), 4 * (n + sn));
+	link_bytes(near, DML_LINK_CROSS_ZONE, 0, 0);
+	ck_assert(residual_norm(near, 0) == 0);
+	ck_assert(residual_norm(near, 1) == 0);
+	/* a client of no zone is within every zone */
+	ok(nowhere, dml_pull_range(nowhere, 0, 0, 2, out, &h), &h);
+	link_bytes(nowhere, DML_LINK_WITHIN_ZONE, 4 * 2 * WIDTH, 4 * 2 * WIDTH);
+	ck_assert_int_eq(dml_link_bytes(cross, 2, &f, &s), DML_EINVAL);
+	ck_assert_int_eq(dml_link_bytes(cross, DML_LINK_CROSS_ZONE, NULL, &s), DML_EINVAL);
+	ck_assert_int_eq(dml_residual_norm(cross, 0, NULL), DML_EINVAL);
+	dml_close(nowhere);
+	dml_close(near);
+	dml_close(cross);
+	rig_down(&r);
+}
+END_TEST
+
 /* A coded dense PUSH of table 0 keys [0, 4) with these value bytes. */
 static void send_coded(int fd, uint64_t id, Dml__DType dtype, const void *bytes,
 		       uint32_t len)
@@ -368,6 +448,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_error_feedback_sums, 0, (int)DML_ARRAY_LEN(lossy));
 	tcase_add_test(tc, test_cut_resends_coded);
 	tcase_add_test(tc, test_hostile_coded_pushes);
+	tcase_add_test(tc, test_link_bytes_and_residuals);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }

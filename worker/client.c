@@ -291,6 +291,24 @@ uint64_t dml_bytes(const dml_t *d)
 	return n;
 }
 
+int dml_link_bytes(const dml_t *d, int link_class, uint64_t *floats, uint64_t *sent)
+{
+	if (!d || !floats || !sent ||
+	    (link_class != DML_LINK_WITHIN_ZONE && link_class != DML_LINK_CROSS_ZONE))
+		return DML_EINVAL;
+	*floats = d->value_bytes[link_class][0];
+	*sent = d->value_bytes[link_class][1];
+	return 0;
+}
+
+int dml_residual_norm(const dml_t *d, uint32_t table, double *norm)
+{
+	if (!d || !norm)
+		return DML_EINVAL;
+	*norm = dml_client_residual_norm(d, table);
+	return 0;
+}
+
 int dml_progress(dml_t *d, int timeout_ms)
 {
 	struct timeval tv;

@@ -23,6 +23,7 @@
  * residual for good: such a push goes as floats and the server decides),
  * or let a reply in a codec the pull did not ask for through.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,15 @@ int dml_client_link_cross_zone(const struct dml *d, const struct link *l)
 	return d->conf.zone[0] && l->zone[0] && strcmp(d->conf.zone, l->zone) != 0;
 }
 
+void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
+			     size_t sent)
+{
+	uint64_t *b = d->value_bytes[dml_client_link_cross_zone(d, l)];
+
+	b[0] += floats * sizeof(float);
+	b[1] += sent;
+}
+
 /* The codec for p over its link, none where the server does not take it. */
 static struct dml_codec part_codec(struct dml *d, const struct part *p,
 				   struct client_table_codec **tcp)
@@ -207,6 +217,24 @@ static struct dml_codec part_codec(struct dml *d, const struct part *p,
 	if (!(p->link->codecs & (1u << dml_codec_dtype(c->kind))))
 		return none;
 	return *c;
+}
+
+double dml_client_residual_norm(const struct dml *d, uint32_t table)
+{
+	for (uint32_t i = 0; i < d->codecs.n; i++) {
+		const struct client_table_codec *tc = &d->codecs.t[i];
+		const struct residual *r = tc->res;
+		size_t n;
+		double sum = 0;
+
+		if (tc->table != table || !r || !r->rows)
+			continue;
+		n = (tc->dense ? (size_t)tc->keys : r->nrows) * tc->width;
+		for (size_t k = 0; k < n; k++)
+			sum += (double)r->rows[k] * r->rows[k];
+		return sqrt(sum);
+	}
+	return 0;
 }
 
 /* ---- pushes ---------------------------------------------------------------- */
@@ -279,15 +307,15 @@ static int encode_push(struct dml *d, struct part *p, const struct dml_codec *c,
 	}
 	p->coded_len = len;
 	p->dtype = dml_codec_dtype(c->kind);
-	d->codec_bytes[dml_client_link_cross_zone(d, p->link)][0] += n * sizeof(float);
-	d->codec_bytes[dml_client_link_cross_zone(d, p->link)][1] += len;
 	return 0;
 }
 
 int dml_client_part_encode(struct dml *d, struct part *p)
 {
+	size_t n = (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
 	struct client_table_codec *tc;
 	struct dml_codec c;
+	int rc;
 
 	if (p->kind == PART_BYE || p->coded)
 		return 0;
@@ -296,9 +324,10 @@ int dml_client_part_encode(struct dml *d, struct part *p)
 		p->dtype = dml_codec_dtype(c.kind);
 		return 0;
 	}
-	if (c.kind == DML_CODEC_NONE)
-		return 0;
-	return encode_push(d, p, &c, tc);
+	if (c.kind != DML_CODEC_NONE && (rc = encode_push(d, p, &c, tc)) != 0)
+		return rc;
+	dml_client_count_values(d, p->link, n, p->coded ? p->coded_len : n * sizeof(float));
+	return 0;
 }
 
 int dml_client_part_uncode(struct part *p)
@@ -329,8 +358,8 @@ int dml_client_part_uncode(struct part *p)
 
 /* ---- pull replies ---------------------------------------------------------- */
 
-int dml_client_reply_decode(struct dml *d, struct part *p, const Dml__Meta *m,
-			    const uint8_t *payload, size_t len)
+int dml_client_reply_decode(struct part *p, const Dml__Meta *m, const uint8_t *payload,
+			    size_t len)
 {
 	size_t rows = p->dense ? p->end - p->begin : p->nkeys, n = rows * p->width;
 	struct dml_codec c = { .topk_fraction = 1.0f };
@@ -349,9 +378,5 @@ int dml_client_reply_decode(struct dml *d, struct part *p, const Dml__Meta *m,
 			       p->width * sizeof(float));
 	if (p->pos)
 		free(out);
-	if (rc == 0) {
-		d->codec_bytes[dml_client_link_cross_zone(d, p->link)][0] += n * sizeof(float);
-		d->codec_bytes[dml_client_link_cross_zone(d, p->link)][1] += len;
-	}
 	return rc ? DML_ESHAPE : 0;
 }

@@ -187,8 +187,10 @@ struct dml {
 	uint64_t held_ns;              /* pulls waited for, held by their servers */
 	uint64_t bytes_closed;         /* moved over connections closed since */
 	struct client_codecs codecs;   /* per table, from the job spec */
-	/* values in a codec, [within a zone, across zones][as floats, as sent] */
-	uint64_t codec_bytes[2][2];
+	/* values pushed and pulled, [within a zone, across zones][as floats,
+	 * as sent]: a push counts at each server it is routed to, a pull at
+	 * its reply (dml_link_bytes) */
+	uint64_t value_bytes[2][2];
 	uint64_t next_handle, next_wire;
 	uint64_t expire_at_ns;         /* the next deadline check (EXPIRE_EVERY_NS) */
 	struct request **reqs;         /* handle hash */
@@ -235,14 +237,19 @@ int dml_client_codecs_from_spec(const Dml__JobSpec *spec, struct client_codecs *
 void dml_client_codecs_install(struct dml *d, struct client_codecs *next);
 void dml_client_codecs_free(struct client_codecs *cs);
 int dml_client_link_cross_zone(const struct dml *d, const struct link *l);
+/* Values that went over l: floats of them, sent bytes as they travelled. */
+void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
+			     size_t sent);
+/* The L2 norm of the table's residual; 0 when it has none. */
+double dml_client_residual_norm(const struct dml *d, uint32_t table);
 /* At a part's first send: a push's values encoded (p->coded, with the
  * residual updated) when its link's codec is lossy; a pull's reply dtype. */
 int dml_client_part_encode(struct dml *d, struct part *p);
 /* Back to floats before a part goes to another server (vals_own). */
 int dml_client_part_uncode(struct part *p);
 /* A PULL_REPLY in p's reply codec into p's output; DML_ESHAPE if bad. */
-int dml_client_reply_decode(struct dml *d, struct part *p, const Dml__Meta *m,
-			    const uint8_t *payload, size_t len);
+int dml_client_reply_decode(struct part *p, const Dml__Meta *m, const uint8_t *payload,
+			    size_t len);
 
 /* client_connect.c: connect and close. */
 void dml_client_free_all(struct dml *d);

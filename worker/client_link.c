@@ -162,7 +162,7 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		if (p->kind != PART_PULL)
 			return DML_EFRAME_COUNT;
 		if (p->dtype != DML__DTYPE__F32 || m->dtype != DML__DTYPE__F32) {
-			int rc = dml_client_reply_decode(d, p, m, payload, len);
+			int rc = dml_client_reply_decode(p, m, payload, len);
 
 			if (rc)
 				return rc;
@@ -175,6 +175,7 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		} else if (payload != (const uint8_t *)p->out) {
 			memcpy(p->out, payload, len);
 		}
+		dml_client_count_values(d, l, rows * p->width, len);
 		if (m->min_clock < p->req->min_clock)
 			p->req->min_clock = m->min_clock;
 		/* parts travel in parallel: the request waited for the longest */

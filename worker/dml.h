@@ -287,6 +287,30 @@ uint64_t dml_pulls_held_ns(const dml_t *d);
  */
 uint64_t dml_bytes(const dml_t *d);
 
+/* Link classes (dml_link_bytes): a link is across zones when this client's
+ * zone option and the server's zone are both set and differ. */
+#define DML_LINK_WITHIN_ZONE 0
+#define DML_LINK_CROSS_ZONE 1
+
+/**
+ * The values pushed and pulled so far over links of one class
+ * (DML_LINK_...): *floats gets their bytes as 32-bit floats, *sent the
+ * bytes they took on the wire (a codec's encoding; the same as *floats
+ * where they went as floats). A push counts at each server it is routed
+ * to (once, however often it is resent there), a pull at its reply; keys
+ * and frame headers do not count. 0 or DML_EINVAL (d, floats or sent
+ * NULL, or no such class).
+ */
+int dml_link_bytes(const dml_t *d, int link_class, uint64_t *floats, uint64_t *sent);
+/**
+ * The L2 norm of a table's error-feedback residual: what its lossy pushes
+ * did not send yet, to go with the next ones. *norm is 0 for a table with
+ * none (its codecs are lossless, no lossy push yet, or no such table).
+ * Reads the whole residual: one pass over the table's rows at most.
+ * 0 or DML_EINVAL (d or norm NULL).
+ */
+int dml_residual_norm(const dml_t *d, uint32_t table, double *norm);
+
 /**
  * Drive the network for at most timeout_ms (0 = just what is ready).
  * 0, DML_EINVAL (d NULL, timeout_ms < 0) or DML_EIO (the event loop failed).
