@@ -181,6 +181,7 @@ int dml_jobs_restore(struct dml_jobs *jobs, const Dml__JobRecord *r, uint64_t no
 		w->held_s = clamp_num(ws->held_s);
 		w->cpu_s = clamp_num(ws->cpu_s);
 		w->cores = clamp_num(ws->cores);
+		worker_links_set(job, w, ws->links);
 		w->finished = r->finished[i];
 		w->last_report_ms = now;
 		text_set(w->reason, "%s", ws->reason ? ws->reason : "");

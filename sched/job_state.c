@@ -329,6 +329,7 @@ static void worker_report(struct dml_job *job, size_t i, const Dml__Progress *p,
 	w->held_s = held_s;
 	w->cpu_s = clamp_num(p->cpu_s);
 	w->cores = clamp_num(p->cores);
+	worker_links_set(job, w, p->links);
 	w->finished = p->finished != 0;
 	w->last_report_ms = now;
 	if (p->data_examples)

@@ -211,6 +211,33 @@ struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
 	return w;
 }
 
+/*
+ * What a report or a record says of a worker's traffic (NULL: nothing):
+ * its bytes, and its residual norms onto the spec's tables (ids the spec
+ * lacks are ignored; the lists count as far as both go, and no further
+ * than a spec can have tables).
+ */
+void worker_links_set(const struct dml_job *job, struct dml_job_worker *w,
+		      const Dml__LinkTraffic *lt)
+{
+	size_t nt = job->spec->n_tables < DML_JOB_TABLES_MAX ? job->spec->n_tables
+							      : DML_JOB_TABLES_MAX;
+	size_t n;
+
+	if (!lt)
+		return;
+	w->link_bytes[0][0] = lt->within_zone_float_bytes;
+	w->link_bytes[0][1] = lt->within_zone_sent_bytes;
+	w->link_bytes[1][0] = lt->cross_zone_float_bytes;
+	w->link_bytes[1][1] = lt->cross_zone_sent_bytes;
+	n = lt->n_residual_tables < lt->n_residual_norms ? lt->n_residual_tables
+							 : lt->n_residual_norms;
+	for (size_t k = 0; k < n && k < DML_JOB_TABLES_MAX; k++)
+		for (size_t t = 0; t < nt; t++)
+			if (job->spec->tables[t]->id == lt->residual_tables[k])
+				w->residual[t] = clamp_num(lt->residual_norms[k]);
+}
+
 /* ---- the table ------------------------------------------------------- */
 
 int dml_jobs_new(struct dml_jobs **out)

@@ -170,6 +170,31 @@ static double job_loss(const struct dml_job *job)
 	return mean;
 }
 
+/*
+ * A worker's traffic into mine, its norms borrowed from w and the table ids
+ * from ids; and added to the job's (bytes saturate: reports are not
+ * trusted to stay small).
+ */
+static void worker_links(const struct dml_job_worker *w, uint32_t *ids, size_t nt,
+			 Dml__LinkTraffic *mine, Dml__LinkTraffic *job)
+{
+	uint64_t *sum[4] = { &job->within_zone_float_bytes, &job->within_zone_sent_bytes,
+			     &job->cross_zone_float_bytes, &job->cross_zone_sent_bytes };
+	uint64_t *own[4] = { &mine->within_zone_float_bytes, &mine->within_zone_sent_bytes,
+			     &mine->cross_zone_float_bytes, &mine->cross_zone_sent_bytes };
+
+	dml__link_traffic__init(mine);
+	for (int k = 0; k < 4; k++) {
+		*own[k] = w->link_bytes[k / 2][k % 2];
+		*sum[k] = *sum[k] > UINT64_MAX - *own[k] ? UINT64_MAX : *sum[k] + *own[k];
+	}
+	mine->n_residual_tables = mine->n_residual_norms = nt;
+	mine->residual_tables = ids;
+	mine->residual_norms = (double *)w->residual;
+	for (size_t t = 0; t < nt; t++)
+		job->residual_norms[t] = hypot(job->residual_norms[t], w->residual[t]);
+}
+
 Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 {
 	Dml__JobStatus st = DML__JOB_STATUS__INIT, *out;
@@ -177,6 +202,10 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	Dml__Checkpoint *ck, **ckp;
 	char *events[DML_JOB_EVENTS];
 	size_t nev;
+	Dml__LinkTraffic links = DML__LINK_TRAFFIC__INIT, *lt;
+	uint32_t ids[DML_JOB_TABLES_MAX];
+	double norms[DML_JOB_TABLES_MAX] = { 0 };
+	size_t nt;
 
 	if (!job)
 		return NULL;
@@ -199,6 +228,14 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	if (job->state == DML__JOB_STATE__RUNNING)
 		st.run_ms += since(now, job->changed_ms);
 	st.assignment_version = job->assignment_version;
+	nt = job->spec->n_tables < DML_JOB_TABLES_MAX ? job->spec->n_tables : DML_JOB_TABLES_MAX;
+	for (size_t t = 0; t < nt; t++)
+		ids[t] = job->spec->tables[t]->id;
+	links.n_residual_tables = links.n_residual_norms = nt;
+	links.residual_tables = ids;
+	links.residual_norms = norms;
+	st.links = &links;
+	lt = dml_xcalloc(job->nworkers + 1, sizeof(*lt));
 	for (size_t i = 0; i < job->nworkers; i++) {
 		const struct dml_job_worker *w = &job->workers[i];
 
@@ -220,6 +257,8 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 		ws[i].cpu_s = w->cpu_s;
 		ws[i].cores = w->cores;
 		ws[i].link_bps = w->link_bps;
+		worker_links(w, ids, nt, &lt[i], &links);
+		ws[i].links = &lt[i];
 		wp[i] = &ws[i];
 		if (w->live)
 			st.examples_per_s += w->examples_per_s;
@@ -247,6 +286,7 @@ Dml__JobStatus *dml_job_status(const struct dml_job *job, uint64_t now)
 	out = dml_msg_copy(&st.base);
 	free(ws);
 	free(wp);
+	free(lt);
 	free(ck);
 	free(ckp);
 	if (!out)

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "proto/dml.pb-c.h"
+#include "proto/job_spec.h"
 
 #define DML_JOB_REASON_MAX 191
 #define DML_JOB_EVENTS 16          /* newest events kept per job */
@@ -65,6 +66,11 @@ struct dml_job_worker {
 	double cpu_s, cores;       /* its steps' CPU seconds; the cores it may use */
 	double link_bps;           /* smoothed bytes per second of its own
 				    * communication (0: not measured yet) */
+	/* values it pushed and pulled, [within its zone, across zones][as
+	 * floats, as sent], and per table of the spec (in the spec's order)
+	 * its error-feedback residual's L2 norm: as its latest report says */
+	uint64_t link_bytes[2][2];
+	double residual[DML_JOB_TABLES_MAX];
 	int finished;              /* reported its stop condition met */
 	uint64_t last_report_ms;
 	char reason[DML_JOB_REASON_MAX + 1]; /* why it last gained or lost work */

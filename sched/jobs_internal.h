@@ -125,6 +125,8 @@ void job_running_reason(struct dml_job *job);
 struct dml_job_worker *worker_add(struct dml_job *job, uint32_t node_id,
 				  double rate, uint64_t clock);
 void job_free(struct job_impl *ji);
+void worker_links_set(const struct dml_job *job, struct dml_job_worker *w,
+		      const Dml__LinkTraffic *lt);
 
 /* ---- job_place.c ------------------------------------------------------ */
 

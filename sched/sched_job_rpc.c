@@ -86,8 +86,25 @@ void dml_sched_handle_submit(struct session *ss, const Dml__Meta *m)
 	jobs_sync(s, job, now);
 }
 
+/* The zone entry of st for zone, added when new. */
+static Dml__ZoneRate *zone_rate(Dml__JobStatus *st, const char *zone)
+{
+	Dml__ZoneRate *z;
+
+	for (size_t k = 0; k < st->n_zones; k++)
+		if (strcmp(st->zones[k]->zone, zone) == 0)
+			return st->zones[k];
+	z = dml_xmalloc(sizeof(*z));
+	dml__zone_rate__init(z);
+	z->zone = dml_xstrdup(zone);
+	st->zones = dml_xrealloc(st->zones, (st->n_zones + 1) * sizeof(*st->zones));
+	st->zones[st->n_zones++] = z;
+	return z;
+}
+
 /* JobStatus as JOBS_REPLY shows it: the job table's, with the node table's
- * word on live workers and the scheduler's on maps. *reason gets what
+ * word on live workers and their zones (each zone's rate summed), and the
+ * scheduler's on maps. *reason gets what
  * st->reason held, for status_release. */
 static Dml__JobStatus *status_build(struct dml_sched *s, struct dml_job *job, uint64_t now,
 				    char **reason)
@@ -109,6 +126,14 @@ static Dml__JobStatus *status_build(struct dml_sched *s, struct dml_job *job, ui
 		/* A live member is as alive as its node; a lost one stays dead. */
 		if (n && ws->state == DML__NODE_STATE__ALIVE)
 			ws->state = n->state;
+		if (n && n->zone[0])
+			ws->zone = dml_xstrdup(n->zone);
+		if (ws->state != DML__NODE_STATE__DEAD) {
+			Dml__ZoneRate *z = zone_rate(st, n ? n->zone : "");
+
+			z->workers++;
+			z->examples_per_s += ws->examples_per_s;
+		}
 	}
 	return st;
 }

@@ -39,16 +39,6 @@
 #define WAIT_MS CLUSTER_WAIT_MS
 #define POLL_MS CLUSTER_POLL_MS
 
-static const struct jval *job_worker(const struct jval *job, uint32_t id)
-{
-	const struct jval *ws = json_get(job, "workers");
-
-	for (size_t i = 0; ws && i < ws->n; i++)
-		if (jnum(&ws->items[i], "worker") == id)
-			return &ws->items[i];
-	return NULL;
-}
-
 static int events_contain(const struct jval *job, const char *needle)
 {
 	const struct jval *ev = json_get(job, "events");
@@ -77,14 +67,14 @@ static void kill_worker(struct cluster *c, uint32_t id)
  */
 static void check_lost_worker_3(const struct jval *doc)
 {
-	const struct jval *w3 = job_worker(doc, 3);
+	const struct jval *w3 = cluster_job_worker(doc, 3);
 	double parts = 0;
 
 	ck_assert_ptr_nonnull(w3);
 	ck_assert_str_eq(jstr(w3, "state"), "dead");
 	ck_assert(jnum(w3, "partitions") == 0);
 	for (uint32_t id = 1; id <= 2; id++) {
-		const struct jval *wk = job_worker(doc, id);
+		const struct jval *wk = cluster_job_worker(doc, id);
 
 		ck_assert_ptr_nonnull(wk);
 		ck_assert(jnum(wk, "clock") >= 2000);

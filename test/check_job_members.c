@@ -364,6 +364,79 @@ START_TEST(the_link_is_bytes_over_own_communication)
 END_TEST
 
 /*
+ * Values per link class and residual norms, as each worker last reported
+ * them, reach its WorkerStatus; the job's are the sums and, per table, the
+ * root of the norms' squares; a table the spec lacks is ignored and a NaN
+ * norm counts as 0; a saved and restored job shows them again.
+ */
+START_TEST(link_bytes_and_residuals_reach_the_status)
+{
+	uint32_t t1[] = { 5, 0, 99 }, t2[] = { 0, 5 };
+	double n1[] = { 4, 3, 1 }, n2[] = { 4, NAN };
+	Dml__Progress p = DML__PROGRESS__INIT;
+	Dml__LinkTraffic lt = DML__LINK_TRAFFIC__INIT;
+	const Dml__LinkTraffic *w1, *all;
+	struct dml_jobs *jobs, *back;
+	struct dml_job *job;
+	struct spec_buf b;
+	Dml__JobStatus *st;
+	Dml__JobRecord *r;
+
+	spec_init(&b);
+	b.s.n_tables = 2;
+	b.t[1].id = 5;
+	jobs = jobs_with(&b, 0, &job);
+	start_equal(job, 2, 10, 0);
+	p.job = job->id;
+	p.loss = NAN;
+	p.links = &lt;
+	lt.within_zone_float_bytes = lt.within_zone_sent_bytes = 1000;
+	lt.cross_zone_float_bytes = 4000;
+	lt.cross_zone_sent_bytes = 2000;
+	lt.residual_tables = t1;
+	lt.n_residual_tables = 3;
+	lt.residual_norms = n1;
+	lt.n_residual_norms = 3;
+	ck_assert_int_ge(dml_jobs_progress(job, 1, &p, 10), 0);
+	lt.cross_zone_float_bytes = UINT64_MAX;   /* the sum saturates */
+	lt.residual_tables = t2;
+	lt.n_residual_tables = 2;
+	lt.residual_norms = n2;
+	ck_assert_int_ge(dml_jobs_progress(job, 2, &p, 11), 0);
+	st = dml_job_status(job, 20);
+	w1 = st->workers[0]->links;
+	all = st->links;
+	ck_assert_uint_eq(w1->cross_zone_float_bytes, 4000);
+	ck_assert_uint_eq(w1->cross_zone_sent_bytes, 2000);
+	ck_assert_uint_eq(w1->n_residual_norms, 2);
+	ck_assert_uint_eq(w1->residual_tables[1], 5);
+	ck_assert_double_eq(w1->residual_norms[0], 3);
+	ck_assert_double_eq(w1->residual_norms[1], 4);
+	ck_assert_double_eq(st->workers[1]->links->residual_norms[1], 0);
+	ck_assert_uint_eq(all->within_zone_float_bytes, 2000);
+	ck_assert_uint_eq(all->within_zone_sent_bytes, 2000);
+	ck_assert_uint_eq(all->cross_zone_float_bytes, UINT64_MAX);
+	ck_assert_uint_eq(all->cross_zone_sent_bytes, 4000);
+	ck_assert_uint_eq(all->n_residual_tables, 2);
+	ck_assert_double_eq_tol(all->residual_norms[0], 5, 1e-12);
+	ck_assert_double_eq_tol(all->residual_norms[1], 4, 1e-12);
+	dml_job_status_free(st);
+
+	r = record_round_trip(job, 30);
+	ck_assert_int_eq(dml_jobs_new(&back), 0);
+	restore_ok(back, r, 1000);
+	st = dml_job_status(dml_jobs_find(back, 1), 1000);
+	ck_assert_uint_eq(st->workers[0]->links->cross_zone_sent_bytes, 2000);
+	ck_assert_double_eq(st->workers[0]->links->residual_norms[1], 4);
+	ck_assert_double_eq_tol(st->links->residual_norms[0], 5, 1e-12);
+	dml_job_status_free(st);
+	dml__job_record__free_unpacked(r, NULL);
+	dml_jobs_free(back);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
+/*
  * A job of more than 64 workers looks at its load (drift, first measures,
  * stalls) at most every 50 ms, not at each report: a look costs
  * O(workers log workers).
@@ -543,6 +616,7 @@ void check_jobs_add_members(TCase *tc)
 	tcase_add_test(tc, a_moved_partition_goes_on_where_its_walker_stopped);
 	tcase_add_test(tc, a_partition_waits_its_own_hold);
 	tcase_add_test(tc, the_link_is_bytes_over_own_communication);
+	tcase_add_test(tc, link_bytes_and_residuals_reach_the_status);
 	tcase_add_test(tc, a_large_job_looks_at_its_load_at_most_every_50_ms);
 	tcase_add_test(tc, new_workers_are_recruited_when_the_spec_allows);
 }

@@ -6,9 +6,11 @@
 # zone B's worker reaches the server from the link's far end, a BSP job
 # through the link makes `dml-local links` count more bytes both ways,
 # about half as many with the default cross-zone codec (fp16) as without,
-# and `down` removes the namespace and the pair. Bad --zones/--wan combinations
-# are refused before anything starts. Needs root and iproute2; skips
-# otherwise. Exit status: 0 pass, 1 fail, 77 skip.
+# `dmlctl status` counts zone B's values across zones (as floats, then in
+# fp16 at half their floats' bytes) and zone A's within as floats, with a
+# worker per zone, and `down` removes the namespace and the pair. Bad
+# --zones/--wan combinations are refused before anything starts. Needs
+# root and iproute2; skips otherwise. Exit status: 0 pass, 1 fail, 77 skip.
 set -u
 
 . "${DML_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/test/local_cluster.sh" zones
@@ -87,11 +89,34 @@ zone_job() { # NAME [--table LINE...]
 	grep -q "done: every worker reached $clocks clocks" "$tmp/submit.out" ||
 		fail "the job $name: $(tail -n 5 "$tmp/submit.out")"
 }
+# A job's status: zone B's worker's values crossed the link, zone A's
+# stayed within as floats, and each zone has its worker. Sets cross and
+# sent: the job's bytes across zones as floats and as sent (its own
+# figures come last in its object).
+job_num() { # KEY: the last number of that name in $tmp/status.json
+	sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p" "$tmp/status.json"
+}
+job_traffic() { # JOB
+	"${dmlctl[@]}" --json status "$1" >"$tmp/status.json" 2>&1 ||
+		fail "status $1: $(cat "$tmp/status.json")"
+	cross=$(job_num cross_zone_float_bytes)
+	sent=$(job_num cross_zone_sent_bytes)
+	[ "${cross:-0}" -ge $((clocks * keys * 4)) ] ||
+		fail "job $1 across zones: ${cross:-?} bytes as floats"
+	[ "$(job_num within_zone_float_bytes)" = "$(job_num within_zone_sent_bytes)" ] ||
+		fail "job $1 within zone: not sent as floats: $(cat "$tmp/status.json")"
+	for z in A B; do
+		grep -q "{\"zone\":\"$z\",\"workers\":1," "$tmp/status.json" ||
+			fail "job $1 has no zone $z of one worker: $(cat "$tmp/status.json")"
+	done
+}
 link_bytes
 ab0=$ab ba0=$ba
 zone_job floats --table "codec_cross_zone = none" "pull_codec_cross_zone = none"
 link_bytes
 ab1=$ab ba1=$ba
+job_traffic 1
+[ "$sent" = "$cross" ] || fail "job 1 without codecs: $cross bytes as floats, $sent sent"
 
 # Zone B's worker reached the server from its link's far end.
 grep -q "peer $(fleet_link_addr "$b" 2):[0-9]*: worker 2 joined" "$run/server1.log" ||
@@ -103,6 +128,8 @@ least=$((clocks * keys * 4))
 zone_job fp16
 link_bytes
 ab2=$ab ba2=$ba
+job_traffic 2
+[ $((sent * 2)) = "$cross" ] || fail "job 2 in fp16: $cross bytes as floats, $sent sent"
 for dir in ab ba; do
 	flat=$(( ${dir}1 - ${dir}0 )) coded=$(( ${dir}2 - ${dir}1 ))
 	[ $((coded * 4)) -lt $((flat * 3)) ] ||

@@ -61,6 +61,13 @@ void cluster_add_server(struct cluster *c)
 
 	ck_assert_uint_lt(c->nservers, CLUSTER_MAX_SERVERS);
 	line = dml_test_scheduler_line(c->sched);
+	if (c->zones.servers) {
+		char *both;
+
+		ck_assert_int_gt(asprintf(&both, "%szone = %s\n", line, c->zones.servers), 0);
+		free(line);
+		line = both;
+	}
 	sc.node_id = (uint32_t)c->nservers + 1;
 	sc.server_extra = line;
 	extra = conf_fill(c->server_conf, dml_test_env_dir(c->env), sc.node_id);
@@ -78,8 +85,11 @@ void cluster_start_worker(struct cluster *c, uint32_t id)
 	ck_assert(id >= 1 && id <= CLUSTER_MAX_WORKERS);
 	ck_assert_int_gt(asprintf(&text,
 				  "[worker]\nnode_id = %u\nscheduler = 127.0.0.1:%u\n"
-				  "secret_file = %s\nlog_level = info\nthreads = 1\n",
-				  id, c->port, dml_test_env_secret(c->env)), 0);
+				  "secret_file = %s\nlog_level = info\nthreads = 1\n%s%s%s",
+				  id, c->port, dml_test_env_secret(c->env),
+				  c->zones.workers[id] ? "zone = " : "",
+				  c->zones.workers[id] ? c->zones.workers[id] : "",
+				  c->zones.workers[id] ? "\n" : ""), 0);
 	snprintf(name, sizeof(name), "worker-%u.conf", id);
 	ck_assert_int_eq(dml_test_env_write(c->env, name, text, 0644, &path), 0);
 	dml_test_bin("worker/dml-worker", &bin);
@@ -128,6 +138,16 @@ const struct jval *cluster_node(const struct jval *doc, const char *role, uint32
 	return NULL;
 }
 
+const struct jval *cluster_job_worker(const struct jval *job, uint32_t id)
+{
+	const struct jval *ws = json_get(job, "workers");
+
+	for (size_t i = 0; ws && i < ws->n; i++)
+		if (jnum(&ws->items[i], "worker") == id)
+			return &ws->items[i];
+	return NULL;
+}
+
 void cluster_wait_workers(struct cluster *c, uint32_t n)
 {
 	static const char *const args[] = { "nodes", NULL };
@@ -151,19 +171,16 @@ void cluster_wait_workers(struct cluster *c, uint32_t n)
 	ck_abort_msg("workers did not all register");
 }
 
-void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers)
-{
-	cluster_up_conf(c, nservers, nworkers, NULL);
-}
-
-void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
-		     const char *server_conf)
+static void cluster_up_with(struct cluster *c, size_t nservers, uint32_t nworkers,
+			    const char *server_conf, const struct cluster_zones *zones)
 {
 	struct dml_test_sched_conf sc = { 0 };
 	char *store;
 
 	memset(c, 0, sizeof(*c));
 	c->server_conf = server_conf;
+	if (zones)
+		c->zones = *zones;
 	ck_assert_int_eq(dml_test_env_new(&c->env), 0);
 	sc.heartbeat_interval_ms = 100;
 	sc.suspect_after_ms = 400;
@@ -180,6 +197,23 @@ void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 	for (uint32_t id = 1; id <= nworkers; id++)
 		cluster_start_worker(c, id);
 	cluster_wait_workers(c, nworkers);
+}
+
+void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers)
+{
+	cluster_up_conf(c, nservers, nworkers, NULL);
+}
+
+void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
+		     const char *server_conf)
+{
+	cluster_up_with(c, nservers, nworkers, server_conf, NULL);
+}
+
+void cluster_up_zones(struct cluster *c, size_t nservers, uint32_t nworkers,
+		      const struct cluster_zones *zones)
+{
+	cluster_up_with(c, nservers, nworkers, NULL, zones);
 }
 
 void cluster_stop(struct cluster *c)

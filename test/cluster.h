@@ -28,6 +28,12 @@
 #define CLUSTER_WAIT_MS 60000
 #define CLUSTER_POLL_MS 100
 
+/** Where the nodes of a cluster are (cluster_up_zones); NULL: no zone. */
+struct cluster_zones {
+	const char *servers;                          /* every server's */
+	const char *workers[CLUSTER_MAX_WORKERS + 1]; /* by node id */
+};
+
 struct cluster {
 	struct dml_test_env *env;
 	struct dml_test_server *sched;
@@ -36,6 +42,7 @@ struct cluster {
 	pid_t workers[CLUSTER_MAX_WORKERS + 1]; /* by node id; 0: not running */
 	uint16_t port;                          /* the scheduler's */
 	const char *server_conf;                /* appended to each server's config */
+	struct cluster_zones zones;             /* borrowed strings */
 };
 
 /** Sleep ms milliseconds, signals notwithstanding. */
@@ -55,6 +62,13 @@ void cluster_up(struct cluster *c, size_t nservers, uint32_t nworkers);
  */
 void cluster_up_conf(struct cluster *c, size_t nservers, uint32_t nworkers,
 		     const char *server_conf);
+
+/**
+ * cluster_up with each node in its zone (zones and its strings borrowed
+ * for the cluster's life; servers added later join the same zone).
+ */
+void cluster_up_zones(struct cluster *c, size_t nservers, uint32_t nworkers,
+		      const struct cluster_zones *zones);
 
 /** SIGTERM every worker and check its clean exit, then stop the daemons. */
 void cluster_down(struct cluster *c);
@@ -78,6 +92,9 @@ int cluster_dmlctl_json(struct cluster *c, const char *const *args, struct jval 
 
 /** The entry for (role, id) in the nodes of `dmlctl --json nodes`, or NULL. */
 const struct jval *cluster_node(const struct jval *doc, const char *role, uint32_t id);
+
+/** Worker id's entry in the workers of a job's `dmlctl --json status`, or NULL. */
+const struct jval *cluster_job_worker(const struct jval *job, uint32_t id);
 
 /** Wait until every worker 1..n is alive at the scheduler. */
 void cluster_wait_workers(struct cluster *c, uint32_t n);

@@ -283,6 +283,14 @@ test_check_checkpoints_CFLAGS = $(TEST_CFLAGS)
 test_check_checkpoints_LDADD = worker/libdml.la store/libdmlstorelog.la proto/libdmlproto.la \
 	$(LMDB_LIBS) $(TEST_LIBS)
 
+# End to end: a job's link classes, residuals and zones in dmlctl status.
+check_PROGRAMS += test/check_zone_status
+TESTS += test/check_zone_status
+test_check_zone_status_SOURCES = test/check_zone_status.c test/cluster.c test/cluster.h \
+	$(HARNESS_SOURCES) test/json.c test/json.h
+test_check_zone_status_CFLAGS = $(TEST_CFLAGS)
+test_check_zone_status_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # Integration: libdml's scheduler mode following shard maps (scripted scheduler).
 check_PROGRAMS += test/check_follow
 TESTS += test/check_follow

@@ -102,8 +102,8 @@ static const struct command commands[] = {
 	{ "resume", "JOB", "resume a paused job", ctl_cmd_resume, 0 },
 	{ "rebalance", "JOB", "split the job's partitions (and batches, when they follow "
 	  "speeds) anew by the workers' measured rates", ctl_cmd_rebalance, 0 },
-	{ "top", "[--once]", "live view of the nodes and the running job's workers",
-	  ctl_cmd_top, TAKES_ONCE },
+	{ "top", "[--once]", "live view of the nodes and the running job's traffic and "
+	  "workers", ctl_cmd_top, TAKES_ONCE },
 	{ "shardmap", "[JOB]", "which server holds which keys (default: the active job)",
 	  ctl_cmd_shardmap, 0 },
 	{ "export", "JOB FILE", "write the job's trained tables to a model file",

@@ -173,6 +173,15 @@ void ctl_print_shard_map(FILE *out, const Dml__ShardMap *map, const Dml__JobSpec
  * while not running.
  */
 void ctl_fmt_progress(const Dml__JobStatus *st, int bar_width, char *buf, size_t len);
+/** A rate: "41,235" (thousands grouped) from 1000 on, else three digits. */
+void ctl_fmt_rate(double v, char *buf, size_t len);
+/**
+ * A job's traffic and zones (dmlctl_links.c), a line each after indent:
+ * the values its workers pushed and pulled within a zone and across zones,
+ * as floats and as sent, with the ratio; its residual norm per table; and
+ * the examples/s of each zone when a worker's node names one.
+ */
+void ctl_print_job_links(FILE *out, const Dml__JobStatus *st, const char *indent);
 
 const char *ctl_action_name(int action);
 /** A node's role (worker, server, ...) as a word. */

@@ -183,6 +183,7 @@ static int top_frame(struct ctl_session *s, FILE *out, FILE *err)
 	if (active) {
 		ctl_fmt_progress(active, CTL_PROGRESS_BAR, line, sizeof(line));
 		fprintf(out, "%s\n", line);
+		ctl_print_job_links(out, active, "  ");
 		ctl_print_workers_table(out, active, "  ");
 		if (pending)
 			fprintf(out, "%zu more job%s pending\n", pending,

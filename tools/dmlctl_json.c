@@ -283,6 +283,29 @@ static void json_job_spec(struct ctl_json *j, const char *key, const Dml__JobSpe
 	ctl_json_close(j, '}');
 }
 
+/* "links": a LinkTraffic, all zeros when absent. */
+static void json_links(struct ctl_json *j, const Dml__LinkTraffic *lt)
+{
+	static const Dml__LinkTraffic none = DML__LINK_TRAFFIC__INIT;
+
+	if (!lt)
+		lt = &none;
+	ctl_json_open(j, "links", '{');
+	ctl_json_u64(j, "within_zone_float_bytes", lt->within_zone_float_bytes);
+	ctl_json_u64(j, "within_zone_sent_bytes", lt->within_zone_sent_bytes);
+	ctl_json_u64(j, "cross_zone_float_bytes", lt->cross_zone_float_bytes);
+	ctl_json_u64(j, "cross_zone_sent_bytes", lt->cross_zone_sent_bytes);
+	ctl_json_open(j, "residual_norms", '[');
+	for (size_t i = 0; i < lt->n_residual_tables && i < lt->n_residual_norms; i++) {
+		ctl_json_open(j, NULL, '{');
+		ctl_json_u64(j, "table", lt->residual_tables[i]);
+		ctl_json_num(j, "norm", lt->residual_norms[i]);
+		ctl_json_close(j, '}');
+	}
+	ctl_json_close(j, ']');
+	ctl_json_close(j, '}');
+}
+
 static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 {
 	ctl_json_open(j, NULL, '{');
@@ -303,6 +326,8 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_num(j, "rate", w->rate);
 	ctl_json_u64(j, "batch_size", w->batch_size);
 	ctl_json_num(j, "speed", w->speed);
+	ctl_json_str(j, "zone", w->zone);
+	json_links(j, w->links);
 	ctl_json_close(j, '}');
 }
 
@@ -340,6 +365,16 @@ void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStat
 	ctl_json_open(j, "workers", '[');
 	for (size_t i = 0; i < st->n_workers; i++)
 		json_worker_status(j, st->workers[i]);
+	ctl_json_close(j, ']');
+	json_links(j, st->links);
+	ctl_json_open(j, "zones", '[');
+	for (size_t i = 0; i < st->n_zones; i++) {
+		ctl_json_open(j, NULL, '{');
+		ctl_json_str(j, "zone", st->zones[i]->zone);
+		ctl_json_u64(j, "workers", st->zones[i]->workers);
+		ctl_json_num(j, "examples_per_s", st->zones[i]->examples_per_s);
+		ctl_json_close(j, '}');
+	}
 	ctl_json_close(j, ']');
 	ctl_json_u64(j, "age_ms", st->age_ms);
 	ctl_json_u64(j, "run_ms", st->run_ms);

@@ -449,6 +449,7 @@ void ctl_print_job_detail(FILE *out, const Dml__JobStatus *st)
 		"assignment version %llu\n", age, ran,
 		(unsigned long long)st->shard_map_version,
 		(unsigned long long)st->assignment_version);
+	ctl_print_job_links(out, st, "  ");
 	if (st->n_workers) {
 		fputc('\n', out);
 		ctl_print_workers_table(out, st, "  ");
@@ -468,8 +469,7 @@ void ctl_print_job_detail(FILE *out, const Dml__JobStatus *st)
 	}
 }
 
-/* A rate: "41,235" (thousands grouped) from 1000 on, else three digits. */
-static void fmt_rate(double v, char *buf, size_t len)
+void ctl_fmt_rate(double v, char *buf, size_t len)
 {
 	char digits[32];
 	size_t n, o = 0;
@@ -529,7 +529,7 @@ void ctl_fmt_progress(const Dml__JobStatus *st, int bar_width, char *buf, size_t
 	if (isfinite(ctl_trained(st->examples, e)) && !epochs_shown)
 		addf(buf, len, e < 100 ? ", epoch %.3g" : ", epoch %.0f", e);
 	if (isfinite(ctl_trained(st->examples, st->examples_per_s))) {
-		fmt_rate(st->examples_per_s, a, sizeof(a));
+		ctl_fmt_rate(st->examples_per_s, a, sizeof(a));
 		addf(buf, len, ", %s ex/s", a);
 	}
 	if (isfinite(ctl_trained(st->examples, st->loss)))

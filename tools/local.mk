@@ -20,7 +20,7 @@ tools_dml_bench_LDADD = sched/libdmljobs.la worker/libdml.la store/libdmlstorelo
 	$(APPS_LIBS) -lpthread
 bin_PROGRAMS += tools/dmlctl
 tools_dmlctl_SOURCES = tools/dmlctl.c tools/dmlctl.h tools/dmlctl_submit.c tools/dmlctl_jobs.c \
-	tools/dmlctl_session.c \
+	tools/dmlctl_session.c tools/dmlctl_links.c \
 	tools/dmlctl_print.c tools/dmlctl_json.c tools/dmlctl_export.c tools/dmlctl_ckpt.c tools/curve_svg.c tools/curve_svg.h
 tools_dmlctl_LDADD = worker/libdml.la $(APPS_LIBS)
 dist_noinst_SCRIPTS += tools/check tools/quickstart tools/deps.sh tools/dml-local

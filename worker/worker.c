@@ -208,6 +208,9 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 		int released = parts_attach(sh, &rep->p, !released_sent);
 
 		rep->p.error = rep->error;
+		rep->links.residual_tables = rep->res_tables;
+		rep->links.residual_norms = rep->res_norms;
+		rep->p.links = &rep->links;
 		m.type = DML__MSG_TYPE__PROGRESS;
 		m.job = rep->p.job;
 		m.progress = &rep->p;

@@ -17,6 +17,7 @@
 #include "proto/conn.h"
 #include "worker/dml.h"
 #include "proto/dml.pb-c.h"
+#include "proto/job_spec.h"
 #include "proto/sched_link.h"
 #include "proto/metrics.h"
 #include "worker/worker.h"
@@ -55,7 +56,6 @@ struct assign {
 	uint32_t batch;           /* examples per clock; 0: the spec's batch_size */
 };
 
-/* One PROGRESS to send; p.error points nowhere until it is sent. */
 /*
  * Partitions of one job and a position of each: those the trainer walked at
  * its latest report, or those it let go of since the last report sent, with
@@ -69,8 +69,11 @@ struct part_list {
 };
 
 struct report {
-	Dml__Progress p;
+	Dml__Progress p;          /* its pointers point nowhere until it is sent */
 	char error[REASON_MAX];
+	Dml__LinkTraffic links;   /* p.links, its lists pointing into: */
+	uint32_t res_tables[DML_JOB_TABLES_MAX];
+	double res_norms[DML_JOB_TABLES_MAX];
 	int final;                /* finished or failed: never replaced */
 };
 

@@ -139,6 +139,24 @@ static void held_store_locked(struct shared *sh, const struct run *r)
 	sh->held.n = n;
 }
 
+/* What its values cost per link class, and its residuals: the handle's. */
+static void links_report(const struct run *r, struct report *rep)
+{
+	Dml__LinkTraffic *lt = &rep->links;
+
+	if (!r->d)
+		return;
+	(void)dml_link_bytes(r->d, DML_LINK_WITHIN_ZONE, &lt->within_zone_float_bytes,
+			     &lt->within_zone_sent_bytes);
+	(void)dml_link_bytes(r->d, DML_LINK_CROSS_ZONE, &lt->cross_zone_float_bytes,
+			     &lt->cross_zone_sent_bytes);
+	for (size_t t = 0; t < r->spec->n_tables && t < DML_JOB_TABLES_MAX; t++) {
+		rep->res_tables[t] = r->spec->tables[t]->id;
+		(void)dml_residual_norm(r->d, rep->res_tables[t], &rep->res_norms[t]);
+		lt->n_residual_tables = lt->n_residual_norms = t + 1;
+	}
+}
+
 void run_report(struct run *r, enum report_kind kind, uint64_t step_examples,
 		double step_compute, double step_wait)
 {
@@ -151,6 +169,7 @@ void run_report(struct run *r, enum report_kind kind, uint64_t step_examples,
 
 	memset(&rep, 0, sizeof(rep));
 	dml__progress__init(&rep.p);
+	dml__link_traffic__init(&rep.links);
 	rep.p.job = r->as.job;
 	rep.p.clock = r->clock;
 	rep.p.examples = r->examples;
@@ -171,6 +190,9 @@ void run_report(struct run *r, enum report_kind kind, uint64_t step_examples,
 	rep.p.finished = finished != 0;
 	rep.p.data_examples = r->state ? r->app->data_examples(r->state) : 0;
 	rep.final = finished || failed;
+	/* a residual norm reads the table's rows: only for a report sent */
+	if (due)
+		links_report(r, &rep);
 	/* The scheduler names the worker when it reports the failure. */
 	if (failed)
 		snprintf(rep.error, sizeof(rep.error), "%s", r->err);
