@@ -200,47 +200,40 @@ static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_head
 	if (m->dtype != DML__DTYPE__F32 && m->type != DML__MSG_TYPE__PULL) {
 		/* Values in a codec's encoding: their length depends on it. */
 		uint64_t have = hdr->payload_len;
-		enum dml_codec_kind kind;
+		struct dml_codec c;
 
 		*expected = have;
 		if (m->type == DML__MSG_TYPE__PULL_REPLY)
 			key_bytes = 0;       /* a reply carries values only */
-		if (dml_dtype_codec(m->dtype, &kind) != 0)
+		if (dml_dtype_codec(m->dtype, &c) != 0)
 			return DML_ESHAPE;
-		if (have < key_bytes || !dml_codec_len_ok(kind, count, have - key_bytes))
+		if (have < key_bytes || !dml_codec_len_ok(c.kind, count, have - key_bytes))
 			return DML_EFRAME_COUNT;
 	}
 	return 0;
 }
 
-int dml_dtype_codec(Dml__DType dtype, enum dml_codec_kind *kind)
-{
-	static const enum dml_codec_kind kinds[] = {
-		[DML__DTYPE__F32] = DML_CODEC_NONE, [DML__DTYPE__F16] = DML_CODEC_FP16,
-		[DML__DTYPE__INT8] = DML_CODEC_INT8, [DML__DTYPE__BF16] = DML_CODEC_BF16,
-		[DML__DTYPE__TOPK] = DML_CODEC_TOPK,
-	};
+/* The codec of each dtype, by its number: both directions read it. */
+static const enum dml_codec_kind dtype_kinds[] = {
+	[DML__DTYPE__F32] = DML_CODEC_NONE, [DML__DTYPE__F16] = DML_CODEC_FP16,
+	[DML__DTYPE__INT8] = DML_CODEC_INT8, [DML__DTYPE__BF16] = DML_CODEC_BF16,
+	[DML__DTYPE__TOPK] = DML_CODEC_TOPK,
+};
 
-	if ((unsigned)dtype >= DML_ARRAY_LEN(kinds))
+int dml_dtype_codec(Dml__DType dtype, struct dml_codec *c)
+{
+	if ((unsigned)dtype >= DML_ARRAY_LEN(dtype_kinds))
 		return DML_ESHAPE;
-	*kind = kinds[dtype];
+	/* A decoder reads topk's count from the bytes: any fraction will do. */
+	*c = (struct dml_codec){ .kind = dtype_kinds[dtype], .topk_fraction = 1.0f };
 	return 0;
 }
 
 Dml__DType dml_codec_dtype(enum dml_codec_kind kind)
 {
-	switch (kind) {
-	case DML_CODEC_FP16:
-		return DML__DTYPE__F16;
-	case DML_CODEC_INT8:
-		return DML__DTYPE__INT8;
-	case DML_CODEC_BF16:
-		return DML__DTYPE__BF16;
-	case DML_CODEC_TOPK:
-		return DML__DTYPE__TOPK;
-	case DML_CODEC_NONE:
-		break;
-	}
+	for (size_t t = 0; t < DML_ARRAY_LEN(dtype_kinds); t++)
+		if (dtype_kinds[t] == kind)
+			return (Dml__DType)t;
 	return DML__DTYPE__F32;
 }
 
@@ -251,18 +244,18 @@ Dml__DType dml_codec_dtype(enum dml_codec_kind kind)
  */
 static bool dtype_allowed(const Dml__Meta *m)
 {
-	enum dml_codec_kind kind;
+	struct dml_codec c;
 
 	if (m->dtype == DML__DTYPE__F32)
 		return true;
-	if (dml_dtype_codec(m->dtype, &kind) != 0 || m->scan)
+	if (dml_dtype_codec(m->dtype, &c) != 0 || m->scan)
 		return false;
 	switch (m->type) {
 	case DML__MSG_TYPE__PUSH:
 		return true;
 	case DML__MSG_TYPE__PULL:
 	case DML__MSG_TYPE__PULL_REPLY:
-		return kind != DML_CODEC_TOPK;
+		return c.kind != DML_CODEC_TOPK;
 	default:
 		return false;
 	}

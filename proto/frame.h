@@ -103,8 +103,11 @@ void dml_meta_free(Dml__Meta *m);
  */
 void *dml_msg_copy(const ProtobufCMessage *m);
 
-/** The codec a dtype names: 0, or DML_ESHAPE for a number that is none. */
-int dml_dtype_codec(Dml__DType dtype, enum dml_codec_kind *kind);
+/**
+ * The codec a dtype names, ready to decode with: 0, or DML_ESHAPE for a
+ * number that is none.
+ */
+int dml_dtype_codec(Dml__DType dtype, struct dml_codec *c);
 /** The dtype of a codec (F32 for none). */
 Dml__DType dml_codec_dtype(enum dml_codec_kind kind);
 

@@ -75,12 +75,12 @@ static int reply_encode(struct session *ss, const struct held_pull *h, const flo
 			uint64_t floats, const void **out, size_t *len)
 {
 	struct dml_server *s = ss->srv;
-	struct dml_codec c = { .topk_fraction = 1.0f };
+	struct dml_codec c;
 	size_t need;
 	int rc;
 
 	/* The frame check let only codecs that carry every value through. */
-	(void)dml_dtype_codec(h->dtype, &c.kind);
+	(void)dml_dtype_codec(h->dtype, &c);
 	need = dml_codec_bound(&c, floats);
 	if (need > s->coded_cap) {
 		uint8_t *p = malloc(need);

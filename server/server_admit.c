@@ -93,14 +93,14 @@ const uint8_t *dml_server_push_decode(struct session *ss, const Dml__Meta *m,
 				      const uint8_t *payload)
 {
 	struct dml_server *s = ss->srv;
-	struct dml_codec c = { .topk_fraction = 1.0f };
+	struct dml_codec c;
 	uint64_t keybytes, n;
 	float *out;
 	int rc;
 
 	if (m->dtype == DML__DTYPE__F32)
 		return payload;
-	(void)dml_dtype_codec(m->dtype, &c.kind);  /* the frame check knew it */
+	(void)dml_dtype_codec(m->dtype, &c);  /* the frame check knew it */
 	dml_server_push_sizes(m, &keybytes, &n);
 	out = dml_server_scratch(s, keybytes / sizeof(float) + n);
 	if (!out) {

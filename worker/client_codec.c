@@ -187,15 +187,10 @@ static struct client_table_codec *table_codec(struct dml *d, const struct part *
 	return tc;
 }
 
-int dml_client_link_cross_zone(const struct dml *d, const struct link *l)
-{
-	return d->conf.zone[0] && l->zone[0] && strcmp(d->conf.zone, l->zone) != 0;
-}
-
 void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
 			     size_t sent)
 {
-	uint64_t *b = d->value_bytes[dml_client_link_cross_zone(d, l)];
+	uint64_t *b = d->value_bytes[l->cross_zone];
 
 	b[0] += floats * sizeof(float);
 	b[1] += sent;
@@ -212,8 +207,8 @@ static struct dml_codec part_codec(struct dml *d, const struct part *p,
 	*tcp = tc;
 	if (!tc || tc->width != p->width)
 		return none;
-	c = p->kind == PART_PUSH ? &tc->link[dml_client_link_cross_zone(d, p->link)].push
-				 : &tc->link[dml_client_link_cross_zone(d, p->link)].pull;
+	c = p->kind == PART_PUSH ? &tc->link[p->link->cross_zone].push
+				 : &tc->link[p->link->cross_zone].pull;
 	if (!(p->link->codecs & (1u << dml_codec_dtype(c->kind))))
 		return none;
 	return *c;
@@ -270,10 +265,9 @@ static void scatter(struct residual *r, const struct part *p, const size_t *at,
 			r->rows[at[i] + j] += tmp[i * w + j];
 }
 
-static int encode_push(struct dml *d, struct part *p, const struct dml_codec *c,
+static int encode_push(struct part *p, size_t n, const struct dml_codec *c,
 		       struct client_table_codec *tc)
 {
-	size_t n = (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
 	size_t cap = dml_codec_bound(c, n), len = 0;
 	float *res, *tmp = NULL;
 	size_t *at = NULL;
@@ -312,7 +306,7 @@ static int encode_push(struct dml *d, struct part *p, const struct dml_codec *c,
 
 int dml_client_part_encode(struct dml *d, struct part *p)
 {
-	size_t n = (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
+	size_t n = dml_client_part_values(p);
 	struct client_table_codec *tc;
 	struct dml_codec c;
 	int rc;
@@ -324,7 +318,7 @@ int dml_client_part_encode(struct dml *d, struct part *p)
 		p->dtype = dml_codec_dtype(c.kind);
 		return 0;
 	}
-	if (c.kind != DML_CODEC_NONE && (rc = encode_push(d, p, &c, tc)) != 0)
+	if (c.kind != DML_CODEC_NONE && (rc = encode_push(p, n, &c, tc)) != 0)
 		return rc;
 	dml_client_count_values(d, p->link, n, p->coded ? p->coded_len : n * sizeof(float));
 	return 0;
@@ -332,8 +326,8 @@ int dml_client_part_encode(struct dml *d, struct part *p)
 
 int dml_client_part_uncode(struct part *p)
 {
-	size_t n = (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
-	struct dml_codec c = { .topk_fraction = 1.0f };
+	size_t n = dml_client_part_values(p);
+	struct dml_codec c;
 	float *vals;
 
 	if (p->kind == PART_PULL)
@@ -341,7 +335,7 @@ int dml_client_part_uncode(struct part *p)
 	if (!p->coded)
 		return 0;
 	vals = dml_xmalloc((n ? n : 1) * sizeof(float));
-	(void)dml_dtype_codec(p->dtype, &c.kind);
+	(void)dml_dtype_codec(p->dtype, &c);
 	if (dml_codec_decode(&c, p->coded, p->coded_len, n, vals) != 0) {
 		free(vals);    /* our own encoding: cannot happen */
 		return DML_EIO;
@@ -361,21 +355,19 @@ int dml_client_part_uncode(struct part *p)
 int dml_client_reply_decode(struct part *p, const Dml__Meta *m, const uint8_t *payload,
 			    size_t len)
 {
-	size_t rows = p->dense ? p->end - p->begin : p->nkeys, n = rows * p->width;
-	struct dml_codec c = { .topk_fraction = 1.0f };
+	size_t n = dml_client_part_values(p);
+	struct dml_codec c;
 	float *out = p->out;
 	int rc;
 
 	if (m->dtype != p->dtype)
 		return DML_ESHAPE;
-	(void)dml_dtype_codec(m->dtype, &c.kind);
+	(void)dml_dtype_codec(m->dtype, &c);
 	if (p->pos)
 		out = dml_xmalloc((n ? n : 1) * sizeof(float));
 	rc = dml_codec_decode(&c, payload, len, n, out);
 	if (rc == 0 && p->pos)
-		for (size_t i = 0; i < rows; i++)
-			memcpy(p->out + (size_t)p->pos[i] * p->width, out + i * p->width,
-			       p->width * sizeof(float));
+		dml_client_pull_scatter(p, out);
 	if (p->pos)
 		free(out);
 	return rc ? DML_ESHAPE : 0;

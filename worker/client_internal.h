@@ -137,7 +137,7 @@ struct link {
 	struct part_list q;
 	Dml__TableInfo **tables;       /* standalone: copied from WELCOME */
 	size_t ntables;
-	char zone[64];                 /* the server's, from its WELCOME */
+	int cross_zone;                /* its WELCOME named a zone other than ours */
 	uint32_t codecs;               /* bit (1 << dtype): the server takes it */
 };
 
@@ -202,6 +202,12 @@ struct dml {
 	char detail[512];
 };
 
+/* The values a push carries or a pull asks for: rows times width. */
+static inline size_t dml_client_part_values(const struct part *p)
+{
+	return (size_t)(p->dense ? p->end - p->begin : p->nkeys) * p->width;
+}
+
 /* client_parts.c: requests and parts, sending and routing. */
 struct request *dml_client_find_request(struct dml *d, dml_handle_t id);
 struct request *dml_client_request_new(struct dml *d, int pull);
@@ -218,6 +224,9 @@ struct part *dml_client_part_new(struct dml *d, enum part_kind kind,
 int dml_client_part_route(struct dml *d, struct part *p);
 void dml_client_part_bounce(struct dml *d, struct part *p);
 void dml_client_parked_release(struct dml *d);
+/* A split pull's reply rows (in its order, any alignment) to the caller's
+ * rows they stand for (p->pos). */
+void dml_client_pull_scatter(const struct part *p, const void *rows);
 
 /* client_link.c: server links, connection events, housekeeping. */
 void dml_client_link_fail_all(struct link *l, int rc);
@@ -236,7 +245,6 @@ int dml_client_codecs_from_spec(const Dml__JobSpec *spec, struct client_codecs *
 				char *err, size_t errlen);
 void dml_client_codecs_install(struct dml *d, struct client_codecs *next);
 void dml_client_codecs_free(struct client_codecs *cs);
-int dml_client_link_cross_zone(const struct dml *d, const struct link *l);
 /* Values that went over l: floats of them, sent bytes as they travelled. */
 void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
 			     size_t sent);

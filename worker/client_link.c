@@ -38,7 +38,9 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 	struct link *l = arg;
 	struct dml *d = l->d;
 
-	snprintf(l->zone, sizeof(l->zone), "%s", w->zone ? w->zone : "");
+	/* Both zones named and different: the cross-zone codecs apply. */
+	l->cross_zone = d->conf.zone[0] && w->zone && w->zone[0] &&
+			strcmp(d->conf.zone, w->zone) != 0;
 	l->codecs = 1u << DML__DTYPE__F32;
 	for (size_t i = 0; i < w->n_codecs; i++)
 		if ((unsigned)w->codecs[i] < 32)
@@ -109,8 +111,7 @@ static void *payload_dest(struct dml_conn *c, const Dml__Meta *m, void *arg)
 	if (!p || p->link != l || p->kind != PART_PULL || p->pos ||
 	    p->dtype != DML__DTYPE__F32)
 		return NULL;
-	if (m->payload_bytes != (uint64_t)(p->dense ? p->end - p->begin : p->nkeys) *
-				p->width * sizeof(float))
+	if (m->payload_bytes != dml_client_part_values(p) * sizeof(float))
 		return NULL;
 	return p->out;
 }
@@ -156,8 +157,7 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 		return 0;
 	}
 	case DML__MSG_TYPE__PULL_REPLY: {
-		uint64_t rows = p->dense ? p->end - p->begin : p->nkeys;
-		size_t row_bytes = p->width * sizeof(float);
+		size_t n = dml_client_part_values(p);
 
 		if (p->kind != PART_PULL)
 			return DML_EFRAME_COUNT;
@@ -166,16 +166,14 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 
 			if (rc)
 				return rc;
-		} else if (len != rows * row_bytes) {
+		} else if (len != n * sizeof(float)) {
 			return DML_EFRAME_COUNT;
 		} else if (p->pos) {
-			for (uint64_t i = 0; i < rows; i++)
-				memcpy(p->out + (size_t)p->pos[i] * p->width,
-				       payload + i * row_bytes, row_bytes);
+			dml_client_pull_scatter(p, payload);
 		} else if (payload != (const uint8_t *)p->out) {
 			memcpy(p->out, payload, len);
 		}
-		dml_client_count_values(d, l, rows * p->width, len);
+		dml_client_count_values(d, l, n, len);
 		if (m->min_clock < p->req->min_clock)
 			p->req->min_clock = m->min_clock;
 		/* parts travel in parallel: the request waited for the longest */

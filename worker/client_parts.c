@@ -218,8 +218,7 @@ int dml_client_part_send(struct dml *d, struct part *p)
 		m.dtype = p->coded ? p->dtype : DML__DTYPE__F32;
 		iov[n].iov_base = p->coded ? (void *)p->coded : (void *)p->vals;
 		iov[n++].iov_len = p->coded ? p->coded_len
-					    : (p->dense ? p->end - p->begin : p->nkeys) *
-					      p->width * sizeof(float);
+					    : dml_client_part_values(p) * sizeof(float);
 		break;
 	case PART_PULL:
 		m.type = DML__MSG_TYPE__PULL;
@@ -283,6 +282,15 @@ int dml_client_part_submit(struct dml *d, struct part *p, struct link *l)
 		return rc;
 	}
 	return 0;
+}
+
+void dml_client_pull_scatter(const struct part *p, const void *rows)
+{
+	size_t row_bytes = p->width * sizeof(float);
+
+	for (uint32_t i = 0; i < p->nkeys; i++)
+		memcpy(p->out + (size_t)p->pos[i] * p->width, (const uint8_t *)rows + i * row_bytes,
+		       row_bytes);
 }
 
 /* ---- routing -------------------------------------------------------------- */
