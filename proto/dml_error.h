@@ -29,6 +29,7 @@ enum dml_error {
 	DML_EINTR = -16,          /* the wait was interrupted (dml_interrupt) */
 	DML_EAGAIN = -17,         /* the peer is not ready yet: try again shortly */
 	DML_EFULL = -18,          /* a store's map is full */
+	DML_EPARTIAL = -19,       /* a summed push is partly applied already */
 	/* Malformed frames: each class has its own code. */
 	DML_EFRAME_MAGIC = -20,   /* bad magic: not a dml peer */
 	DML_EFRAME_VERSION = -21, /* unsupported protocol version */

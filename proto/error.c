@@ -23,6 +23,7 @@ static const char *const messages[] = {
 	[16] = "interrupted",
 	[17] = "not ready yet, try again shortly",
 	[18] = "the store's map is full",
+	[19] = "some pushes of a summed push are applied already: forward them one by one",
 	[20] = "bad frame magic (not a dml peer)",
 	[21] = "unsupported protocol version",
 	[22] = "stream ended inside a frame",
