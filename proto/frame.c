@@ -279,6 +279,25 @@ static int payload_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 	return 0;
 }
 
+/*
+ * Meta.contributors (an aggregator's summed push) only on a PUSH, at most
+ * DML_MAX_CONTRIBUTORS, each naming a worker and a sequence number;
+ * Meta.owner (a part routed through an aggregator) only on PUSH and PULL,
+ * at most DML_MAX_OWNER_LEN bytes.
+ */
+static bool forward_fields_ok(const Dml__Meta *m)
+{
+	bool routed = m->type == DML__MSG_TYPE__PUSH || m->type == DML__MSG_TYPE__PULL;
+
+	if (m->n_contributors &&
+	    (m->type != DML__MSG_TYPE__PUSH || m->n_contributors > DML_MAX_CONTRIBUTORS))
+		return false;
+	for (size_t i = 0; i < m->n_contributors; i++)
+		if (!m->contributors[i] || !m->contributors[i]->worker || !m->contributors[i]->seq)
+			return false;
+	return !m->owner || !m->owner[0] || (routed && strlen(m->owner) <= DML_MAX_OWNER_LEN);
+}
+
 static int meta_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 		      const struct dml_frame_limits *lim)
 {
@@ -297,6 +316,8 @@ static int meta_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 	    (m->type == DML__MSG_TYPE__ASSIGN && (!m->job_spec || !m->assignment)) ||
 	    (m->type == DML__MSG_TYPE__PROGRESS && !m->progress) ||
 	    (m->type == DML__MSG_TYPE__SHARDMAP_REPLY && (!m->shard_map || !m->job_spec)))
+		return DML_EFRAME_DECODE;
+	if (!forward_fields_ok(m))
 		return DML_EFRAME_DECODE;
 	if (type_is_data(m->type) && !dtype_allowed(m))
 		return DML_ESHAPE;

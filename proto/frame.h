@@ -25,6 +25,10 @@
 #define DML_FRAME_MAGIC 0x314c4d44u /* bytes 'D' 'M' 'L' '1' */
 #define DML_PROTOCOL_VERSION 1
 #define DML_FRAME_HEADER_LEN 16
+/** Most workers' pushes one aggregator push may name (Meta.contributors). */
+#define DML_MAX_CONTRIBUTORS 4096
+/** Longest Meta.owner ("host:port") a frame may carry. */
+#define DML_MAX_OWNER_LEN 255
 /** dml_frame_parse() result: a well-formed prefix, more bytes needed. */
 #define DML_FRAME_INCOMPLETE 1
 

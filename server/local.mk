@@ -9,7 +9,8 @@ server_dml_server_SOURCES = server/main.c server/server.c server/requests.c serv
 	server/server_metrics.c server/server_sched.c server/job.c server/remap.c server/migrate.c \
 	server/key_ranges.c server/server_store.c server/store_commit.c server/store_ckpt.c \
 	server/ckpt_cut.c server/row_snapshot.c server/server_straggler.c server/bsp_step.c \
-	server/server_admit.c server/server_expire.c server/server_budget.c
+	server/server_admit.c server/server_expire.c server/server_budget.c \
+	server/forwarded.c
 server_dml_server_LDADD = store/libdmltable.la store/libdmlstorelog.la shard/libdmlshard.la \
 	proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
 

@@ -8,6 +8,9 @@
  * Metrics are registered in server_metrics.c; the request paths here only
  * bump integers of struct stats and feed three histograms.
  *
+ * A zone aggregator's summed push names the workers' pushes it holds;
+ * forwarded.c decides from their sequences whether it is applied.
+ *
  * Must never: apply a push twice (per-worker sequence numbers, checked
  * before the key ranges so a resend of a push applied before its keys moved
  * is still acknowledged), apply any of a request whose keys are not all
@@ -97,18 +100,20 @@ static int request_served(struct session *ss, const Dml__Meta *m, struct table_e
  * stale_scaling = inverse: a push of clock c while the newest worker is at
  * clock c + tau (tau > 0) goes on as a copy whose values are divided by
  * 1 + tau, DynSGD's step for a gradient computed tau clocks ago. The copy
- * is what is applied and logged, so a replay gives the same rows. NULL:
+ * is what is applied and logged, so a replay gives the same rows. Only
+ * pushes with a clock (clocked: a worker's, or a sum an aggregator
+ * forwards) are scaled. NULL:
  * no memory for the copy.
  */
-static const uint8_t *stale_scaled(struct dml_server *s, const struct dml_ssp_worker *w,
-				   const Dml__Meta *m, const uint8_t *payload)
+static const uint8_t *stale_scaled(struct dml_server *s, int clocked, const Dml__Meta *m,
+				   const uint8_t *payload)
 {
 	uint64_t newest, keybytes, n;
 	float *copy, *vals;
 	float k;
 
 	/* The newest clock is a walk over every worker: only when it matters. */
-	if (s->stale_scaling != DML_STALE_INVERSE || !w)
+	if (s->stale_scaling != DML_STALE_INVERSE || !clocked)
 		return payload;
 	newest = dml_ssp_max_clock(&s->ssp);
 	if (newest <= m->clock)
@@ -133,7 +138,7 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	struct dml_ssp_worker *w = dml_server_session_worker(ss);
 	struct table_entry *te = request_table(ss, m);
 	const uint64_t *keys = (const uint64_t *)payload;
-	int rc, deferred;
+	int rc, deferred, forwarded;
 
 	if (!te)
 		return 0;
@@ -144,7 +149,11 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 				       "control clients and servers may not push");
 		return 0;
 	}
-	switch (dml_server_seq_check(w, m->seq)) {
+	/* An aggregator's summed push: its contributors' sequences decide. */
+	forwarded = m->n_contributors || ss->role == DML__ROLE__AGGREGATOR;
+	switch (forwarded ? dml_server_forwarded_check(ss, m) : dml_server_seq_check(w, m->seq)) {
+	case DML_SEQ_REFUSED:
+		return 0;
 	case DML_SEQ_RESEND:
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;
@@ -171,7 +180,7 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	    (payload = dml_server_push_decode(ss, m, payload)) == NULL ||
 	    !dml_server_push_admit(ss, m, payload))
 		return 0;
-	if ((payload = stale_scaled(ss->srv, w, m, payload)) == NULL) {
+	if ((payload = stale_scaled(ss->srv, w || forwarded, m, payload)) == NULL) {
 		dml_server_reply_error(ss, m->request_id, DML_ENOMEM, "push to table %u: no "
 				       "memory to scale it by its staleness", m->table);
 		return 0;
@@ -193,7 +202,9 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 				       dml_strerror(rc));
 		return 0;
 	}
-	if (w && m->seq != 0)
+	if (forwarded)
+		dml_server_forwarded_applied(ss->srv, m);
+	else if (w && m->seq != 0)
 		w->last_seq = m->seq;
 	ss->srv->st.pushes++;
 	ss->srv->st.deferred += deferred;
@@ -297,6 +308,7 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	struct dml_server *s = ss->srv;
 	struct table_entry *te = request_table(ss, m);
 	const uint64_t *keys = (const uint64_t *)payload;
+	int aggregator = ss->role == DML__ROLE__AGGREGATOR;
 	struct held_pull ask, *h;
 
 	if (te && m->scan) {
@@ -307,11 +319,13 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		return 0;
 	ask = (struct held_pull){
 		.sess = ss, .received_ns = received_ns, .request_id = m->request_id,
-		.clock = m->clock, .te = te, .dense = m->dense, .begin = m->key_begin,
+		.clock = m->clock, .worker = aggregator ? m->worker : ss->node_id,
+		.te = te, .dense = m->dense, .begin = m->key_begin,
 		.end = m->key_end, .keys = (uint64_t *)keys,
 		.nkeys = m->dense ? 0 : m->num_keys, .dtype = m->dtype,
 	};
-	if (!ss->worker || dml_ssp_ready(&s->ssp, m->clock)) {
+	/* An aggregator's pull is its zone's workers': it waits as theirs do. */
+	if ((!ss->worker && !aggregator) || dml_ssp_ready(&s->ssp, m->clock)) {
 		dml_server_answer_pull(&ask, 0);
 		return 0;
 	}

@@ -72,6 +72,8 @@ struct held_pull {
 	uint64_t received_ns;      /* for the latency and wait histograms */
 	uint64_t request_id;
 	uint64_t clock;
+	uint32_t worker;           /* whose pull: the worker's, or the one an
+				    * aggregator asks for (straggler reports) */
 	struct table_entry *te;
 	int dense;
 	uint64_t begin, end;
@@ -115,6 +117,9 @@ struct stats {
 	 * their bytes on the wire and as floats */
 	uint64_t coded_wire[2], coded_floats[2];
 	uint64_t seq_jumps;        /* pushes refused for a seq past the window */
+	uint64_t pushes_forwarded; /* aggregators' summed pushes applied */
+	uint64_t forwarded_contributors; /* the workers' pushes they held */
+	uint64_t pushes_partial;   /* summed pushes refused: some pushes applied already */
 	uint64_t budget_held;      /* pulls that waited for the output budget */
 	uint64_t output_stalled;   /* connections closed for unread replies */
 	uint64_t requests[REQ_KINDS];
@@ -199,7 +204,8 @@ void dml_server_evict(struct dml_server *s, uint32_t worker);
 /* How far one push may move a worker's last_seq (see server_admit.c). */
 #define DML_SEQ_WINDOW (1ull << 20)
 
-enum { DML_SEQ_NEW, DML_SEQ_RESEND, DML_SEQ_JUMP };
+/* DML_SEQ_REFUSED: refused and answered already (forwarded.c). */
+enum { DML_SEQ_NEW, DML_SEQ_RESEND, DML_SEQ_JUMP, DML_SEQ_REFUSED };
 
 /**
  * Where a push of seq from worker w (NULL: not a worker) stands:
@@ -223,6 +229,20 @@ void dml_server_push_sizes(const Dml__Meta *m, uint64_t *keybytes, uint64_t *n);
  */
 const uint8_t *dml_server_push_decode(struct session *ss, const Dml__Meta *m,
 				      const uint8_t *payload);
+
+/* ---- forwarded.c ---- */
+
+/**
+ * Where a PUSH naming contributors (or any PUSH of an aggregator) stands:
+ * DML_SEQ_NEW (apply it once), DML_SEQ_RESEND (every push in it applied
+ * before: acknowledge only) or DML_SEQ_REFUSED (answered with the error).
+ * Changes no worker's state.
+ */
+int dml_server_forwarded_check(struct session *ss, const Dml__Meta *m);
+
+/** A summed push dml_server_forwarded_check let in was applied: every
+ * contributor's last_seq moves to its seq, and it is counted. */
+void dml_server_forwarded_applied(struct dml_server *s, const Dml__Meta *m);
 
 /* ---- server_budget.c ---- */
 
@@ -349,7 +369,9 @@ int dml_server_store_open(struct dml_server *s);
 
 /**
  * A push was applied: log it and acknowledge it when the durability mode
- * allows (sync: after the commit of this turn of the loop).
+ * allows (sync: after the commit of this turn of the loop). A push naming
+ * contributors (an aggregator's) is logged under the first one's worker,
+ * incarnation and seq, with a sequence-only record for each other one.
  */
 void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8_t *payload,
 			     uint32_t worker, uint64_t incarnation, int deferred);

@@ -119,6 +119,14 @@ static const struct dml_metric_desc
 	m_seq_jumps = { "dml_server_pushes_seq_refused_total",
 			"Pushes refused for a sequence number past the resend window", COUNTER,
 			NULL, NULL, 0 },
+	m_forwarded = { "dml_server_pushes_forwarded_total",
+			"Summed pushes from zone aggregators applied", COUNTER, NULL, NULL, 0 },
+	m_contributors = { "dml_server_forwarded_contributors_total",
+			   "Workers' pushes the applied aggregator pushes held", COUNTER, NULL,
+			   NULL, 0 },
+	m_partial = { "dml_server_pushes_partial_total",
+		      "Aggregator pushes refused (DML_EPARTIAL): some of the pushes they held "
+		      "were applied already", COUNTER, NULL, NULL, 0 },
 	m_preauth = { "dml_server_preauth_dropped_total",
 		      "Unauthenticated connections closed to make room (max_preauth)", COUNTER,
 		      NULL, NULL, 0 },
@@ -195,6 +203,9 @@ static int register_metrics(struct dml_metrics *m, void *arg)
 					   &s->st.coded_floats[i]);
 	}
 	bad |= dml_metrics_add_u64(m, &m_seq_jumps, NULL, &s->st.seq_jumps);
+	bad |= dml_metrics_add_u64(m, &m_forwarded, NULL, &s->st.pushes_forwarded);
+	bad |= dml_metrics_add_u64(m, &m_contributors, NULL, &s->st.forwarded_contributors);
+	bad |= dml_metrics_add_u64(m, &m_partial, NULL, &s->st.pushes_partial);
 	bad |= dml_metrics_add_u64(m, &m_preauth, NULL, &s->peers.preauth_dropped);
 	bad |= dml_metrics_add_u64(m, &m_budget, NULL, &s->st.budget_held);
 	bad |= dml_metrics_add_u64(m, &m_stalled, NULL, &s->st.output_stalled);

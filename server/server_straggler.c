@@ -26,7 +26,7 @@
 static int waits_itself(const struct dml_server *s, uint32_t id)
 {
 	for (const struct held_pull *h = s->held; h; h = h->next)
-		if (h->sess && h->sess->node_id == id)
+		if (h->sess && h->worker == id)
 			return 1;
 	return 0;
 }

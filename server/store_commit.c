@@ -75,6 +75,20 @@ static int log_rows(void *arg, const uint64_t *keys, uint64_t begin, size_t n,
 	return dml_store_append(c->s->store->store, &r);
 }
 
+/* A record of a worker's push sequence only (no rows), for the dedupe state. */
+static void seq_record(const struct dml_server *s, uint32_t worker, uint64_t incarnation,
+		       uint64_t seq, uint64_t clock, struct dml_log_rec *r)
+{
+	*r = (struct dml_log_rec){ 0 };
+	r->job = s->job.id;
+	r->worker = worker;
+	r->incarnation = incarnation;
+	r->seq = seq;
+	r->clock = clock;
+	r->rows = r->dense = 1;
+	r->width = 1;
+}
+
 /*
  * Batch: every row changed since the last commit, once, and each worker's
  * push sequence where it moved, into the batch. A window of hot rows costs
@@ -94,18 +108,11 @@ static int log_changes(struct dml_server *s)
 	}
 	for (size_t i = 0; i < s->ssp.nworkers && !rc; i++) {
 		struct dml_ssp_worker *w = &s->ssp.workers[i];
-		struct dml_log_rec r = { 0 };
+		struct dml_log_rec r;
 
 		if (w->last_seq == w->logged_seq)
 			continue;
-		/* No rows: a record of the worker's sequence for the dedupe state. */
-		r.job = s->job.id;
-		r.worker = w->id;
-		r.incarnation = w->incarnation;
-		r.seq = w->last_seq;
-		r.clock = c.clock;
-		r.rows = r.dense = 1;
-		r.width = 1;
+		seq_record(s, w->id, w->incarnation, w->last_seq, c.clock, &r);
 		rc = dml_store_append(s->store->store, &r);
 		if (!rc)
 			w->logged_seq = w->last_seq;
@@ -295,7 +302,23 @@ void dml_server_store_pushed(struct session *ss, const Dml__Meta *m, const uint8
 	r.clock = m->clock;
 	r.weight = dml_push_weight_of(m);
 	r.deferred = deferred;
-	append_then_ack(ss, &r, m->request_id, "a push");
+	/* An aggregator's sum: logged under its first contributor's push, and
+	 * the others' sequences beside it, in this same commit. */
+	if (m->n_contributors) {
+		r.worker = m->contributors[0]->worker;
+		r.incarnation = m->contributors[0]->incarnation;
+		r.seq = m->contributors[0]->seq;
+	}
+	if (append(ss->srv, &r, "a push") != 0)
+		return;
+	for (size_t i = 1; i < m->n_contributors; i++) {
+		const Dml__Contributor *c = m->contributors[i];
+
+		seq_record(ss->srv, c->worker, c->incarnation, c->seq, m->clock, &r);
+		if (append(ss->srv, &r, "a forwarded push's sequences") != 0)
+			return;
+	}
+	defer_ack(ss->srv, ss, m->request_id);
 }
 
 void dml_server_store_stepped(struct dml_server *s)

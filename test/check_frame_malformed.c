@@ -575,6 +575,83 @@ START_TEST(test_dtypes)
 }
 END_TEST
 
+/* Meta.contributors and Meta.owner: where they may appear, how many, how long. */
+START_TEST(test_forward_fields)
+{
+	static const struct {
+		Dml__MsgType type;
+		size_t n;               /* contributors */
+		uint32_t worker, seq;   /* the last one's */
+		size_t owner_len;
+		int want;
+	} cases[] = {
+		{ DML__MSG_TYPE__PUSH, 1, 1, 1, 0, 0 },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 9, 0, 0 },
+		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS, 5, 5, 0, 0 },
+		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS + 1, 5, 5, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PUSH, 2, 0, 9, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 0, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PULL, 1, 1, 1, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__MIGRATE, 1, 1, 1, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0 },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN, 0 },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 14, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__MIGRATE, 0, 0, 0, 14, DML_EFRAME_DECODE },
+	};
+	struct dml_frame_limits lim;
+
+	/* 4096 contributors with random incarnations need more than 64 KiB of Meta. */
+	dml_frame_limits_default(&lim);
+	lim.max_meta = 1u << 20;
+	for (size_t i = 0; i < DML_ARRAY_LEN(cases); i++) {
+		size_t n = cases[i].n;
+		Dml__Contributor *c = dml_xcalloc(n ? n : 1, sizeof(*c));
+		Dml__Contributor **cp = dml_xcalloc(n ? n : 1, sizeof(*cp));
+		char owner[DML_MAX_OWNER_LEN + 2];
+		uint8_t payload[8 + 4] = { 0 };
+		struct built b;
+		Dml__Meta m;
+		int rc;
+
+		for (size_t j = 0; j < n; j++) {
+			dml__contributor__init(&c[j]);
+			c[j].worker = (uint32_t)j + 1;
+			c[j].incarnation = 0x9e3779b97f4a7c15ull * (j + 1);
+			c[j].seq = j + 1;
+			cp[j] = &c[j];
+		}
+		if (n) {
+			c[n - 1].worker = cases[i].worker;
+			c[n - 1].seq = cases[i].seq;
+		}
+		memset(owner, 'h', cases[i].owner_len);
+		owner[cases[i].owner_len] = '\0';
+		meta_data(&m, cases[i].type, 1);
+		m.n_contributors = n;
+		m.contributors = cp;
+		m.owner = owner;
+		if (cases[i].type == DML__MSG_TYPE__MIGRATE) {
+			m.dense = 1;
+			m.key_end = 1;
+			b = build_frame(&m, payload, 4);
+		} else if (cases[i].type == DML__MSG_TYPE__PULL_REPLY) {
+			m.num_keys = 1;
+			b = build_frame(&m, payload + 8, 4);           /* the value */
+		} else {
+			m.num_keys = 1;
+			b = build_frame(&m, payload, cases[i].type == DML__MSG_TYPE__PULL ? 8 : 12);
+		}
+		rc = parse_with(&b, &lim);
+		ck_assert_msg(rc == cases[i].want, "case %zu: %d, want %d", i, rc, cases[i].want);
+		built_free(&b);
+		free(c);
+		free(cp);
+	}
+}
+END_TEST
+
 /* The tests of malformed frames, in the order the suite runs them. */
 void frame_tests_malformed(TCase *tc)
 {
@@ -597,4 +674,5 @@ void frame_tests_malformed(TCase *tc)
 	tcase_add_test(tc, test_scan_frames);
 	tcase_add_test(tc, test_pull_reply_over_limit);
 	tcase_add_test(tc, test_dtypes);
+	tcase_add_test(tc, test_forward_fields);
 }

@@ -126,6 +126,14 @@ test_check_durability_LDADD = worker/libdml.la store/libdmltable.la proto/libdml
 
 # Exactly-once while worker processes (incarnations going up and down)
 # and the server are SIGKILLed at random points.
+# Aggregators' summed pushes at their owner: a server, libdml workers, raw frames.
+check_PROGRAMS += test/check_forwarded
+TESTS += test/check_forwarded
+test_check_forwarded_SOURCES = test/check_forwarded.c test/raw_frame.c test/raw_frame.h \
+	$(HARNESS_SOURCES)
+test_check_forwarded_CFLAGS = $(TEST_CFLAGS)
+test_check_forwarded_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 check_PROGRAMS += test/check_exactly_once
 TESTS += test/check_exactly_once
 test_check_exactly_once_SOURCES = test/check_exactly_once.c $(HARNESS_SOURCES)
