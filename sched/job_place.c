@@ -491,3 +491,11 @@ int job_stalls(struct dml_job *job, uint64_t now)
 	}
 	return changed;
 }
+
+void dml_jobs_reroute(struct dml_job *job, const char *why)
+{
+	if (!job || !job_active(job))
+		return;
+	job->assignment_version++;
+	dml_job_event(job, "%s", why);
+}

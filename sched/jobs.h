@@ -174,6 +174,14 @@ int dml_jobs_worker_available(struct dml_job *job, const struct dml_job_candidat
 			      uint64_t now);
 
 /**
+ * What each worker's assignment carries from outside the job table changed
+ * (dml-sched's zone aggregator routes): the assignment version is bumped,
+ * so that every live worker is sent its assignment again, and why goes to
+ * the job's events. Nothing else changes. A job not active is left alone.
+ */
+void dml_jobs_reroute(struct dml_job *job, const char *why);
+
+/**
  * A PROGRESS report from a worker of the job. Updates its figures and the
  * job's, and applies the stop conditions: a report with an error fails the
  * job; a metric that reaches target, examples reaching max_epochs passes

@@ -13,7 +13,8 @@ sched_libdmljobs_la_SOURCES = sched/job_table.c sched/job_place.c sched/job_stat
 bin_PROGRAMS += sched/dml-sched
 sched_dml_sched_SOURCES = sched/main.c sched/sched.c sched/nodes.c sched/sched_conf.c \
 	sched/sched_job_io.c sched/sched_job_run.c sched/sched_job_rpc.c sched/sched_metrics.c \
-	sched/sched_state.c sched/sched_ckpt.c sched/sched_evict.c
+	sched/sched_state.c sched/sched_ckpt.c sched/sched_evict.c \
+	sched/sched_routes.c
 sched_dml_sched_LDADD = sched/libdmljobs.la proto/libdmljobspec.la shard/libdmlshard.la \
 	store/libdmlstorelog.la \
 	proto/libdmldaemon.la proto/libdmlproto.la

@@ -130,6 +130,25 @@ struct sched_active {
 	struct sched_ckpt ckpt;
 };
 
+/* A zone aggregator that routes name (sched_routes.c). */
+struct sched_route_agg {
+	uint32_t node_id;
+	char zone[DML_NODE_ZONE_MAX + 1];
+	char address[DML_NODE_ADDRESS_MAX + 1];
+};
+
+/* Which aggregator each worker of the active job routes through. */
+struct sched_routes {
+	uint32_t job;              /* worked out for this job; 0: none yet */
+	uint64_t version;          /* at this assignment version of it */
+	size_t nworkers;           /* over this many of its workers */
+	uint32_t *via;             /* by worker index: an index into aggs, or
+				    * UINT32_MAX for straight to the servers */
+	struct sched_route_agg *aggs; /* the usable ones, by (zone, node id) */
+	size_t naggs;
+	int stale;                 /* an aggregator or a worker changed since */
+};
+
 /* A server that refused a shard map: left out of maps until it restarts. */
 struct sched_refusal {
 	uint32_t node_id;
@@ -167,6 +186,7 @@ struct dml_sched {
 	struct sched_job *xjobs;   /* by job id - 1 */
 	size_t nxjobs, capxjobs;
 	struct sched_active act;
+	struct sched_routes routes; /* sched_routes.c */
 	struct sched_node_event *events;
 	size_t nevents, capevents;
 	struct event *kick;        /* handles the queued node events */
@@ -250,6 +270,27 @@ struct sched_job *dml_sched_job(struct dml_sched *s, uint32_t id);
 
 /** A new, zeroed entry for job id (ids come in increasing order). */
 struct sched_job *dml_sched_job_add(struct dml_sched *s, uint32_t id);
+
+/* ---- sched_routes.c: zone aggregators the workers route through -------- */
+
+/**
+ * Work out the routes of the active job again if an aggregator or a worker
+ * changed (routes.stale) or the job's workers or assignment version did;
+ * when workers already sent the current version would route differently,
+ * bump the version (an event says so) so that they all hear it.
+ */
+void dml_sched_routes_sync(struct dml_sched *s, struct dml_job *job);
+
+/**
+ * The aggregator (host:port) worker routes through in job, "" for
+ * straight to the servers (always for a worker not live, or a job not
+ * active). Valid until the next dml_sched_routes_sync; may bump the job's
+ * assignment version (as dml_sched_routes_sync), so call it before
+ * reading the version.
+ */
+const char *dml_sched_route(struct dml_sched *s, struct dml_job *job, uint32_t worker);
+
+void dml_sched_routes_free(struct dml_sched *s);
 
 /* ---- sched_evict.c: servers stop waiting for a lost worker ------------- */
 

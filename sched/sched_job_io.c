@@ -242,14 +242,18 @@ int assign_send(struct dml_sched *s, struct dml_job *job, uint32_t worker,
 	Dml__Meta m = DML__META__INIT;
 	Dml__Assignment a = DML__ASSIGNMENT__INIT;
 	Dml__JobSpec spec;
+	const char *via;
 	size_t size, nparts;
 	int rc;
 
 	if (!ss || !xj)
 		return 0;
+	/* first: working the routes out again may bump the version */
+	via = dml_sched_route(s, job, worker);
 	dml_job_assignment(job, worker, &a);
 	if (dml_job_finished(job))
 		dml_job_assignment_clear(&a);
+	a.aggregator = (char *)via;
 	wire_spec(job, xj, &spec);
 	m.type = DML__MSG_TYPE__ASSIGN;
 	m.request_id = ++s->next_request;
@@ -272,8 +276,9 @@ int assign_send(struct dml_sched *s, struct dml_job *job, uint32_t worker,
 	}
 	s->st.assign_sent++;
 	dml_debug("worker %" PRIu32 ": assigned job %" PRIu32 " v%" PRIu64 " (%s, %zu "
-		  "partitions, start clock %" PRIu64 ")", worker, job->id, a.version,
-		  dml_job_state_name(a.state), nparts, a.start_clock);
+		  "partitions, start clock %" PRIu64 ", aggregator %s)", worker, job->id,
+		  a.version, dml_job_state_name(a.state), nparts, a.start_clock,
+		  via[0] ? via : "none");
 	return 0;
 }
 

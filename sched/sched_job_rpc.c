@@ -104,8 +104,8 @@ static Dml__ZoneRate *zone_rate(Dml__JobStatus *st, const char *zone)
 
 /* JobStatus as JOBS_REPLY shows it: the job table's, with the node table's
  * word on live workers and their zones (each zone's rate summed), and the
- * scheduler's on maps. *reason gets what
- * st->reason held, for status_release. */
+ * scheduler's on maps and on the aggregators workers route through.
+ * *reason gets what st->reason held, for status_release. */
 static Dml__JobStatus *status_build(struct dml_sched *s, struct dml_job *job, uint64_t now,
 				    char **reason)
 {
@@ -122,12 +122,16 @@ static Dml__JobStatus *status_build(struct dml_sched *s, struct dml_job *job, ui
 		Dml__WorkerStatus *ws = st->workers[i];
 		const struct dml_node *n = dml_nodes_find(s->nodes, DML__ROLE__WORKER,
 							  ws->worker);
+		const char *via;
 
 		/* A live member is as alive as its node; a lost one stays dead. */
 		if (n && ws->state == DML__NODE_STATE__ALIVE)
 			ws->state = n->state;
 		if (n && n->zone[0])
 			ws->zone = dml_xstrdup(n->zone);
+		via = dml_sched_route(s, job, ws->worker);
+		if (via[0])
+			ws->aggregator = dml_xstrdup(via);
 		if (ws->state != DML__NODE_STATE__DEAD) {
 			Dml__ZoneRate *z = zone_rate(st, n ? n->zone : "");
 

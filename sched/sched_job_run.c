@@ -142,6 +142,7 @@ static void active_sync(struct dml_sched *s, struct dml_job *job, uint64_t now)
 			 plural(a->nservers));
 		a->assigned = 1;
 	}
+	dml_sched_routes_sync(s, job);
 	job_note(s, job);
 	if (a->assigned &&
 	    (job->state != a->sent_state || job->assignment_version != a->sent_version)) {
@@ -287,6 +288,11 @@ void dml_sched_jobs_node_changed(struct dml_sched *s, const struct dml_node *n,
 			 n->changed_ms == n->registered_ms;
 	struct sched_node_event *e;
 
+	/* Any change of an aggregator, or a worker's zone, may move routes. */
+	if (n->role == DML__ROLE__AGGREGATOR || (n->role == DML__ROLE__WORKER && registered))
+		s->routes.stale = 1;
+	if (n->role == DML__ROLE__AGGREGATOR && s->kick)
+		event_active(s->kick, EV_TIMEOUT, 1);
 	/* A server that dies stays in its job's map; only workers are lost. */
 	if (!((n->role == DML__ROLE__WORKER && (registered || dead)) ||
 	      (n->role == DML__ROLE__SERVER && registered)))
@@ -331,5 +337,6 @@ void dml_sched_jobs_free(struct dml_sched *s)
 	free(s->ckpt_waiters);
 	free(s->events);
 	free(s->refused);
+	dml_sched_routes_free(s);
 	dml_jobs_free(s->jobs);
 }

@@ -86,6 +86,36 @@ START_TEST(operators_pause_resume_and_stop)
 }
 END_TEST
 
+/* A change of routes outside the table: a new version and an event, for an
+ * active job only; partitions and batches stay. */
+START_TEST(reroute_bumps_the_version_of_an_active_job)
+{
+	struct dml_jobs *jobs;
+	struct dml_job *job;
+	struct spec_buf b;
+	uint64_t v, parts;
+	size_t nevents;
+
+	spec_init(&b);
+	jobs = jobs_with(&b, 0, &job);
+	nevents = job->nevents;
+	dml_jobs_reroute(job, "pending");
+	ck_assert_uint_eq(job->assignment_version, 0);
+	ck_assert_uint_eq(job->nevents, nevents);
+	start_equal(job, 2, 10, 10);
+	v = job->assignment_version;
+	parts = npart_of(job, 1);
+	dml_jobs_reroute(job, "zone aggregator routes changed for 1 worker");
+	ck_assert_uint_eq(job->assignment_version, v + 1);
+	ck_assert_str_eq(last_event(job), "zone aggregator routes changed for 1 worker");
+	ck_assert_uint_eq(npart_of(job, 1), parts);
+	job->state = DML__JOB_STATE__DONE;
+	dml_jobs_reroute(job, "done");
+	ck_assert_uint_eq(job->assignment_version, v + 1);
+	dml_jobs_free(jobs);
+}
+END_TEST
+
 START_TEST(one_job_is_active_at_a_time)
 {
 	struct dml_jobs *jobs;
@@ -331,6 +361,7 @@ END_TEST
 void check_jobs_add_ops(TCase *tc)
 {
 	tcase_add_test(tc, operators_pause_resume_and_stop);
+	tcase_add_test(tc, reroute_bumps_the_version_of_an_active_job);
 	tcase_add_test(tc, one_job_is_active_at_a_time);
 	tcase_add_test(tc, assignments_list_each_workers_partitions);
 	tcase_add_test(tc, status_reports_the_whole_job);

@@ -6,7 +6,8 @@
  * plus real dml-servers registering through their link. This file holds
  * the scheduler's start and stop, the first tests and the suite; the
  * peers are in schedjobs_peer.c, the other tests in
- * check_schedjobs_workers.c and check_schedjobs_ckpt.c.
+ * check_schedjobs_workers.c, check_schedjobs_ckpt.c and
+ * check_schedjobs_routes.c.
  *
  * Covered: SUBMIT (accepted, or refused with the spec's reason), JOBS (all,
  * one, unknown, over max_meta), JOB_CONTROL (errors for an unknown job or a
@@ -25,7 +26,8 @@
  * checkpoint` answered by the round started after it (one asked during a
  * round waits for the next), a failed round's reason, a waiter hanging up;
  * the
- * scheduler's metrics and log lines.
+ * scheduler's metrics and log lines; the zone aggregators each worker is
+ * told to route through (check_schedjobs_routes.c).
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -378,6 +380,7 @@ int main(void)
 	tcase_add_test(tc, test_job_flow);
 	check_schedjobs_add_workers(tc);
 	check_schedjobs_add_ckpt(tc);
+	check_schedjobs_add_routes(tc);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }

@@ -64,6 +64,8 @@ void peer_send(struct peer *p, Dml__Meta *m);
 Dml__Meta *peer_request(struct peer *p, Dml__Meta *m);
 void assert_error(Dml__Meta *r, int code, const char *needle);
 struct peer *node_up(struct net *net, uint32_t role, uint32_t id);
+/** Register in zone; a SERVER at 127.0.0.1:20000+id, an AGGREGATOR at 30000+id. */
+struct peer *node_up_zone(struct net *net, uint32_t role, uint32_t id, const char *zone);
 void peer_ack(struct peer *p, const Dml__Meta *req);
 void take_free(Dml__Meta *m);
 uint32_t submit(struct peer *ctl, const char *name, const char *extra);
@@ -89,5 +91,6 @@ void peer_refuse(struct peer *p, const Dml__Meta *req, int code, const char *why
 
 void check_schedjobs_add_workers(TCase *tc);
 void check_schedjobs_add_ckpt(TCase *tc);
+void check_schedjobs_add_routes(TCase *tc);
 
 #endif

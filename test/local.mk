@@ -232,7 +232,8 @@ test_check_mapplan_LDADD = shard/libdmlshard.la proto/libdmlproto.la $(TEST_LIBS
 check_PROGRAMS += test/check_schedjobs
 TESTS += test/check_schedjobs
 test_check_schedjobs_SOURCES = test/check_schedjobs.c test/check_schedjobs.h \
-	test/check_schedjobs_workers.c test/check_schedjobs_ckpt.c test/schedjobs_peer.c \
+	test/check_schedjobs_workers.c test/check_schedjobs_ckpt.c \
+	test/check_schedjobs_routes.c test/schedjobs_peer.c test/json.c test/json.h \
 	$(HARNESS_SOURCES)
 test_check_schedjobs_CFLAGS = $(TEST_CFLAGS)
 test_check_schedjobs_LDADD = proto/libdmljobspec.la store/libdmltable.la shard/libdmlshard.la \

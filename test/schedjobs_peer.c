@@ -203,17 +203,21 @@ void assert_error(Dml__Meta *r, int code, const char *needle)
 	dml__meta__free_unpacked(r, NULL);
 }
 
-static void peer_register(struct peer *p, uint64_t memory, double rate)
+/* Servers serve at 127.0.0.1:20000+id, aggregators at 127.0.0.1:30000+id. */
+static void peer_register(struct peer *p, uint64_t memory, double rate, const char *zone)
 {
 	Dml__Meta m = DML__META__INIT, *r;
 	Dml__NodeInfo info = DML__NODE_INFO__INIT;
 	Dml__Profile prof = DML__PROFILE__INIT;
 	char addr[32];
 
-	snprintf(addr, sizeof(addr), "127.0.0.1:%u", 20000 + p->node_id);
+	snprintf(addr, sizeof(addr), "127.0.0.1:%u",
+		 (p->role == DML__ROLE__AGGREGATOR ? 30000 : 20000) + p->node_id);
 	info.role = p->role;
 	info.node_id = p->node_id;
-	info.address = p->role == DML__ROLE__SERVER ? addr : (char *)"";
+	info.zone = (char *)zone;
+	info.address = p->role == DML__ROLE__SERVER || p->role == DML__ROLE__AGGREGATOR
+		       ? addr : (char *)"";
 	prof.memory_bytes = memory;
 	prof.examples_per_s = rate;
 	info.profile = &prof;
@@ -224,12 +228,17 @@ static void peer_register(struct peer *p, uint64_t memory, double rate)
 	dml__meta__free_unpacked(r, NULL);
 }
 
-struct peer *node_up(struct net *net, uint32_t role, uint32_t id)
+struct peer *node_up_zone(struct net *net, uint32_t role, uint32_t id, const char *zone)
 {
 	struct peer *p = peer_connect(net, role, id);
 
-	peer_register(p, role == DML__ROLE__SERVER ? (UINT64_C(1) << 30) : 0, 100);
+	peer_register(p, role == DML__ROLE__SERVER ? (UINT64_C(1) << 30) : 0, 100, zone);
 	return p;
+}
+
+struct peer *node_up(struct net *net, uint32_t role, uint32_t id)
+{
+	return node_up_zone(net, role, id, "");
 }
 
 void peer_ack(struct peer *p, const Dml__Meta *req)

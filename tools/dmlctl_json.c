@@ -327,6 +327,7 @@ static void json_worker_status(struct ctl_json *j, const Dml__WorkerStatus *w)
 	ctl_json_u64(j, "batch_size", w->batch_size);
 	ctl_json_num(j, "speed", w->speed);
 	ctl_json_str(j, "zone", w->zone);
+	ctl_json_str(j, "aggregator", w->aggregator);
 	json_links(j, w->links);
 	ctl_json_close(j, '}');
 }

@@ -301,7 +301,7 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 {
 	static const char *const head[] = {
 		"WORKER", "STATE", "CLOCK", "EXAMPLES", "EXAMPLES/S", "LOSS", "PARTITIONS",
-		"BATCH", "RATE", "SPEED", "LINK MB/S", "COMPUTING", "REASON"
+		"BATCH", "RATE", "SPEED", "LINK MB/S", "COMPUTING", "AGGREGATOR", "REASON"
 	};
 	struct table t;
 
@@ -326,7 +326,9 @@ void ctl_print_workers_table(FILE *out, const Dml__JobStatus *st, const char *in
 		row[10] = cell_num("%.1f", w->link_bps > 0 ? w->link_bps / 1e6 : NAN);
 		row[11] = cell_num("%.0f%%", w->compute_s + w->wait_s > 0 ?
 				   100 * w->compute_s / (w->compute_s + w->wait_s) : NAN);
-		row[12] = cell(w->reason);
+		/* the zone aggregator its pushes and pulls go through, "-": direct */
+		row[12] = cell(w->aggregator);
+		row[13] = cell(w->reason);
 	}
 	table_print(&t, out, indent);
 	table_free(&t);

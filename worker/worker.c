@@ -81,6 +81,8 @@ void assign_from_msg(struct assign *dst, const Dml__Assignment *a)
 		.batch = a->batch_size,
 	};
 
+	if (a->aggregator && strlen(a->aggregator) < sizeof(view.aggregator))
+		memcpy(view.aggregator, a->aggregator, strlen(a->aggregator) + 1);
 	assign_copy(dst, &view);
 }
 

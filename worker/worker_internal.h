@@ -54,6 +54,9 @@ struct assign {
 	uint32_t num_partitions;
 	uint64_t start_clock;
 	uint32_t batch;           /* examples per clock; 0: the spec's batch_size */
+	/* the zone aggregator (host:port) to route through, "" for straight to
+	 * the servers (and for one too long to be a host name and a port) */
+	char aggregator[262];
 };
 
 /*

@@ -245,6 +245,13 @@ static int run_set_option(struct run *r, const char *key, const char *fmt, ...)
 	return rc;
 }
 
+/* The zone aggregator the scheduler routes this worker through, "" for
+ * straight to the servers. */
+static const char *run_aggregator(const struct run *r)
+{
+	return r->as.aggregator;
+}
+
 /* The servers must hold every table the app uses, as it uses them. */
 static int run_check_tables(struct run *r)
 {
@@ -367,6 +374,9 @@ int run_open(struct run *r)
 	    (rc = run_set_option(r, "local_socket", "%s", c->local_socket ? "yes" : "no")) ||
 	    (rc = run_set_option(r, "zone", "%s", c->zone)))
 		return rc;
+	if (*run_aggregator(r) &&
+	    (rc = run_set_option(r, "aggregator", "%s", run_aggregator(r))) != 0)
+		return rc;
 	if ((rc = dml_connect(r->opts, &r->d)) != 0) {
 		r->d = NULL;
 		run_fail(r, "cannot join job %" PRIu32 "'s servers: %s", r->as.job,
@@ -473,6 +483,22 @@ static int run_catch_up(struct run *r, uint64_t clock)
 	return 0;
 }
 
+/*
+ * The scheduler moved this worker to another zone aggregator, or to none:
+ * said once. libdml takes its route when it connects, so the job's
+ * connection keeps the one it opened with.
+ */
+static void run_note_route(struct run *r, const struct assign *next)
+{
+	if (strcmp(next->aggregator, run_aggregator(r)) == 0)
+		return;
+	dml_info("job %" PRIu32 ": the scheduler routes this worker %s%s (assignment v%"
+		 PRIu64 "); its connection keeps the route it opened with", r->as.job,
+		 next->aggregator[0] ? "through aggregator " : "straight to the servers",
+		 next->aggregator, next->version);
+	memcpy(r->as.aggregator, next->aggregator, sizeof(r->as.aggregator));
+}
+
 /* A new assignment of the same job: take its partitions and batch size. */
 int run_follow(struct run *r, const struct assign *next)
 {
@@ -482,6 +508,7 @@ int run_follow(struct run *r, const struct assign *next)
 	char why[sizeof(r->err)];
 	int rc;
 
+	run_note_route(r, next);
 	if (next->start_clock > r->clock && (rc = run_catch_up(r, next->start_clock)) != 0)
 		return rc;
 	if (!new_parts && assign_batch(r, next) == batch)
