@@ -214,6 +214,9 @@ uint16_t dml_test_proxy_port(const struct dml_test_proxy *p);
  */
 int dml_test_proxy_hold(struct dml_test_proxy *p);
 
+/** Pass bytes from the server to clients again, what was held first. */
+int dml_test_proxy_pass(struct dml_test_proxy *p);
+
 /**
  * Reset (RST) every connection through the proxy, both sides; whatever the
  * server sent that a client did not get yet is lost, as in a network
@@ -241,6 +244,25 @@ int dml_test_http_request(uint16_t port, const char *method, const char *path,
  * what dml_test_http_request returns.
  */
 int dml_test_metric(uint16_t port, const char *name, int timeout_ms, double *value);
+
+/** What goes into a generated dml-aggregator config. */
+struct dml_test_agg_conf {
+	uint32_t node_id;        /* 0: 1 */
+	const char *servers;     /* the owners, "127.0.0.1:PORT,..." (required) */
+	const char *log_level;   /* NULL: "info" */
+	const char *agg_extra;   /* appended to [aggregator] (e.g. window_ms) */
+	const char *extra;       /* appended verbatim (e.g. a [limits] section) */
+};
+
+/**
+ * Write a config ([aggregator] on 127.0.0.1 port 0, port_file, cluster
+ * "dml", the environment's secret), start server/dml-aggregator on it and
+ * wait for its port file, as dml_test_server_start() does; the handle works
+ * with every dml_test_server_ function. Returns 0, DML_EIO or
+ * DML_ETIMEDOUT.
+ */
+int dml_test_aggregator_start(struct dml_test_env *env, const struct dml_test_agg_conf *conf,
+			      struct dml_test_server **out);
 
 /* ---- dml-sched, restarts and dmlctl ------------------------------------- */
 

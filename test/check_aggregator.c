@@ -1,0 +1,448 @@
+/*
+ * dml-aggregator between hand-made worker frames and a real dml-server
+ * (sgd, lr 1, from zeros, asynchronous), all on 127.0.0.1:
+ *
+ *   - two workers push the same dense range of clock 1: the owner gets one
+ *     push (its STATS push counter rises by one, not two) holding the sum,
+ *     and neither worker is acknowledged while the owner's ACK is held in a
+ *     proxy; both are once it passes;
+ *   - a push naming an owner not in servers gets DML_ERANGE, a push of a
+ *     shape the owner does not serve gets the owner's error relayed, a
+ *     coded push with a NaN scale gets DML_ESHAPE, and the connection stays
+ *     (a HEARTBEAT is echoed after each);
+ *   - the owner stopped after the aggregator forwarded, killed with SIGKILL
+ *     and restarted: the aggregator dials it again, resends, and both
+ *     workers get their ACKs; the new owner holds the sum once;
+ *   - window_ms: a push that the other connected worker never joins is
+ *     forwarded alone once the window ran out;
+ *   - pulls: two workers pulling one range at one clock cost the owner one
+ *     pull; a pull at a lower clock is served from the cache; one at a
+ *     higher clock goes upstream again; a pull asking fp16 gets fp16.
+ */
+#include <check.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/codec.h"
+#include "proto/dml_error.h"
+#include "proto/frame.h"
+#include "proto/util.h"
+#include "test/check_run.h"
+#include "test/harness.h"
+#include "test/raw_frame.h"
+
+#define KEYS 8
+#define TABLE 1
+#define WAIT_MS 10000
+/* How long a reply that must not come is waited for. */
+#define SILENCE_MS 400
+
+static const char tables[] = "[table]\nid = 1\nkind = dense\nwidth = 1\nkeys = 8\n"
+			     "optimizer = sgd\nlr = 1\n";
+
+struct fixture {
+	struct dml_test_env *env;
+	struct dml_test_server *owner, *agg;
+	struct dml_test_proxy *proxy;
+	char owner_addr[32];        /* as the aggregator's servers name it */
+	uint16_t agg_metrics;
+};
+
+/* Wait until the aggregator's metric name reads want (or time runs out). */
+static void wait_agg_metric(struct fixture *f, const char *name, double want)
+{
+	double v = -1;
+
+	for (int i = 0; i < WAIT_MS / 20; i++) {
+		ck_assert_int_eq(dml_test_metric(f->agg_metrics, name, WAIT_MS, &v), 0);
+		if (v == want)
+			break;
+		usleep(20000);
+	}
+	ck_assert_msg(v == want, "%s is %g, not %g", name, v, want);
+}
+
+static void fixture_start(struct fixture *f, int proxied, const char *agg_extra)
+{
+	struct dml_test_server_conf sc = { .staleness = -1, .tables = tables };
+	char extra[512], *metrics_port;
+	uint16_t port;
+
+	memset(f, 0, sizeof(*f));
+	ck_assert_int_eq(dml_test_env_new(&f->env), 0);
+	ck_assert_int_eq(dml_test_server_start(f->env, &sc, &f->owner), 0);
+	port = dml_test_server_port(f->owner);
+	if (proxied) {
+		ck_assert_int_eq(dml_test_proxy_start(f->env, port, &f->proxy), 0);
+		port = dml_test_proxy_port(f->proxy);
+	}
+	snprintf(f->owner_addr, sizeof(f->owner_addr), "127.0.0.1:%u", port);
+	metrics_port = NULL;
+	ck_assert_int_eq(dml_test_env_write(f->env, "agg-metrics.port", "", 0600,
+					    &metrics_port), 0);
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\n"
+		 "metrics_port_file = %s\n%s", metrics_port, agg_extra ? agg_extra : "");
+	ck_assert_int_eq(dml_test_aggregator_start(f->env, &(struct dml_test_agg_conf){
+				.servers = f->owner_addr, .agg_extra = extra }, &f->agg), 0);
+	ck_assert_int_eq(dml_test_port_file_read(metrics_port, &f->agg_metrics), 0);
+	free(metrics_port);
+	/* Its owner link is up: a proxy held now holds answers, not the handshake. */
+	wait_agg_metric(f, "dml_aggregator_owners_connected", 1);
+}
+
+static void fixture_end(struct fixture *f)
+{
+	ck_assert_int_eq(dml_test_server_stop(f->agg, DML_TEST_STOP_TIMEOUT_MS), 0);
+	dml_test_env_free(f->env);
+}
+
+/* A raw connection as role r to port; the WELCOME is checked and dropped. */
+static int raw_peer(struct fixture *f, uint16_t port, uint32_t role, uint32_t id)
+{
+	Dml__Meta *w;
+	int fd;
+
+	ck_assert_int_eq(dml_test_raw_connect(port, &fd), 0);
+	w = raw_frame_handshake(f->env, fd, role, id, 1000 + id, 0, 0);
+	dml_meta_free(w);
+	return fd;
+}
+
+static int worker_connect(struct fixture *f, uint32_t id)
+{
+	return raw_peer(f, dml_test_server_port(f->agg), DML__ROLE__WORKER, id);
+}
+
+static void dense_meta(Dml__Meta *m, Dml__MsgType type, uint64_t rid, uint64_t clock,
+		       const char *owner)
+{
+	dml__meta__init(m);
+	m->type = type;
+	m->request_id = rid;
+	m->table = TABLE;
+	m->clock = clock;
+	m->dense = 1;
+	m->key_begin = 0;
+	m->key_end = KEYS;
+	m->value_width = 1;
+	m->owner = (char *)owner;
+}
+
+static void send_push(int fd, uint64_t rid, uint64_t seq, const char *owner, const float *v)
+{
+	Dml__Meta m;
+
+	dense_meta(&m, DML__MSG_TYPE__PUSH, rid, 1, owner);
+	m.seq = seq;
+	raw_frame_send(fd, &m, v, KEYS * sizeof(float));
+}
+
+/* The next frame on fd: an ACK of rid, or an ERROR of rid with code (!= 0). */
+static void expect_reply(int fd, uint64_t rid, int code)
+{
+	uint8_t *pl;
+	Dml__Meta *r = raw_frame_read(fd, &pl);
+
+	ck_assert_uint_eq(r->request_id, rid);
+	if (code == 0) {
+		ck_assert_int_eq(r->type, DML__MSG_TYPE__ACK);
+	} else {
+		ck_assert_int_eq(r->type, DML__MSG_TYPE__ERROR);
+		ck_assert_int_eq(r->error->code, code);
+	}
+	dml_meta_free(r);
+	free(pl);
+}
+
+/* Nothing arrives on fd for SILENCE_MS. */
+static void expect_silence(int fd)
+{
+	struct pollfd p = { fd, POLLIN, 0 };
+
+	ck_assert_int_eq(poll(&p, 1, SILENCE_MS), 0);
+}
+
+/* The connection still serves: a HEARTBEAT comes back. */
+static void expect_alive(int fd, uint64_t rid)
+{
+	Dml__Meta m = DML__META__INIT, *r;
+	uint8_t *pl;
+
+	m.type = DML__MSG_TYPE__HEARTBEAT;
+	m.request_id = rid;
+	raw_frame_send(fd, &m, NULL, 0);
+	r = raw_frame_read(fd, &pl);
+	ck_assert_int_eq(r->type, DML__MSG_TYPE__HEARTBEAT);
+	ck_assert_uint_eq(r->request_id, rid);
+	dml_meta_free(r);
+	free(pl);
+}
+
+/* The owner's push and pull counters, asked directly (not through a proxy). */
+static void owner_stats(struct fixture *f, uint64_t *pushes, uint64_t *pulls)
+{
+	int fd = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__CONTROL, 99);
+	Dml__Meta m = DML__META__INIT, *r;
+	uint8_t *pl;
+
+	m.type = DML__MSG_TYPE__STATS;
+	m.request_id = 1;
+	raw_frame_send(fd, &m, NULL, 0);
+	r = raw_frame_read(fd, &pl);
+	ck_assert_int_eq(r->type, DML__MSG_TYPE__STATS_REPLY);
+	*pushes = r->stats->pushes;
+	*pulls = r->stats->pulls;
+	dml_meta_free(r);
+	free(pl);
+	close(fd);
+}
+
+static void wait_owner_pushes(struct fixture *f, uint64_t want)
+{
+	uint64_t pushes = 0, pulls;
+
+	for (int i = 0; i < WAIT_MS / 20; i++) {
+		owner_stats(f, &pushes, &pulls);
+		if (pushes >= want)
+			break;
+		usleep(20000);
+	}
+	ck_assert_uint_eq(pushes, want);
+}
+
+/* A pull of the whole range at clock on fd; the reply's values into out. */
+static void pull_values(int fd, uint64_t rid, uint64_t clock, const char *owner,
+			Dml__DType dtype, float *out)
+{
+	Dml__Meta m, *r;
+	struct dml_codec c;
+	uint8_t *pl;
+
+	dense_meta(&m, DML__MSG_TYPE__PULL, rid, clock, owner);
+	m.dtype = dtype;
+	raw_frame_send(fd, &m, NULL, 0);
+	r = raw_frame_read(fd, &pl);
+	ck_assert_int_eq(r->type, DML__MSG_TYPE__PULL_REPLY);
+	ck_assert_uint_eq(r->request_id, rid);
+	ck_assert_int_eq(r->dtype, dtype);
+	ck_assert_int_eq(dml_dtype_codec(r->dtype, &c), 0);
+	ck_assert_int_eq(dml_codec_decode(&c, pl, r->payload_bytes, KEYS, out), 0);
+	dml_meta_free(r);
+	free(pl);
+}
+
+/* The owner's values, read directly. */
+static void owner_values(struct fixture *f, float *out)
+{
+	int fd = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__CONTROL, 98);
+
+	pull_values(fd, 1, 0, "", DML__DTYPE__F32, out);
+	close(fd);
+}
+
+static void fill(float *v, float scale)
+{
+	for (int k = 0; k < KEYS; k++)
+		v[k] = scale * (float)(k + 1);
+}
+
+/* sgd, lr 1, from zeros: values read back are minus the sum pushed. */
+static void expect_values(const float *got, float scale)
+{
+	for (int k = 0; k < KEYS; k++)
+		ck_assert_float_eq(got[k], -scale * (float)(k + 1));
+}
+
+static void expect_owner_sum(struct fixture *f, float scale)
+{
+	float got[KEYS];
+
+	owner_values(f, got);
+	expect_values(got, scale);
+}
+
+START_TEST(test_two_pushes_one_forward_acked_after_owner)
+{
+	struct fixture f;
+	float a[KEYS], b[KEYS];
+	uint64_t p0, p1, pulls;
+	int w1, w2;
+
+	/* A long window: only both workers joining closes the entry. */
+	fixture_start(&f, 1, "window_ms = 60000\n");
+	w1 = worker_connect(&f, 1);
+	w2 = worker_connect(&f, 2);
+	owner_stats(&f, &p0, &pulls);
+	ck_assert_int_eq(dml_test_proxy_hold(f.proxy), 0);
+	fill(a, 1);
+	fill(b, 2);
+	send_push(w1, 11, 1, f.owner_addr, a);
+	expect_silence(w1);             /* waits for worker 2 */
+	send_push(w2, 21, 1, f.owner_addr, b);
+	wait_owner_pushes(&f, p0 + 1);  /* applied, its ACK held in the proxy */
+	expect_silence(w1);
+	expect_silence(w2);
+	ck_assert_int_eq(dml_test_proxy_pass(f.proxy), 0);
+	expect_reply(w1, 11, 0);
+	expect_reply(w2, 21, 0);
+	owner_stats(&f, &p1, &pulls);
+	ck_assert_uint_eq(p1, p0 + 1);
+	expect_owner_sum(&f, 3);
+	wait_agg_metric(&f, "dml_aggregator_pushes_forwarded_total", 1);
+	close(w1);
+	close(w2);
+	fixture_end(&f);
+}
+END_TEST
+
+START_TEST(test_bad_requests_keep_the_connection)
+{
+	struct fixture f;
+	float a[KEYS], wide[3 * KEYS];
+	uint8_t coded[4 + KEYS];
+	uint64_t p0, p1, pulls;
+	Dml__Meta m;
+	int w1;
+
+	fixture_start(&f, 0, "window_ms = 0\n");
+	w1 = worker_connect(&f, 1);
+	owner_stats(&f, &p0, &pulls);
+	fill(a, 1);
+	send_push(w1, 1, 1, "127.0.0.1:1", a);
+	expect_reply(w1, 1, DML_ERANGE);
+	expect_alive(w1, 2);
+	/* Three floats a key where the owner's table has one: its refusal. */
+	memset(wide, 0, sizeof(wide));
+	dense_meta(&m, DML__MSG_TYPE__PUSH, 3, 1, f.owner_addr);
+	m.seq = 1;
+	m.value_width = 3;
+	raw_frame_send(w1, &m, wide, sizeof(wide));
+	expect_reply(w1, 3, DML_ESHAPE);
+	expect_alive(w1, 4);
+	/* int8 with a NaN scale: not an encoding of any values. */
+	memset(coded, 0, sizeof(coded));
+	dml_store_le32(coded, 0x7fc00000u);
+	dense_meta(&m, DML__MSG_TYPE__PUSH, 5, 1, f.owner_addr);
+	m.seq = 2;
+	m.dtype = DML__DTYPE__INT8;
+	raw_frame_send(w1, &m, coded, sizeof(coded));
+	expect_reply(w1, 5, DML_ESHAPE);
+	expect_alive(w1, 6);
+	owner_stats(&f, &p1, &pulls);
+	ck_assert_uint_eq(p1, p0);
+	close(w1);
+	fixture_end(&f);
+}
+END_TEST
+
+START_TEST(test_owner_killed_before_ack_gets_the_resend)
+{
+	struct fixture f;
+	float a[KEYS], b[KEYS];
+	uint64_t p, pulls;
+	int w1, w2;
+
+	fixture_start(&f, 0, "window_ms = 60000\n");
+	ck_assert_int_eq(dml_test_server_pin_port(f.owner), 0);
+	w1 = worker_connect(&f, 1);
+	w2 = worker_connect(&f, 2);
+	ck_assert_int_eq(dml_test_server_signal(f.owner, SIGSTOP), 0);
+	fill(a, 1);
+	fill(b, 2);
+	send_push(w1, 11, 1, f.owner_addr, a);
+	send_push(w2, 21, 1, f.owner_addr, b);
+	wait_agg_metric(&f, "dml_aggregator_pushes_forwarded_total", 1);
+	expect_silence(w1);
+	expect_silence(w2);
+	dml_test_server_kill(f.owner);
+	ck_assert_int_eq(dml_test_server_restart(f.owner), 0);
+	expect_reply(w1, 11, 0);
+	expect_reply(w2, 21, 0);
+	owner_stats(&f, &p, &pulls);
+	ck_assert_uint_eq(p, 1);
+	expect_owner_sum(&f, 3);
+	close(w1);
+	close(w2);
+	fixture_end(&f);
+}
+END_TEST
+
+START_TEST(test_window_forwards_a_lone_push)
+{
+	struct fixture f;
+	float a[KEYS];
+	uint64_t p0, p1, pulls;
+	int w1, w2;
+
+	fixture_start(&f, 0, "window_ms = 50\n");
+	w1 = worker_connect(&f, 1);
+	w2 = worker_connect(&f, 2);     /* connected, never pushes */
+	owner_stats(&f, &p0, &pulls);
+	fill(a, 1);
+	send_push(w1, 11, 1, f.owner_addr, a);
+	expect_reply(w1, 11, 0);
+	owner_stats(&f, &p1, &pulls);
+	ck_assert_uint_eq(p1, p0 + 1);
+	expect_owner_sum(&f, 1);
+	close(w1);
+	close(w2);
+	fixture_end(&f);
+}
+END_TEST
+
+START_TEST(test_pulls_share_one_upstream_pull)
+{
+	struct fixture f;
+	float a[KEYS], got[KEYS];
+	uint64_t pushes, u0, u;
+	int w1, w2;
+
+	fixture_start(&f, 0, "window_ms = 0\n");
+	w1 = worker_connect(&f, 1);
+	w2 = worker_connect(&f, 2);
+	fill(a, 1);
+	send_push(w1, 1, 1, f.owner_addr, a);
+	expect_reply(w1, 1, 0);
+	owner_stats(&f, &pushes, &u0);
+	pull_values(w1, 2, 3, f.owner_addr, DML__DTYPE__F32, got);
+	expect_values(got, 1);
+	pull_values(w2, 3, 3, f.owner_addr, DML__DTYPE__F16, got);
+	expect_values(got, 1);
+	owner_stats(&f, &pushes, &u);
+	ck_assert_uint_eq(u, u0 + 1);
+	/* Fetched for clock 3: it answers clock 2 too. */
+	pull_values(w1, 4, 2, f.owner_addr, DML__DTYPE__F32, got);
+	expect_values(got, 1);
+	owner_stats(&f, &pushes, &u);
+	ck_assert_uint_eq(u, u0 + 1);
+	/* Clock 4 may need newer values: upstream again, after a new push. */
+	send_push(w2, 5, 1, f.owner_addr, a);
+	expect_reply(w2, 5, 0);
+	pull_values(w1, 6, 4, f.owner_addr, DML__DTYPE__F32, got);
+	expect_values(got, 2);
+	owner_stats(&f, &pushes, &u);
+	ck_assert_uint_eq(u, u0 + 2);
+	close(w1);
+	close(w2);
+	fixture_end(&f);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("aggregator");
+	TCase *tc = tcase_create("aggregator");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_two_pushes_one_forward_acked_after_owner);
+	tcase_add_test(tc, test_bad_requests_keep_the_connection);
+	tcase_add_test(tc, test_owner_killed_before_ack_gets_the_resend);
+	tcase_add_test(tc, test_window_forwards_a_lone_push);
+	tcase_add_test(tc, test_pulls_share_one_upstream_pull);
+	suite_add_tcase(s, tc);
+	return dml_check_run(s);
+}
