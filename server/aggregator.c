@@ -142,10 +142,18 @@ static float *push_values(struct agg_session *s, const Dml__Meta *m, const uint8
 	float *v;
 	int rc;
 
-	/* The frame layer checked the counts against the payload already. */
+	/* The frame layer checked the counts against the payload already; a
+	 * codec's few bytes may still name more values than a frame of floats
+	 * could carry, which the forwarded push would have to. */
 	if (dml_meta_value_count(m, &n) != 0 || dml_dtype_codec(m->dtype, &codec) != 0) {
 		agg_reply_error(s, m->request_id, DML_ESHAPE, "push to table %u: bad counts "
 				"or dtype", m->table);
+		return NULL;
+	}
+	if (n > (s->agg->conf->max_payload - key_bytes) / sizeof(float)) {
+		agg_reply_error(s, m->request_id, DML_EFRAME_PAYLOAD, "push to table %u: %llu "
+				"values are more than max_payload holds as floats", m->table,
+				(unsigned long long)n);
 		return NULL;
 	}
 	v = malloc(n ? n * sizeof(float) : 1);

@@ -141,6 +141,7 @@ struct agg_owner {
 	struct dml_conn *conn;
 	int ready;
 	uint32_t backoff_ms;      /* reconnect */
+	int logged_err;           /* the last dial failure logged, not every retry */
 	struct event *reconnect;
 	uint32_t retry_ms;        /* DML_EAGAIN on the head: 20 ms doubling to 1 s */
 	struct event *retry;

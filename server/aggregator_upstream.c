@@ -70,6 +70,7 @@ static void on_ready(struct dml_conn *c, void *arg)
 	dml_info("owner %s: connected (server %u)", o->addr, dml_conn_peer_hello(c)->node_id);
 	o->ready = 1;
 	o->backoff_ms = 0;
+	o->logged_err = 0;
 	/* What the last connection left unanswered goes first, in order. */
 	agg_pull_resend(o);
 	agg_queue_pump(o);
@@ -102,9 +103,11 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 	(void)c;
 	o->agg->st.bytes_in_closed += dml_conn_bytes_in(c);
 	o->agg->st.bytes_out_closed += dml_conn_bytes_out(c);
-	if (o->ready || err)
-		dml_info("owner %s: connection lost (%s); dialling again", o->addr,
+	if (o->ready || err != o->logged_err)
+		dml_info("owner %s: %s (%s); dialling again", o->addr,
+			 o->ready ? "connection lost" : "cannot connect",
 			 err ? dml_strerror(err) : "closed");
+	o->logged_err = err;
 	o->conn = NULL;
 	o->ready = 0;
 	agg_queue_unsend(o);

@@ -24,3 +24,6 @@ server_dml_aggregator_SOURCES = server/aggregator_main.c server/aggregator.c \
 	server/aggregator_pull.c server/aggregator_metrics.c
 server_dml_aggregator_LDADD = proto/libdmldaemon.la proto/libdmlproto.la
 
+
+dist_man_MANS += server/dml-aggregator.8
+EXTRA_DIST += conf/aggregator.conf conf/systemd/dml-aggregator@.service

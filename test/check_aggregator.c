@@ -8,8 +8,9 @@
  *     proxy; both are once it passes;
  *   - a push naming an owner not in servers gets DML_ERANGE, a push of a
  *     shape the owner does not serve gets the owner's error relayed, a
- *     coded push with a NaN scale gets DML_ESHAPE, and the connection stays
- *     (a HEARTBEAT is echoed after each);
+ *     coded push with a NaN scale gets DML_ESHAPE, a topk push naming more
+ *     values than max_payload holds as floats gets DML_EFRAME_PAYLOAD, and
+ *     the connection stays (a HEARTBEAT is echoed after each);
  *   - the owner stopped after the aggregator forwarded, killed with SIGKILL
  *     and restarted: the aggregator dials it again, resends, and both
  *     workers get their ACKs; the new owner holds the sum once;
@@ -17,7 +18,9 @@
  *     forwarded alone once the window ran out;
  *   - pulls: two workers pulling one range at one clock cost the owner one
  *     pull; a pull at a lower clock is served from the cache; one at a
- *     higher clock goes upstream again; a pull asking fp16 gets fp16.
+ *     higher clock goes upstream again; a pull asking fp16 gets fp16;
+ *   - conf/aggregator.conf is read by the binary; a bad servers entry stops
+ *     it with exit status 2 naming the entry.
  */
 #include <check.h>
 #include <poll.h>
@@ -332,6 +335,15 @@ START_TEST(test_bad_requests_keep_the_connection)
 	raw_frame_send(w1, &m, coded, sizeof(coded));
 	expect_reply(w1, 5, DML_ESHAPE);
 	expect_alive(w1, 6);
+	/* topk naming no values of 2^30: four bytes that would decode to 4 GiB. */
+	memset(coded, 0, sizeof(coded));
+	dense_meta(&m, DML__MSG_TYPE__PUSH, 7, 1, f.owner_addr);
+	m.seq = 3;
+	m.key_end = 1ull << 30;
+	m.dtype = DML__DTYPE__TOPK;
+	raw_frame_send(w1, &m, coded, 4);
+	expect_reply(w1, 7, DML_EFRAME_PAYLOAD);
+	expect_alive(w1, 8);
 	owner_stats(&f, &p1, &pulls);
 	ck_assert_uint_eq(p1, p0);
 	close(w1);
@@ -432,6 +444,41 @@ START_TEST(test_pulls_share_one_upstream_pull)
 }
 END_TEST
 
+/* conf/aggregator.conf is what the binary reads; a bad servers entry is exit 2. */
+START_TEST(test_example_config_and_refusals)
+{
+	struct dml_test_env *env;
+	struct dml_test_output out;
+	const char *srcdir = getenv("DML_SRCDIR");
+	char example[4096], *bin, *bad;
+	char *argv[5];
+
+	ck_assert_int_eq(dml_test_env_new(&env), 0);
+	dml_test_bin("server/dml-aggregator", &bin);
+	snprintf(example, sizeof(example), "%s/conf/aggregator.conf", srcdir ? srcdir : ".");
+	argv[0] = bin;
+	argv[1] = (char *)"-c";
+	argv[2] = example;
+	argv[3] = (char *)"--print-config";
+	argv[4] = NULL;
+	ck_assert_int_eq(dml_test_run(env, argv, WAIT_MS, &out), 0);
+	ck_assert_msg(out.status == 0, "%s", out.err);
+	ck_assert_ptr_nonnull(strstr(out.out, "window_ms = 5"));
+	dml_test_output_free(&out);
+	ck_assert_int_eq(dml_test_env_write(env, "bad.conf", "[aggregator]\nnode_id = 1\n"
+					    "servers = 127.0.0.1:7001,nowhere\n"
+					    "secret_file = /dev/null\n", 0600, &bad), 0);
+	argv[2] = bad;
+	ck_assert_int_eq(dml_test_run(env, argv, WAIT_MS, &out), 0);
+	ck_assert_int_eq(out.status, 2);
+	ck_assert_ptr_nonnull(strstr(out.err, "nowhere"));
+	dml_test_output_free(&out);
+	free(bad);
+	free(bin);
+	dml_test_env_free(env);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("aggregator");
@@ -443,6 +490,7 @@ int main(void)
 	tcase_add_test(tc, test_owner_killed_before_ack_gets_the_resend);
 	tcase_add_test(tc, test_window_forwards_a_lone_push);
 	tcase_add_test(tc, test_pulls_share_one_upstream_pull);
+	tcase_add_test(tc, test_example_config_and_refusals);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }
