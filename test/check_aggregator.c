@@ -20,7 +20,9 @@
  *     pull; a pull at a lower clock is served from the cache; one at a
  *     higher clock goes upstream again; a pull asking fp16 gets fp16;
  *   - conf/aggregator.conf is read by the binary; a bad servers entry stops
- *     it with exit status 2 naming the entry.
+ *     it with exit status 2 naming the entry;
+ *   - against a fake owner (check_aggregator_fake.c): what a forwarded push
+ *     carries, rule 2, splits, retries, relayed errors, resends, pulls.
  */
 #include <check.h>
 #include <poll.h>
@@ -34,239 +36,10 @@
 #include "proto/dml_error.h"
 #include "proto/frame.h"
 #include "proto/util.h"
+#include "test/check_aggregator.h"
 #include "test/check_run.h"
 #include "test/harness.h"
 #include "test/raw_frame.h"
-
-#define KEYS 8
-#define TABLE 1
-#define WAIT_MS 10000
-/* How long a reply that must not come is waited for. */
-#define SILENCE_MS 400
-
-static const char tables[] = "[table]\nid = 1\nkind = dense\nwidth = 1\nkeys = 8\n"
-			     "optimizer = sgd\nlr = 1\n";
-
-struct fixture {
-	struct dml_test_env *env;
-	struct dml_test_server *owner, *agg;
-	struct dml_test_proxy *proxy;
-	char owner_addr[32];        /* as the aggregator's servers name it */
-	uint16_t agg_metrics;
-};
-
-/* Wait until the aggregator's metric name reads want (or time runs out). */
-static void wait_agg_metric(struct fixture *f, const char *name, double want)
-{
-	double v = -1;
-
-	for (int i = 0; i < WAIT_MS / 20; i++) {
-		ck_assert_int_eq(dml_test_metric(f->agg_metrics, name, WAIT_MS, &v), 0);
-		if (v == want)
-			break;
-		usleep(20000);
-	}
-	ck_assert_msg(v == want, "%s is %g, not %g", name, v, want);
-}
-
-static void fixture_start(struct fixture *f, int proxied, const char *agg_extra)
-{
-	struct dml_test_server_conf sc = { .staleness = -1, .tables = tables };
-	char extra[512], *metrics_port;
-	uint16_t port;
-
-	memset(f, 0, sizeof(*f));
-	ck_assert_int_eq(dml_test_env_new(&f->env), 0);
-	ck_assert_int_eq(dml_test_server_start(f->env, &sc, &f->owner), 0);
-	port = dml_test_server_port(f->owner);
-	if (proxied) {
-		ck_assert_int_eq(dml_test_proxy_start(f->env, port, &f->proxy), 0);
-		port = dml_test_proxy_port(f->proxy);
-	}
-	snprintf(f->owner_addr, sizeof(f->owner_addr), "127.0.0.1:%u", port);
-	metrics_port = NULL;
-	ck_assert_int_eq(dml_test_env_write(f->env, "agg-metrics.port", "", 0600,
-					    &metrics_port), 0);
-	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\n"
-		 "metrics_port_file = %s\n%s", metrics_port, agg_extra ? agg_extra : "");
-	ck_assert_int_eq(dml_test_aggregator_start(f->env, &(struct dml_test_agg_conf){
-				.servers = f->owner_addr, .agg_extra = extra }, &f->agg), 0);
-	ck_assert_int_eq(dml_test_port_file_read(metrics_port, &f->agg_metrics), 0);
-	free(metrics_port);
-	/* Its owner link is up: a proxy held now holds answers, not the handshake. */
-	wait_agg_metric(f, "dml_aggregator_owners_connected", 1);
-}
-
-static void fixture_end(struct fixture *f)
-{
-	ck_assert_int_eq(dml_test_server_stop(f->agg, DML_TEST_STOP_TIMEOUT_MS), 0);
-	dml_test_env_free(f->env);
-}
-
-/* A raw connection as role r to port; the WELCOME is checked and dropped. */
-static int raw_peer(struct fixture *f, uint16_t port, uint32_t role, uint32_t id)
-{
-	Dml__Meta *w;
-	int fd;
-
-	ck_assert_int_eq(dml_test_raw_connect(port, &fd), 0);
-	w = raw_frame_handshake(f->env, fd, role, id, 1000 + id, 0, 0);
-	dml_meta_free(w);
-	return fd;
-}
-
-static int worker_connect(struct fixture *f, uint32_t id)
-{
-	return raw_peer(f, dml_test_server_port(f->agg), DML__ROLE__WORKER, id);
-}
-
-static void dense_meta(Dml__Meta *m, Dml__MsgType type, uint64_t rid, uint64_t clock,
-		       const char *owner)
-{
-	dml__meta__init(m);
-	m->type = type;
-	m->request_id = rid;
-	m->table = TABLE;
-	m->clock = clock;
-	m->dense = 1;
-	m->key_begin = 0;
-	m->key_end = KEYS;
-	m->value_width = 1;
-	m->owner = (char *)owner;
-}
-
-static void send_push(int fd, uint64_t rid, uint64_t seq, const char *owner, const float *v)
-{
-	Dml__Meta m;
-
-	dense_meta(&m, DML__MSG_TYPE__PUSH, rid, 1, owner);
-	m.seq = seq;
-	raw_frame_send(fd, &m, v, KEYS * sizeof(float));
-}
-
-/* The next frame on fd: an ACK of rid, or an ERROR of rid with code (!= 0). */
-static void expect_reply(int fd, uint64_t rid, int code)
-{
-	uint8_t *pl;
-	Dml__Meta *r = raw_frame_read(fd, &pl);
-
-	ck_assert_uint_eq(r->request_id, rid);
-	if (code == 0) {
-		ck_assert_int_eq(r->type, DML__MSG_TYPE__ACK);
-	} else {
-		ck_assert_int_eq(r->type, DML__MSG_TYPE__ERROR);
-		ck_assert_int_eq(r->error->code, code);
-	}
-	dml_meta_free(r);
-	free(pl);
-}
-
-/* Nothing arrives on fd for SILENCE_MS. */
-static void expect_silence(int fd)
-{
-	struct pollfd p = { fd, POLLIN, 0 };
-
-	ck_assert_int_eq(poll(&p, 1, SILENCE_MS), 0);
-}
-
-/* The connection still serves: a HEARTBEAT comes back. */
-static void expect_alive(int fd, uint64_t rid)
-{
-	Dml__Meta m = DML__META__INIT, *r;
-	uint8_t *pl;
-
-	m.type = DML__MSG_TYPE__HEARTBEAT;
-	m.request_id = rid;
-	raw_frame_send(fd, &m, NULL, 0);
-	r = raw_frame_read(fd, &pl);
-	ck_assert_int_eq(r->type, DML__MSG_TYPE__HEARTBEAT);
-	ck_assert_uint_eq(r->request_id, rid);
-	dml_meta_free(r);
-	free(pl);
-}
-
-/* The owner's push and pull counters, asked directly (not through a proxy). */
-static void owner_stats(struct fixture *f, uint64_t *pushes, uint64_t *pulls)
-{
-	int fd = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__CONTROL, 99);
-	Dml__Meta m = DML__META__INIT, *r;
-	uint8_t *pl;
-
-	m.type = DML__MSG_TYPE__STATS;
-	m.request_id = 1;
-	raw_frame_send(fd, &m, NULL, 0);
-	r = raw_frame_read(fd, &pl);
-	ck_assert_int_eq(r->type, DML__MSG_TYPE__STATS_REPLY);
-	*pushes = r->stats->pushes;
-	*pulls = r->stats->pulls;
-	dml_meta_free(r);
-	free(pl);
-	close(fd);
-}
-
-static void wait_owner_pushes(struct fixture *f, uint64_t want)
-{
-	uint64_t pushes = 0, pulls;
-
-	for (int i = 0; i < WAIT_MS / 20; i++) {
-		owner_stats(f, &pushes, &pulls);
-		if (pushes >= want)
-			break;
-		usleep(20000);
-	}
-	ck_assert_uint_eq(pushes, want);
-}
-
-/* A pull of the whole range at clock on fd; the reply's values into out. */
-static void pull_values(int fd, uint64_t rid, uint64_t clock, const char *owner,
-			Dml__DType dtype, float *out)
-{
-	Dml__Meta m, *r;
-	struct dml_codec c;
-	uint8_t *pl;
-
-	dense_meta(&m, DML__MSG_TYPE__PULL, rid, clock, owner);
-	m.dtype = dtype;
-	raw_frame_send(fd, &m, NULL, 0);
-	r = raw_frame_read(fd, &pl);
-	ck_assert_int_eq(r->type, DML__MSG_TYPE__PULL_REPLY);
-	ck_assert_uint_eq(r->request_id, rid);
-	ck_assert_int_eq(r->dtype, dtype);
-	ck_assert_int_eq(dml_dtype_codec(r->dtype, &c), 0);
-	ck_assert_int_eq(dml_codec_decode(&c, pl, r->payload_bytes, KEYS, out), 0);
-	dml_meta_free(r);
-	free(pl);
-}
-
-/* The owner's values, read directly. */
-static void owner_values(struct fixture *f, float *out)
-{
-	int fd = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__CONTROL, 98);
-
-	pull_values(fd, 1, 0, "", DML__DTYPE__F32, out);
-	close(fd);
-}
-
-static void fill(float *v, float scale)
-{
-	for (int k = 0; k < KEYS; k++)
-		v[k] = scale * (float)(k + 1);
-}
-
-/* sgd, lr 1, from zeros: values read back are minus the sum pushed. */
-static void expect_values(const float *got, float scale)
-{
-	for (int k = 0; k < KEYS; k++)
-		ck_assert_float_eq(got[k], -scale * (float)(k + 1));
-}
-
-static void expect_owner_sum(struct fixture *f, float scale)
-{
-	float got[KEYS];
-
-	owner_values(f, got);
-	expect_values(got, scale);
-}
 
 START_TEST(test_two_pushes_one_forward_acked_after_owner)
 {
@@ -276,7 +49,7 @@ START_TEST(test_two_pushes_one_forward_acked_after_owner)
 	int w1, w2;
 
 	/* A long window: only both workers joining closes the entry. */
-	fixture_start(&f, 1, "window_ms = 60000\n");
+	fixture_start(&f, OWNER_PROXIED, "window_ms = 60000\n");
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);
 	owner_stats(&f, &p0, &pulls);
@@ -311,7 +84,7 @@ START_TEST(test_bad_requests_keep_the_connection)
 	Dml__Meta m;
 	int w1;
 
-	fixture_start(&f, 0, "window_ms = 0\n");
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\n");
 	w1 = worker_connect(&f, 1);
 	owner_stats(&f, &p0, &pulls);
 	fill(a, 1);
@@ -358,7 +131,7 @@ START_TEST(test_owner_killed_before_ack_gets_the_resend)
 	uint64_t p, pulls;
 	int w1, w2;
 
-	fixture_start(&f, 0, "window_ms = 60000\n");
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 60000\n");
 	ck_assert_int_eq(dml_test_server_pin_port(f.owner), 0);
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);
@@ -390,7 +163,7 @@ START_TEST(test_window_forwards_a_lone_push)
 	uint64_t p0, p1, pulls;
 	int w1, w2;
 
-	fixture_start(&f, 0, "window_ms = 50\n");
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 50\n");
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);     /* connected, never pushes */
 	owner_stats(&f, &p0, &pulls);
@@ -413,7 +186,7 @@ START_TEST(test_pulls_share_one_upstream_pull)
 	uint64_t pushes, u0, u;
 	int w1, w2;
 
-	fixture_start(&f, 0, "window_ms = 0\n");
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\n");
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);
 	fill(a, 1);
@@ -491,6 +264,7 @@ int main(void)
 	tcase_add_test(tc, test_window_forwards_a_lone_push);
 	tcase_add_test(tc, test_pulls_share_one_upstream_pull);
 	tcase_add_test(tc, test_example_config_and_refusals);
+	add_fake_owner_tests(tc);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }

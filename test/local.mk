@@ -74,7 +74,8 @@ test_check_codec_link_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 # the window, the zone pull cache.
 check_PROGRAMS += test/check_aggregator
 TESTS += test/check_aggregator
-test_check_aggregator_SOURCES = test/check_aggregator.c test/raw_frame.c test/raw_frame.h \
+test_check_aggregator_SOURCES = test/check_aggregator.c test/check_aggregator_util.c \
+	test/check_aggregator_fake.c test/check_aggregator.h test/raw_frame.c test/raw_frame.h \
 	$(HARNESS_SOURCES)
 test_check_aggregator_CFLAGS = $(TEST_CFLAGS)
 test_check_aggregator_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lm
