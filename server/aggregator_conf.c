@@ -11,7 +11,6 @@
 #include "server/aggregator_internal.h"
 
 #define A(field) offsetof(struct dml_agg_conf, field)
-#define MAX_U32 4294967295.0
 
 static const struct dml_conf_section sections[] = {
 	{ "aggregator", 0, 0, 0, 0, "identity, address, owners and timing of this aggregator" },
@@ -61,12 +60,7 @@ static const struct dml_conf_option options[] = {
 	DML_CONF_OPT_METRICS("aggregator", A(metrics_listen), A(metrics_port_file)),
 	DML_CONF_OPT_LOCAL_SOCKET("aggregator", A(local_socket)),
 
-	{ "limits", "max_meta", DML_CONF_SIZE, A(max_meta), "64K", 64, 16777216.0, NULL, NULL,
-	  "largest frame metadata accepted" },
-	{ "limits", "max_payload", DML_CONF_SIZE, A(max_payload), "256M", 1024, MAX_U32, NULL,
-	  NULL, "largest frame payload accepted" },
-	{ "limits", "max_keys", DML_CONF_U64, A(max_keys), "1048576", 1, MAX_U32, NULL, NULL,
-	  "most keys in one sparse request" },
+	DML_CONF_OPT_FRAME_LIMITS(A(max_meta), A(max_payload), A(max_keys)),
 	{ "limits", "max_pending", DML_CONF_SIZE, A(max_pending), "1G", 1048576.0, 1e15, NULL,
 	  NULL, "most bytes of pushed values held for the owners, all together; past it "
 	  "workers are not read until acknowledged pushes made room" },

@@ -86,52 +86,57 @@ static uint64_t expect_forward(struct fixture *f, size_t n, const uint32_t *ws,
 
 static const uint32_t both[] = { 1, 2 }, only1[] = { 1 }, only2[] = { 2 };
 
+/*
+ * Worker 1 pushes a (seq s[0], request 10 + s[0]), then, once it is in so
+ * that worker 1 is the first contributor, worker 2 pushes 2a (seq s[1],
+ * request 20 + s[1]); the forwarded sum's request id comes back. n_in: the
+ * aggregator's pushes in, worker 1's counted.
+ */
+static uint64_t push_both(struct fixture *f, int w1, int w2, const uint64_t *s, double n_in)
+{
+	float a[KEYS], b[KEYS];
+
+	fill(a, 1);
+	fill(b, 2);
+	send_push(w1, 10 + s[0], s[0], f->owner_addr, a);
+	wait_agg_metric(f, PUSHES_IN, n_in);
+	send_push(w2, 20 + s[1], s[1], f->owner_addr, b);
+	return expect_forward(f, 2, both, s, 3);
+}
+
 START_TEST(test_forwarded_push_split_retry_relay)
 {
 	struct fixture f;
-	float a[KEYS], b[KEYS];
 	uint64_t rid, s73[] = { 7, 3 }, s84[] = { 8, 4 }, s95[] = { 9, 5 };
 	int w1, w2;
 
 	fixture_start(&f, OWNER_FAKE, "window_ms = 60000\n");
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);
-	fill(a, 1);
-	fill(b, 2);
-	/* Worker 1's push is in first, so it is the first contributor. */
-	send_push(w1, 11, 7, f.owner_addr, a);
-	wait_agg_metric(&f, PUSHES_IN, 1);
-	send_push(w2, 21, 3, f.owner_addr, b);
-	rid = expect_forward(&f, 2, both, s73, 3);
+	rid = push_both(&f, w1, w2, s73, 1);
 	owner_answer(&f, rid, DML_EPARTIAL);
 	/* One by one, in the entry's order, each meeting its own answer. */
 	rid = expect_forward(&f, 1, only1, &s73[0], 1);
 	expect_silence(w1);
 	owner_answer(&f, rid, 0);
-	expect_reply(w1, 11, 0);
+	expect_reply(w1, 17, 0);
 	rid = expect_forward(&f, 1, only2, &s73[1], 2);
 	owner_answer(&f, rid, 0);
-	expect_reply(w2, 21, 0);
+	expect_reply(w2, 23, 0);
 	wait_agg_metric(&f, "dml_aggregator_splits_total", 1);
 
-	send_push(w1, 12, 8, f.owner_addr, a);
-	wait_agg_metric(&f, PUSHES_IN, 3);
-	send_push(w2, 22, 4, f.owner_addr, b);
-	rid = expect_forward(&f, 2, both, s84, 3);
+	rid = push_both(&f, w1, w2, s84, 3);
 	owner_answer(&f, rid, DML_EAGAIN);
 	rid = expect_forward(&f, 2, both, s84, 3);
 	owner_answer(&f, rid, 0);
-	expect_reply(w1, 12, 0);
-	expect_reply(w2, 22, 0);
+	expect_reply(w1, 18, 0);
+	expect_reply(w2, 24, 0);
 	wait_agg_metric(&f, "dml_aggregator_retries_total", 1);
 
-	send_push(w1, 13, 9, f.owner_addr, a);
-	wait_agg_metric(&f, PUSHES_IN, 5);
-	send_push(w2, 23, 5, f.owner_addr, b);
-	rid = expect_forward(&f, 2, both, s95, 3);
+	rid = push_both(&f, w1, w2, s95, 5);
 	owner_answer(&f, rid, DML_ESHAPE);
-	expect_reply(w1, 13, DML_ESHAPE);
-	expect_reply(w2, 23, DML_ESHAPE);
+	expect_reply(w1, 19, DML_ESHAPE);
+	expect_reply(w2, 25, DML_ESHAPE);
 	close(w1);
 	close(w2);
 	fixture_end(&f);

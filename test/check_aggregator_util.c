@@ -4,9 +4,7 @@
  * and a dml-aggregator forwarding to it, and raw worker frames.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <check.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,22 +35,6 @@ void wait_agg_metric(struct fixture *f, const char *name, double want)
 	ck_assert_msg(v == want, "%s is %g, not %g", name, v, want);
 }
 
-/* A listening socket on 127.0.0.1 for the fake owner; its port to *port. */
-static int fake_listen(uint16_t *port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	ck_assert_int_ge(fd, 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	ck_assert_int_eq(listen(fd, 8), 0);
-	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	*port = ntohs(sa.sin_port);
-	return fd;
-}
-
 void fake_owner_accept(struct fixture *f)
 {
 	struct pollfd p = { f->fake_lfd, POLLIN, 0 };
@@ -77,7 +59,8 @@ void fixture_start(struct fixture *f, enum owner_kind kind, const char *agg_extr
 	f->fake = f->fake_lfd = -1;
 	ck_assert_int_eq(dml_test_env_new(&f->env), 0);
 	if (kind == OWNER_FAKE) {
-		f->fake_lfd = fake_listen(&port);
+		f->fake_lfd = dml_test_raw_listen(&port);
+		ck_assert_int_ge(f->fake_lfd, 0);
 	} else {
 		ck_assert_int_eq(dml_test_server_start(f->env, &sc, &f->owner), 0);
 		port = dml_test_server_port(f->owner);

@@ -161,6 +161,12 @@ int dml_test_file_read(const char *path, char **text);
 /** Connect a plain TCP socket to 127.0.0.1:port. 0 or DML_ECONN. */
 int dml_test_raw_connect(uint16_t port, int *fd);
 
+/**
+ * A listening TCP socket on 127.0.0.1 with a kernel-chosen port (to
+ * *port), for a test that plays a server itself. The fd, or -1.
+ */
+int dml_test_raw_listen(uint16_t *port);
+
 /** Send all of buf (a peer that already closed is not an error). 0 or DML_EIO. */
 int dml_test_raw_send(int fd, const void *buf, size_t len);
 

@@ -293,6 +293,11 @@ static int relay(int from, int to)
 	return write_all(to, buf, (size_t)n);
 }
 
+int dml_test_raw_listen(uint16_t *port)
+{
+	return listen_loopback(port);
+}
+
 static void proxy_accept(int lfd, uint16_t target, struct proxy_pair *pairs,
 			 size_t *npairs)
 {
