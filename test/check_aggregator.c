@@ -15,7 +15,8 @@
  *     and restarted: the aggregator dials it again, resends, and both
  *     workers get their ACKs; the new owner holds the sum once;
  *   - window_ms: a push that the other connected worker never joins is
- *     forwarded alone once the window ran out;
+ *     forwarded alone once the window ran out; with a long window, the
+ *     other worker disconnecting closes the entry;
  *   - pulls: two workers pulling one range at one clock cost the owner one
  *     pull; a pull at a lower clock is served from the cache; one at a
  *     higher clock goes upstream again; a pull asking fp16 gets fp16;
@@ -179,6 +180,27 @@ START_TEST(test_window_forwards_a_lone_push)
 }
 END_TEST
 
+/* Rule 3 counts the workers connected now: one leaving closes the entry. */
+START_TEST(test_a_worker_leaving_closes_the_entry)
+{
+	struct fixture f;
+	float a[KEYS];
+	int w1, w2;
+
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 60000\n");
+	w1 = worker_connect(&f, 1);
+	w2 = worker_connect(&f, 2);
+	fill(a, 1);
+	send_push(w1, 11, 1, f.owner_addr, a);
+	expect_silence(w1);
+	close(w2);
+	expect_reply(w1, 11, 0);
+	expect_owner_sum(&f, 1);
+	close(w1);
+	fixture_end(&f);
+}
+END_TEST
+
 START_TEST(test_pulls_share_one_upstream_pull)
 {
 	struct fixture f;
@@ -262,6 +284,7 @@ int main(void)
 	tcase_add_test(tc, test_bad_requests_keep_the_connection);
 	tcase_add_test(tc, test_owner_killed_before_ack_gets_the_resend);
 	tcase_add_test(tc, test_window_forwards_a_lone_push);
+	tcase_add_test(tc, test_a_worker_leaving_closes_the_entry);
 	tcase_add_test(tc, test_pulls_share_one_upstream_pull);
 	tcase_add_test(tc, test_example_config_and_refusals);
 	add_fake_owner_tests(tc);
