@@ -141,6 +141,14 @@ int dml_conf_check_metrics(const char *listen, const char *port_file, char *err,
 	  "serve Prometheus metrics (GET /metrics) on host:port; empty: off, port 0: any" }, \
 	{ sec, "metrics_port_file", DML_CONF_STRING, port_file_off, "", 0, 0, NULL, NULL, \
 	  "write the metrics port here once serving (empty: don't)" }
+/* [limits] max_meta, max_payload and max_keys of a daemon that takes data frames. */
+#define DML_CONF_OPT_FRAME_LIMITS(meta_off, payload_off, keys_off) \
+	{ "limits", "max_meta", DML_CONF_SIZE, meta_off, "64K", 64, 16777216.0, NULL, NULL, \
+	  "largest frame metadata accepted" }, \
+	{ "limits", "max_payload", DML_CONF_SIZE, payload_off, "256M", 1024, 4294967295.0, \
+	  NULL, NULL, "largest frame payload accepted" }, \
+	{ "limits", "max_keys", DML_CONF_U64, keys_off, "1048576", 1, 4294967295.0, NULL, \
+	  NULL, "most keys in one sparse request" }
 /* [limits] of a daemon that accepts connections: max_connections, max_preauth. */
 #define DML_CONF_OPT_PEER_LIMITS(conn_off, preauth_off) \
 	{ "limits", "max_connections", DML_CONF_U32, conn_off, "1024", 1, 1000000, NULL, \

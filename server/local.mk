@@ -15,3 +15,16 @@ server_dml_server_LDADD = store/libdmltable.la store/libdmlstorelog.la shard/lib
 	proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
 
 dist_man_MANS += server/dml-server.8
+
+# dml-aggregator: a zone's pushes summed and pulls cached on their way to the
+# owning servers. It holds no tables: proto/ only.
+noinst_HEADERS += server/aggregator_internal.h
+bin_PROGRAMS += server/dml-aggregator
+server_dml_aggregator_SOURCES = server/aggregator_main.c server/aggregator.c \
+	server/aggregator_conf.c server/aggregator_queue.c server/aggregator_upstream.c \
+	server/aggregator_pull.c server/aggregator_metrics.c
+server_dml_aggregator_LDADD = proto/libdmldaemon.la proto/libdmlproto.la
+
+
+dist_man_MANS += server/dml-aggregator.8
+EXTRA_DIST += conf/aggregator.conf conf/systemd/dml-aggregator@.service

@@ -97,6 +97,7 @@ check_unit() {
 check_unit dml-sched.service sched/dml-sched dml-sched.service
 check_unit dml-server@.service server/dml-server dml-server@shard0.service
 check_unit dml-worker@.service worker/dml-worker dml-worker@worker1.service
+check_unit dml-aggregator@.service server/dml-aggregator dml-aggregator@zoneA.service
 
 [ "$can_rate" = 1 ] ||
 	echo "note: systemd-analyze cannot rate units offline; exposure not checked"

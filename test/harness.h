@@ -161,6 +161,12 @@ int dml_test_file_read(const char *path, char **text);
 /** Connect a plain TCP socket to 127.0.0.1:port. 0 or DML_ECONN. */
 int dml_test_raw_connect(uint16_t port, int *fd);
 
+/**
+ * A listening TCP socket on 127.0.0.1 with a kernel-chosen port (to
+ * *port), for a test that plays a server itself. The fd, or -1.
+ */
+int dml_test_raw_listen(uint16_t *port);
+
 /** Send all of buf (a peer that already closed is not an error). 0 or DML_EIO. */
 int dml_test_raw_send(int fd, const void *buf, size_t len);
 
@@ -214,6 +220,9 @@ uint16_t dml_test_proxy_port(const struct dml_test_proxy *p);
  */
 int dml_test_proxy_hold(struct dml_test_proxy *p);
 
+/** Pass bytes from the server to clients again, what was held first. */
+int dml_test_proxy_pass(struct dml_test_proxy *p);
+
 /**
  * Reset (RST) every connection through the proxy, both sides; whatever the
  * server sent that a client did not get yet is lost, as in a network
@@ -241,6 +250,25 @@ int dml_test_http_request(uint16_t port, const char *method, const char *path,
  * what dml_test_http_request returns.
  */
 int dml_test_metric(uint16_t port, const char *name, int timeout_ms, double *value);
+
+/** What goes into a generated dml-aggregator config. */
+struct dml_test_agg_conf {
+	uint32_t node_id;        /* 0: 1 */
+	const char *servers;     /* the owners, "127.0.0.1:PORT,..." (required) */
+	const char *log_level;   /* NULL: "info" */
+	const char *agg_extra;   /* appended to [aggregator] (e.g. window_ms) */
+	const char *extra;       /* appended verbatim (e.g. a [limits] section) */
+};
+
+/**
+ * Write a config ([aggregator] on 127.0.0.1 port 0, port_file, cluster
+ * "dml", the environment's secret), start server/dml-aggregator on it and
+ * wait for its port file, as dml_test_server_start() does; the handle works
+ * with every dml_test_server_ function. Returns 0, DML_EIO or
+ * DML_ETIMEDOUT.
+ */
+int dml_test_aggregator_start(struct dml_test_env *env, const struct dml_test_agg_conf *conf,
+			      struct dml_test_server **out);
 
 /* ---- dml-sched, restarts and dmlctl ------------------------------------- */
 

@@ -340,6 +340,36 @@ int dml_test_sched_start(struct dml_test_env *env, const struct dml_test_sched_c
 	return rc;
 }
 
+int dml_test_aggregator_start(struct dml_test_env *env, const struct dml_test_agg_conf *conf,
+			      struct dml_test_server **out)
+{
+	unsigned k = env->seq++;
+	char *port_path = harness_str_printf("%s/aggregator-%u.port", env->dir, k);
+	uint32_t id = conf->node_id ? conf->node_id : 1;
+	char *text;
+	int rc;
+
+	text = harness_str_printf("# written by the test harness\n"
+				  "[aggregator]\n"
+				  "listen = 127.0.0.1:0\n"
+				  "port_file = %s\n"
+				  "node_id = %u\n"
+				  "servers = %s\n"
+				  "cluster = dml\n"
+				  "secret_file = %s\n"
+				  "log_level = %s\n"
+				  "%s"
+				  "\n%s",
+				  port_path, id, conf->servers, env->secret,
+				  conf->log_level ? conf->log_level : "info",
+				  conf->agg_extra ? conf->agg_extra : "",
+				  conf->extra ? conf->extra : "");
+	rc = daemon_start(env, "aggregator", "server/dml-aggregator", "aggregator", k, id,
+			  text, port_path, out);
+	free(text);
+	return rc;
+}
+
 int dml_test_server_restart(struct dml_test_server *s)
 {
 	if (dml_test_server_alive(s)) {

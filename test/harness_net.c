@@ -213,6 +213,7 @@ int dml_test_client_new(struct dml_test_env *env, struct dml_test_server *const 
 #define PROXY_MAX_PAIRS 64
 #define PROXY_CMD_HOLD 'h'
 #define PROXY_CMD_CUT 'c'
+#define PROXY_CMD_PASS 'p'
 
 /* One relayed connection: a to the client, b to the server. */
 struct proxy_pair {
@@ -292,6 +293,11 @@ static int relay(int from, int to)
 	return write_all(to, buf, (size_t)n);
 }
 
+int dml_test_raw_listen(uint16_t *port)
+{
+	return listen_loopback(port);
+}
+
 static void proxy_accept(int lfd, uint16_t target, struct proxy_pair *pairs,
 			 size_t *npairs)
 {
@@ -344,7 +350,7 @@ static void __attribute__((noreturn)) proxy_main(int ctl, uint16_t target)
 				npairs = 0;
 				hold = 0;
 			} else {
-				hold = 1;
+				hold = cmd == PROXY_CMD_HOLD;
 			}
 			if (write_all(ctl, &count, 1) != 0)
 				_exit(0);
@@ -425,6 +431,11 @@ static int proxy_command(struct dml_test_proxy *p, uint8_t cmd, int *count)
 int dml_test_proxy_hold(struct dml_test_proxy *p)
 {
 	return proxy_command(p, PROXY_CMD_HOLD, NULL);
+}
+
+int dml_test_proxy_pass(struct dml_test_proxy *p)
+{
+	return proxy_command(p, PROXY_CMD_PASS, NULL);
 }
 
 int dml_test_proxy_cut(struct dml_test_proxy *p, int *count)

@@ -69,6 +69,17 @@ test_check_codec_link_SOURCES = test/check_codec_link.c test/raw_frame.c test/ra
 test_check_codec_link_CFLAGS = $(TEST_CFLAGS)
 test_check_codec_link_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lm
 
+# dml-aggregator between raw worker frames and a real dml-server: sums,
+# ACKs only after the owner's, refusals, an owner killed before its ACK,
+# the window, the zone pull cache.
+check_PROGRAMS += test/check_aggregator
+TESTS += test/check_aggregator
+test_check_aggregator_SOURCES = test/check_aggregator.c test/check_aggregator_util.c \
+	test/check_aggregator_fake.c test/check_aggregator.h test/raw_frame.c test/raw_frame.h \
+	$(HARNESS_SOURCES)
+test_check_aggregator_CFLAGS = $(TEST_CFLAGS)
+test_check_aggregator_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lm
+
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
 	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)

@@ -70,12 +70,34 @@ void raw_frame_send(int fd, Dml__Meta *m, const void *payload, uint32_t len)
 	free(buf);
 }
 
+/* A handshake frame of this end: role, node_id, cluster "dml", nonce, proof. */
+static void send_handshake(int fd, Dml__MsgType type, Dml__Handshake *hs, uint32_t role,
+			   uint32_t node_id, const uint8_t *nonce, const uint8_t *proof)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	hs->role = role;
+	hs->node_id = node_id;
+	hs->protocol_version = DML_PROTOCOL_VERSION;
+	hs->cluster = (char *)"dml";
+	hs->nonce.data = (uint8_t *)nonce;
+	hs->nonce.len = DML_NONCE_LEN;
+	if (proof) {
+		hs->proof.data = (uint8_t *)proof;
+		hs->proof.len = DML_PROOF_LEN;
+	}
+	m.type = type;
+	m.sender = node_id;
+	m.handshake = hs;
+	raw_frame_send(fd, &m, NULL, 0);
+}
+
 Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 			       uint32_t node_id, uint64_t incarnation, uint32_t job,
 			       uint64_t clock)
 {
-	Dml__Meta m = DML__META__INIT, *ch, *w;
 	Dml__Handshake hs = DML__HANDSHAKE__INIT;
+	Dml__Meta *ch, *w;
 	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
 	size_t secret_len;
 
@@ -86,24 +108,39 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 	ck_assert_int_eq(dml_random_bytes(nonce, sizeof(nonce)), 0);
 	dml_auth_proof(secret, secret_len, DML_AUTH_CLIENT, ch->handshake->nonce.data, nonce,
 		       role, node_id, "dml", proof);
-	hs.role = role;
-	hs.node_id = node_id;
-	hs.protocol_version = DML_PROTOCOL_VERSION;
-	hs.cluster = (char *)"dml";
-	hs.nonce.data = nonce;
-	hs.nonce.len = sizeof(nonce);
-	hs.proof.data = proof;
-	hs.proof.len = sizeof(proof);
 	hs.incarnation = incarnation;
 	hs.job = job;
 	hs.clock = clock;
-	m.type = DML__MSG_TYPE__HELLO;
-	m.sender = node_id;
-	m.handshake = &hs;
-	raw_frame_send(fd, &m, NULL, 0);
+	send_handshake(fd, DML__MSG_TYPE__HELLO, &hs, role, node_id, nonce, proof);
 	w = raw_frame_read(fd, &pl);
 	ck_assert_int_eq(w->type, DML__MSG_TYPE__WELCOME);
 	dml_meta_free(ch);
 	dml_secret_free(secret, secret_len);
 	return w;
+}
+
+Dml__Meta *raw_frame_accept(struct dml_test_env *env, int fd, uint32_t role,
+			    uint32_t node_id)
+{
+	Dml__Handshake ch = DML__HANDSHAKE__INIT, wel = DML__HANDSHAKE__INIT;
+	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
+	const Dml__Handshake *h;
+	size_t secret_len;
+	Dml__Meta *hello;
+
+	ck_assert_int_eq(dml_secret_load(dml_test_env_secret(env), &secret, &secret_len), 0);
+	ck_assert_int_eq(dml_random_bytes(nonce, sizeof(nonce)), 0);
+	send_handshake(fd, DML__MSG_TYPE__CHALLENGE, &ch, role, node_id, nonce, NULL);
+	hello = raw_frame_read(fd, &pl);
+	ck_assert_int_eq(hello->type, DML__MSG_TYPE__HELLO);
+	h = hello->handshake;
+	ck_assert_uint_eq(h->nonce.len, DML_NONCE_LEN);
+	ck_assert_int_eq(dml_auth_verify(secret, secret_len, DML_AUTH_CLIENT, nonce,
+					 h->nonce.data, h->role, h->node_id, h->cluster,
+					 h->proof.data, h->proof.len), 0);
+	dml_auth_proof(secret, secret_len, DML_AUTH_SERVER, h->nonce.data, nonce, h->role,
+		       h->node_id, h->cluster, proof);
+	send_handshake(fd, DML__MSG_TYPE__WELCOME, &wel, role, node_id, nonce, proof);
+	dml_secret_free(secret, secret_len);
+	return hello;
 }

@@ -25,4 +25,12 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 			       uint32_t node_id, uint64_t incarnation, uint32_t job,
 			       uint64_t clock);
 
+/**
+ * The acceptor's side on fd, an accepted connection: CHALLENGE, the peer's
+ * HELLO (its proof checked), WELCOME as (role, node_id) of cluster "dml".
+ * Returns the HELLO (free it with dml_meta_free).
+ */
+Dml__Meta *raw_frame_accept(struct dml_test_env *env, int fd, uint32_t role,
+			    uint32_t node_id);
+
 #endif
