@@ -146,6 +146,7 @@ START_TEST(test_owner_killed_before_ack_gets_the_resend)
 	expect_silence(w2);
 	dml_test_server_kill(f.owner);
 	ck_assert_int_eq(dml_test_server_restart(f.owner), 0);
+	workers_rejoin(&f);
 	expect_reply(w1, 11, 0);
 	expect_reply(w2, 21, 0);
 	owner_stats(&f, &p, &pulls);

@@ -30,6 +30,9 @@ struct fixture {
 	char owner_addr[32];        /* as the aggregator's servers name it */
 	uint16_t agg_metrics;
 	int fake_lfd, fake;         /* OWNER_FAKE: its listener and connection */
+	/* a real owner: each worker's own connection to it (the owner
+	 * applies a forwarded push only for workers that joined it) */
+	int joined[4];
 };
 
 
@@ -41,8 +44,11 @@ void fixture_end(struct fixture *f);
 void fake_owner_accept(struct fixture *f);
 /** Wait until the aggregator's metric reads want. */
 void wait_agg_metric(struct fixture *f, const char *name, double want);
-/** A raw worker connection to the aggregator, incarnation 1000 + id. */
+/** A raw worker connection to the aggregator, incarnation 1000 + id (ids 1
+ * to 3); with a real owner, the worker joins it too, as libdml does. */
 int worker_connect(struct fixture *f, uint32_t id);
+/** The owner restarted: every worker that joined it joins again. */
+void workers_rejoin(struct fixture *f);
 /** m: a request of the whole dense range of table 1. */
 void dense_meta(Dml__Meta *m, Dml__MsgType type, uint64_t rid, uint64_t clock,
 		const char *owner);

@@ -14,6 +14,7 @@
 
 #include "proto/codec.h"
 #include "proto/frame.h"
+#include "proto/util.h"
 #include "test/check_aggregator.h"
 #include "test/raw_frame.h"
 
@@ -57,6 +58,8 @@ void fixture_start(struct fixture *f, enum owner_kind kind, const char *agg_extr
 
 	memset(f, 0, sizeof(*f));
 	f->fake = f->fake_lfd = -1;
+	for (size_t i = 0; i < DML_ARRAY_LEN(f->joined); i++)
+		f->joined[i] = -1;
 	ck_assert_int_eq(dml_test_env_new(&f->env), 0);
 	if (kind == OWNER_FAKE) {
 		f->fake_lfd = dml_test_raw_listen(&port);
@@ -87,6 +90,9 @@ void fixture_start(struct fixture *f, enum owner_kind kind, const char *agg_extr
 
 void fixture_end(struct fixture *f)
 {
+	for (size_t i = 0; i < DML_ARRAY_LEN(f->joined); i++)
+		if (f->joined[i] >= 0)
+			close(f->joined[i]);
 	if (f->fake >= 0)
 		close(f->fake);
 	if (f->fake_lfd >= 0)
@@ -109,7 +115,22 @@ static int raw_peer(struct fixture *f, uint16_t port, uint32_t role, uint32_t id
 
 int worker_connect(struct fixture *f, uint32_t id)
 {
+	ck_assert_uint_lt(id, DML_ARRAY_LEN(f->joined));
+	if (f->owner) {
+		ck_assert_int_lt(f->joined[id], 0);
+		f->joined[id] = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__WORKER, id);
+	}
 	return raw_peer(f, dml_test_server_port(f->agg), DML__ROLE__WORKER, id);
+}
+
+void workers_rejoin(struct fixture *f)
+{
+	for (uint32_t id = 0; id < DML_ARRAY_LEN(f->joined); id++) {
+		if (f->joined[id] < 0)
+			continue;
+		close(f->joined[id]);
+		f->joined[id] = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__WORKER, id);
+	}
 }
 
 void dense_meta(Dml__Meta *m, Dml__MsgType type, uint64_t rid, uint64_t clock,
