@@ -114,6 +114,14 @@ int dml_conf_check_pull_codec(const void *field, char *err, size_t errlen);
 int dml_conf_check_metrics(const char *listen, const char *port_file, char *err,
 			   size_t errlen);
 
+/**
+ * The cross-field check of a daemon that registers with a scheduler: with
+ * a scheduler and no advertise, listen may not be a wildcard address (it
+ * would send every peer to itself). 0, or DML_ECONF with the reason in err.
+ */
+int dml_conf_check_advertise(const char *scheduler, const char *advertise,
+			     const char *listen, char *err, size_t errlen);
+
 /*
  * Rows that the daemons' option tables share word for word but for the
  * section (sec) and the field (an offsetof), so that a key means the same

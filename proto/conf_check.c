@@ -54,6 +54,22 @@ int dml_conf_check_metrics(const char *listen, const char *port_file, char *err,
 	return 0;
 }
 
+int dml_conf_check_advertise(const char *scheduler, const char *advertise,
+			     const char *listen, char *err, size_t errlen)
+{
+	char host[256];
+	uint16_t port;
+
+	if (scheduler[0] && !advertise[0] &&
+	    dml_parse_hostport(listen, host, sizeof(host), &port, 1) == 0 &&
+	    (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0)) {
+		snprintf(err, errlen, "advertise: required with scheduler when listen (%s) "
+			 "is a wildcard address", listen);
+		return DML_ECONF;
+	}
+	return 0;
+}
+
 /* Zones name racks and clouds in logs, metrics and dmlctl tables. */
 int dml_conf_check_zone(const void *field, char *err, size_t errlen)
 {

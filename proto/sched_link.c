@@ -412,6 +412,22 @@ void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_f
 	l->handler_arg = arg;
 }
 
+int dml_sched_advertised(const char *advertise, const char *listen, uint16_t bound_port,
+			 char *out, size_t outlen)
+{
+	char host[256];
+	uint16_t port;
+
+	if (advertise[0]) {
+		snprintf(out, outlen, "%s", advertise);
+		return 0;
+	}
+	if (dml_parse_hostport(listen, host, sizeof(host), &port, 1) != 0)
+		return DML_ECONF;
+	snprintf(out, outlen, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, bound_port);
+	return 0;
+}
+
 int dml_sched_link_start(struct event_base *base, const struct dml_conn_conf *conn_conf,
 			 const char *scheduler, Dml__NodeInfo *self,
 			 dml_sched_link_frame_fn fn, void *arg, struct dml_sched_link **out)

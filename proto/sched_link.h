@@ -63,6 +63,14 @@ void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_f
 				void *arg);
 
 /**
+ * The address a node registers under: advertise when set, else listen's
+ * host with the port it bound ("[host]:port" for IPv6). 0, or DML_ECONF
+ * when listen is not host:port.
+ */
+int dml_sched_advertised(const char *advertise, const char *listen, uint16_t bound_port,
+			 char *out, size_t outlen);
+
+/**
  * What a node does to register: self gets a random incarnation, never 0 (it
  * tells the scheduler a restarted process from a reconnecting one), a link
  * to scheduler ("host:port") is made as dml_sched_link_new() says, and its

@@ -323,10 +323,11 @@ int dml_agg_new(const struct dml_agg_conf *conf, struct event_base *base,
 		return rc;
 	if ((rc = agg_metrics_start(a)) != 0)
 		return rc;
-	return dml_listen_serve(base, conf->listen, conf->port_file, conf->local_socket,
-				accept_cb, a, &a->listener, &a->port,
-				" (aggregator %u of zone '%s', %zu owners, window %u ms)",
-				conf->node_id, conf->zone, a->nowners, conf->window_ms);
+	rc = dml_listen_serve(base, conf->listen, conf->port_file, conf->local_socket,
+			      accept_cb, a, &a->listener, &a->port,
+			      " (aggregator %u of zone '%s', %zu owners, window %u ms)",
+			      conf->node_id, conf->zone, a->nowners, conf->window_ms);
+	return rc ? rc : agg_sched_start(a);
 }
 
 void dml_agg_shutdown(struct dml_agg *a)
@@ -339,6 +340,7 @@ void dml_agg_shutdown(struct dml_agg *a)
 		a->listener = NULL;
 	}
 	dml_metrics_http_stop(a->metrics);
+	agg_sched_stop(a);
 	/* Pushes not acknowledged yet stay unacknowledged: the workers resend
 	 * them, directly or through another aggregator. */
 	dml_peers_shutdown(&a->peers, SHUTDOWN_GRACE_S);
@@ -353,6 +355,7 @@ void dml_agg_free(struct dml_agg *a)
 	if (a->listener)
 		dml_listener_free(a->listener);
 	agg_owners_free(a);
+	agg_sched_free(a);
 	dml_metrics_free(a->metrics);
 	dml_secret_free(a->secret, a->secret_len);
 	free(a);

@@ -51,6 +51,13 @@ static const struct dml_conf_option options[] = {
 	DML_CONF_OPT_SECRET_FILE("aggregator", A(secret_file)),
 	{ "aggregator", "zone", DML_CONF_STRING, A(zone), "", 0, 0, NULL, dml_conf_check_zone,
 	  "the zone whose workers this aggregator serves (named in its WELCOME)" },
+	{ "aggregator", "scheduler", DML_CONF_STRING, A(scheduler), "", 0, 0, NULL,
+	  dml_conf_check_dial_optional,
+	  "host:port of dml-sched to register with, which then routes this zone's workers "
+	  "through it; empty: standalone (workers name it themselves)" },
+	{ "aggregator", "advertise", DML_CONF_STRING, A(advertise), "", 0, 0, NULL,
+	  dml_conf_check_dial_optional,
+	  "host:port the zone's workers use to reach it; empty: listen host, bound port" },
 	{ "aggregator", "window_ms", DML_CONF_U32, A(window_ms), "5", 0, 600000, NULL, NULL,
 	  "an entry of pushes is forwarded once every connected worker joined it, or this "
 	  "long after it opened" },
@@ -72,7 +79,8 @@ static int check(void *root, char *err, size_t errlen)
 {
 	struct dml_agg_conf *c = root;
 
-	if (dml_conf_check_metrics(c->metrics_listen, c->metrics_port_file, err, errlen))
+	if (dml_conf_check_advertise(c->scheduler, c->advertise, c->listen, err, errlen) ||
+	    dml_conf_check_metrics(c->metrics_listen, c->metrics_port_file, err, errlen))
 		return DML_ECONF;
 	return 0;
 }

@@ -33,6 +33,8 @@ struct dml_agg_conf {
 	char *cluster;
 	char *secret_file;
 	char *zone;
+	char *scheduler;          /* dml-sched to register with; "" standalone */
+	char *advertise;          /* where workers dial it; "" listen's host */
 	uint32_t window_ms;
 	char *pull_codec;
 	int log_level;
@@ -171,6 +173,7 @@ struct dml_agg {
 	struct dml_agg_stats st;
 	struct dml_metrics *metrics;
 	struct dml_histogram *fanin;
+	struct dml_sched_link *sched;       /* NULL without a scheduler */
 	int stopping;
 };
 
@@ -233,5 +236,10 @@ void agg_pull_free(struct agg_owner *o);
 
 /* aggregator_metrics.c */
 int agg_metrics_start(struct dml_agg *a);
+
+/* aggregator_sched.c: registration with dml-sched (a no-op without one). */
+int agg_sched_start(struct dml_agg *a);
+void agg_sched_stop(struct dml_agg *a);
+void agg_sched_free(struct dml_agg *a);
 
 #endif

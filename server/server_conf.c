@@ -154,30 +154,15 @@ int dml_server_parse_shard(const char *s, uint32_t *index, uint32_t *count)
 
 /* host as dml_parse_hostport() returns it: every local address, which no
  * other machine can dial. */
-static int host_is_wildcard(const char *host)
-{
-	return strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
-}
-
 static int check(void *root, char *err, size_t errlen)
 {
 	struct dml_server_conf *c = root;
-	char host[256];
-	uint16_t port;
-
 	if (dml_server_parse_shard(c->shard, &c->shard_index, &c->shard_count)) {
 		snprintf(err, errlen, "shard: '%s' is not INDEX/COUNT with INDEX < COUNT", c->shard);
 		return DML_ECONF;
 	}
-	/* Registering "0.0.0.0:7001" would send every worker to itself. */
-	if (c->scheduler[0] && !c->advertise[0] &&
-	    dml_parse_hostport(c->listen, host, sizeof(host), &port, 1) == 0 &&
-	    host_is_wildcard(host)) {
-		snprintf(err, errlen, "advertise: required with scheduler when listen (%s) "
-			 "is a wildcard address", c->listen);
-		return DML_ECONF;
-	}
-	if (dml_conf_check_metrics(c->metrics_listen, c->metrics_port_file, err, errlen))
+	if (dml_conf_check_advertise(c->scheduler, c->advertise, c->listen, err, errlen) ||
+	    dml_conf_check_metrics(c->metrics_listen, c->metrics_port_file, err, errlen))
 		return DML_ECONF;
 	if (c->ntables == 0 && !c->scheduler[0]) {
 		snprintf(err, errlen, "no [table] section: a server needs at least one table, "

@@ -22,12 +22,6 @@
 
 #define HOSTPORT_MAX 300
 
-/* "host:port", with brackets around an IPv6 host. */
-static void format_hostport(char *buf, size_t len, const char *host, uint16_t port)
-{
-	snprintf(buf, len, strchr(host, ':') ? "[%s]:%u" : "%s:%u", host, port);
-}
-
 /* What the scheduler will weigh servers by; sysconf failing is not fatal. */
 static void machine_profile(Dml__Profile *p)
 {
@@ -46,19 +40,13 @@ int dml_server_sched_start(struct dml_server *s)
 	const struct dml_server_conf *c = s->conf;
 	Dml__NodeInfo self = DML__NODE_INFO__INIT;
 	Dml__Profile profile = DML__PROFILE__INIT;
-	char host[256], address[HOSTPORT_MAX];
-	uint16_t port;
+	char address[HOSTPORT_MAX];
 	int rc;
 
 	if (!c->scheduler[0])
 		return 0;
-	if (c->advertise[0]) {
-		snprintf(address, sizeof(address), "%s", c->advertise);
-	} else {
-		if (dml_parse_hostport(c->listen, host, sizeof(host), &port, 1) != 0)
-			return DML_ECONF;
-		format_hostport(address, sizeof(address), host, s->port);
-	}
+	if (dml_sched_advertised(c->advertise, c->listen, s->port, address, sizeof(address)))
+		return DML_ECONF;
 	machine_profile(&profile);
 	self.role = DML__ROLE__SERVER;
 	self.node_id = c->node_id;
