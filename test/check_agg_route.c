@@ -17,7 +17,10 @@
  *     every request on it goes to the owner with its seq and is applied
  *     once; and the worker's CLOCK reaches the owner only after those
  *     pushes (a BSP pull of another worker, answered once that CLOCK
- *     arrives, already sees them); later pushes go straight on.
+ *     arrives, already sees them); later pushes go straight on;
+ *   - through a real dml-aggregator: two BSP workers' pushes and pulls all
+ *     go through it (its counters) and sum exactly; killed with pushes in
+ *     flight, they reach the owner straight and count once.
  */
 #include <check.h>
 #include <stdio.h>
@@ -448,6 +451,91 @@ START_TEST(test_through_then_fallback)
 }
 END_TEST
 
+/* An aggregator metric, read until it is at least want. */
+static double agg_metric_wait(uint16_t port, const char *name, double want)
+{
+	uint64_t deadline = dml_now_ns() + WAIT_MS * 1000000ull;
+	double v = -1;
+
+	for (;;) {
+		ck_assert_int_eq(dml_test_metric(port, name, WAIT_MS, &v), 0);
+		if (v >= want || dml_now_ns() > deadline)
+			return v;
+		usleep(10000);
+	}
+}
+
+/* Both workers push ones and clock; worker 1 pulls at the new clock. */
+static void bsp_round(dml_t *w[2], float want)
+{
+	dml_handle_t h[2], hp;
+	float out[KEYS];
+
+	for (int i = 0; i < 2; i++)
+		push_ones(w[i], &h[i]);
+	for (int i = 0; i < 2; i++)
+		ck_assert_int_eq(dml_clock(w[i]), 0);
+	ck_assert_int_eq(dml_pull_range(w[0], 0, 0, KEYS, out, &hp), 0);
+	for (int i = 0; i < 2; i++)
+		wait_ok(w[i], h[i]);
+	wait_ok(w[0], hp);
+	for (int k = 0; k < KEYS; k++)
+		ck_assert_msg(out[k] == want, "key %d: pulled %g, not %g", k, out[k], want);
+}
+
+START_TEST(test_real_aggregator)
+{
+	struct dml_test_server *agg;
+	char servers[32], extra[4200], *port_file = NULL;
+	uint16_t metrics;
+	struct rig r;
+	dml_t *w[2];
+	uint64_t deadline;
+	int rounds = 4;
+
+	rig_up(&r, 0, 2);
+	snprintf(servers, sizeof(servers), "127.0.0.1:%u", dml_test_server_port(r.srv));
+	ck_assert_int_eq(dml_test_env_write(r.env, "agg-metrics.port", "", 0600, &port_file), 0);
+	snprintf(extra, sizeof(extra), "metrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+		 port_file);
+	ck_assert_int_eq(dml_test_aggregator_start(r.env, &(struct dml_test_agg_conf){
+				.servers = servers, .agg_extra = extra }, &agg), 0);
+	ck_assert_int_eq(dml_test_port_file_read(port_file, &metrics), 0);
+	free(port_file);
+	ck_assert(agg_metric_wait(metrics, "dml_aggregator_owners_connected", 1) == 1);
+	w[0] = worker(&r, 1, dml_test_server_port(agg), NULL);
+	w[1] = worker(&r, 2, dml_test_server_port(agg), w[0]);
+	deadline = dml_now_ns() + WAIT_MS * 1000000ull;
+	while (!dml_aggregator_usable(w[0]) || !dml_aggregator_usable(w[1])) {
+		ck_assert_msg(dml_now_ns() < deadline, "the aggregator links never came up");
+		ck_assert_int_eq(dml_progress(w[0], 10), 0);
+	}
+	for (int c = 1; c <= rounds; c++)
+		bsp_round(w, 2.0f * c);
+	ck_assert(agg_metric_wait(metrics, "dml_aggregator_pushes_in_total", 2 * rounds) ==
+		  2 * rounds);
+	ck_assert(agg_metric_wait(metrics, "dml_aggregator_pulls_in_total", rounds) == rounds);
+
+	/* Killed with both pushes of a round in flight on it, or about to be. */
+	{
+		dml_handle_t h[2];
+
+		for (int i = 0; i < 2; i++)
+			push_ones(w[i], &h[i]);
+		dml_test_server_kill(agg);
+		for (int i = 0; i < 2; i++)
+			wait_ok(w[i], h[i]);
+		for (int i = 0; i < 2; i++)
+			ck_assert_int_eq(dml_clock(w[i]), 0);
+	}
+	rounds++;
+	bsp_round(w, 2.0f * (rounds + 1));
+	dml_close(w[1]);
+	dml_close(w[0]);
+	rig_down(&r);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("agg_route");
@@ -458,6 +546,7 @@ int main(void)
 	tcase_add_loop_test(tc, test_no_aggregator_goes_direct, 0, 2);
 	tcase_add_test(tc, test_not_an_aggregator_unused);
 	tcase_add_test(tc, test_through_then_fallback);
+	tcase_add_test(tc, test_real_aggregator);
 	suite_add_tcase(s, tc);
 	return dml_check_run(s);
 }
