@@ -80,6 +80,13 @@ test_check_aggregator_SOURCES = test/check_aggregator.c test/check_aggregator_ut
 test_check_aggregator_CFLAGS = $(TEST_CFLAGS)
 test_check_aggregator_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lm
 
+# The zone aggregator path in libdml: options, fallback, Meta.owner, CLOCK order.
+check_PROGRAMS += test/check_agg_route
+TESTS += test/check_agg_route
+test_check_agg_route_SOURCES = test/check_agg_route.c $(HARNESS_SOURCES)
+test_check_agg_route_CFLAGS = $(TEST_CFLAGS)
+test_check_agg_route_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS) -lm
+
 test_check_examples_SOURCES = test/check_examples.c server/server_conf.c \
 	sched/sched_conf.c
 test_check_examples_CFLAGS = $(TEST_CFLAGS)

@@ -19,8 +19,9 @@
  *
  * This file has the public calls (dml.h) but dml_connect and the options:
  * requests, clocks, figures and the log sink. Parts and routing are in
- * client_parts.c, server links in client_link.c, connect and close in
- * client_connect.c, options in client_opts.c, scheduler maps in
+ * client_parts.c, server links in client_link.c, the zone aggregator's
+ * link and the CLOCKs held for it in client_aggregator.c, connect and close
+ * in client_connect.c, options in client_opts.c, scheduler maps in
  * client_map.c.
  *
  * Must never: modify a caller's push buffer, write a pull's output after the
@@ -211,23 +212,6 @@ int dml_wait_all(dml_t *d)
 	return rc;
 }
 
-/* The clock is now d->clock: tell the servers of the current map. */
-static int clock_announce(struct dml *d)
-{
-	int rc = 0;
-
-	/* The servers of the current map; one that joins later hears it on ready. */
-	for (uint32_t i = 0; i < d->nroute; i++) {
-		struct link *l = d->route[i];
-
-		if (l->failed)
-			rc = DML_ECONN;
-		else if (l->ready)
-			dml_client_send_clock(l);
-	}
-	return rc;
-}
-
 void dml_interrupt(dml_t *d)
 {
 	if (d)
@@ -241,7 +225,7 @@ int dml_clock(dml_t *d)
 	if (d->conf.role != 0)
 		return DML_EROLE;
 	d->clock++;
-	return clock_announce(d);
+	return dml_client_clock_announce(d);
 }
 
 int dml_clock_to(dml_t *d, uint64_t clock)
@@ -253,7 +237,7 @@ int dml_clock_to(dml_t *d, uint64_t clock)
 	if (clock <= d->clock)
 		return 0;
 	d->clock = clock;
-	return clock_announce(d);
+	return dml_client_clock_announce(d);
 }
 
 int dml_push_weight(dml_t *d, float weight)
@@ -284,11 +268,18 @@ uint64_t dml_bytes(const dml_t *d)
 {
 	uint64_t n = d ? d->bytes_closed : 0;
 
-	for (uint32_t i = 0; d && i < d->nlinks; i++)
-		if (d->links[i]->conn)
-			n += dml_conn_bytes_in(d->links[i]->conn) +
-			     dml_conn_bytes_out(d->links[i]->conn);
+	for (uint32_t i = 0; d && i <= d->nlinks; i++) {
+		const struct link *l = i < d->nlinks ? d->links[i] : d->agg;
+
+		if (l && l->conn)
+			n += dml_conn_bytes_in(l->conn) + dml_conn_bytes_out(l->conn);
+	}
 	return n;
+}
+
+int dml_aggregator_usable(const dml_t *d)
+{
+	return d && d->agg && d->agg->ready;
 }
 
 int dml_link_bytes(const dml_t *d, int link_class, uint64_t *floats, uint64_t *sent)
@@ -387,7 +378,8 @@ void dml_close(dml_t *d)
 		return;
 	ms = d->conf.request_timeout_ms ? d->conf.request_timeout_ms : CLOSE_WAIT_MS;
 	deadline = dml_now_ns() + ms * 1000000ull;
-	/* Pushes in flight first, then tell every server we leave; after
+	/* Pushes in flight first, then tell every server we leave (the
+	 * aggregator's link just closes); after
 	 * dml_interrupt only the latter, and briefly. */
 	dml_client_run_until(d, dml_client_nothing_in_flight, NULL, deadline);
 	if (atomic_exchange(&d->interrupted, 0))

@@ -196,8 +196,8 @@ void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
 	b[1] += sent;
 }
 
-/* The codec for p over its link, none where the server does not take it. */
-static struct dml_codec part_codec(struct dml *d, const struct part *p,
+/* The codec for p over link l, none where the peer does not take it. */
+static struct dml_codec part_codec(struct dml *d, const struct part *p, const struct link *l,
 				   struct client_table_codec **tcp)
 {
 	struct client_table_codec *tc = table_codec(d, p);
@@ -207,9 +207,9 @@ static struct dml_codec part_codec(struct dml *d, const struct part *p,
 	*tcp = tc;
 	if (!tc || tc->width != p->width)
 		return none;
-	c = p->kind == PART_PUSH ? &tc->link[p->link->cross_zone].push
-				 : &tc->link[p->link->cross_zone].pull;
-	if (!(p->link->codecs & (1u << dml_codec_dtype(c->kind))))
+	c = p->kind == PART_PUSH ? &tc->link[l->cross_zone].push
+				 : &tc->link[l->cross_zone].pull;
+	if (!(l->codecs & (1u << dml_codec_dtype(c->kind))))
 		return none;
 	return *c;
 }
@@ -313,7 +313,7 @@ int dml_client_part_encode(struct dml *d, struct part *p)
 
 	if (p->kind == PART_BYE || p->coded)
 		return 0;
-	c = part_codec(d, p, &tc);
+	c = part_codec(d, p, p->link, &tc);
 	if (p->kind == PART_PULL) {
 		p->dtype = dml_codec_dtype(c.kind);
 		return 0;
@@ -348,6 +348,15 @@ int dml_client_part_uncode(struct part *p)
 	p->coded_len = 0;
 	p->dtype = DML__DTYPE__F32;
 	return 0;
+}
+
+int dml_client_part_codec_fits(struct dml *d, const struct part *p, const struct link *l)
+{
+	struct client_table_codec *tc;
+	struct dml_codec c = part_codec(d, p, l, &tc);
+	Dml__DType now = p->kind == PART_PULL || p->coded ? p->dtype : DML__DTYPE__F32;
+
+	return p->kind == PART_BYE || dml_codec_dtype(c.kind) == now;
 }
 
 /* ---- pull replies ---------------------------------------------------------- */

@@ -270,6 +270,8 @@ void dml_client_free_all(struct dml *d)
 	/* No part left for a late reply or a map to find. */
 	for (uint32_t i = 0; i < d->nlinks; i++)
 		dml_client_link_fail_all(d->links[i], DML_ECLOSED);
+	if (d->agg)
+		dml_client_link_fail_all(d->agg, DML_ECLOSED);
 	while (d->parked.head)
 		dml_client_part_finish(d, d->parked.head, DML_ECLOSED);
 	dml_client_sched_free(s);
@@ -277,9 +279,11 @@ void dml_client_free_all(struct dml *d)
 	for (uint32_t i = 0; i < d->nlinks; i++)
 		if (d->links[i]->conn)
 			dml_conn_abort(d->links[i]->conn, DML_ECLOSED);
+	if (d->agg && d->agg->conn)
+		dml_conn_abort(d->agg->conn, DML_ECLOSED);
 	/* Let the loop run the deferred teardown of every connection. */
 	for (int i = 0; i < 100; i++) {
-		int open = 0;
+		int open = d->agg && d->agg->conn;
 
 		for (uint32_t j = 0; j < d->nlinks; j++)
 			open += d->links[j]->conn != NULL;
@@ -289,6 +293,7 @@ void dml_client_free_all(struct dml *d)
 	}
 	for (uint32_t i = 0; i < d->nlinks; i++)
 		dml_client_link_free(d->links[i]);
+	dml_client_agg_free(d);
 	for (size_t i = 0; i < d->nbuckets; i++) {
 		while (d->reqs[i]) {
 			struct request *r = d->reqs[i];
@@ -402,6 +407,7 @@ static int client_setup(struct dml *d, struct dml *share)
 	d->tick = event_new(d->base, -1, EV_PERSIST, dml_client_tick_cb, d);
 	event_add(d->tick, &tick);
 	d->clock = d->conf.clock;
+	d->clock_sent = d->clock;
 	return 0;
 }
 
@@ -422,6 +428,9 @@ int dml_connect_shared(const dml_opts_t *opts, dml_t *share, dml_t **out)
 	d->connecting = 1;
 	rc = client_setup(d, share);
 	deadline = dml_now_ns() + d->conf.connect_timeout_ms * 1000000ull;
+	/* The aggregator is not waited for: parts go straight until it is up. */
+	if (rc == 0)
+		rc = dml_client_agg_setup(d);
 	if (rc == 0 && d->conf.scheduler[0])
 		rc = connect_sched(d, deadline);
 	else if (rc == 0)

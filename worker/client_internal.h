@@ -3,8 +3,10 @@
  * the handle and its requests, parts and server links (client.c: the
  * public request calls; client_parts.c: bookkeeping, sending, routing;
  * client_link.c: connection events and housekeeping; client_connect.c:
- * connect and close), and the interface to the shard maps it routes by
- * when a scheduler hands them out (client_map.c).
+ * connect and close; client_aggregator.c: the zone aggregator link, the
+ * path each part takes and the CLOCKs held for it), and the interface to
+ * the shard maps it routes by when a scheduler hands them out
+ * (client_map.c).
  */
 #ifndef DML_CLIENT_INTERNAL_H
 #define DML_CLIENT_INTERNAL_H
@@ -46,6 +48,8 @@ struct dml_client_conf {
 	char *zone;               /* where this client is: picks codecs per link */
 	/* standalone: each table's codecs, [within a zone, across zones] */
 	char *codec[2], *pull_codec[2];
+	char *aggregator;         /* host:port of the zone aggregator, "" for none */
+	uint32_t aggregator_timeout_ms; /* down this long with parts: fall back */
 };
 
 struct dml_opts {
@@ -84,6 +88,7 @@ struct part {
 	struct part *hnext;            /* wire-id hash chain (only while on a link) */
 	struct request *req;
 	struct link *link;             /* NULL while parked */
+	struct link *owner;            /* on the aggregator link: its owner's link */
 	enum part_kind kind;
 	uint64_t wire_id;
 	uint64_t seq;
@@ -105,6 +110,8 @@ struct part {
 	uint64_t map_version;          /* of the map it was routed by */
 	uint64_t bounced_ns;           /* first DML_ERANGE answer; 0 if none */
 	int waited;                    /* parked through one fetch already */
+	int clock_held;                /* an aggregator push: holds the CLOCK past epoch */
+	uint64_t epoch;                /* the clock it was issued at */
 };
 
 struct request {
@@ -139,6 +146,17 @@ struct link {
 	size_t ntables;
 	int cross_zone;                /* its WELCOME named a zone other than ours */
 	uint32_t codecs;               /* bit (1 << dtype): the server takes it */
+	int aggregator;                /* the zone aggregator's link, not a server's */
+	/* an owner's parts in flight per path (ordering rule 1: a part goes
+	 * the way the owner's unanswered ones went) */
+	uint32_t via_aggregator, direct;
+};
+
+/* Aggregator pushes in flight that were issued at one clock: a CLOCK past
+ * it waits for them (ordering rule 4). */
+struct clock_hold {
+	uint64_t clock;
+	uint32_t pushes;
 };
 
 /* How one table's values travel, and what its lossy pushes did not send. */
@@ -182,6 +200,10 @@ struct dml {
 	char map_why[512];
 
 	uint64_t clock;
+	uint64_t clock_sent;           /* the clock the servers were told */
+	struct clock_hold *holds;      /* oldest first; empty without an aggregator */
+	uint32_t nholds, holds_cap;
+	struct link *agg;              /* the zone aggregator; NULL for none */
 	float push_weight;             /* of pushes from now on; 0 for 1 */
 	uint64_t last_min_clock;
 	uint64_t held_ns;              /* pulls waited for, held by their servers */
@@ -227,6 +249,8 @@ void dml_client_parked_release(struct dml *d);
 /* A split pull's reply rows (in its order, any alignment) to the caller's
  * rows they stand for (p->pos). */
 void dml_client_pull_scatter(const struct part *p, const void *rows);
+/* Move a part in flight, as it is (wire id, seq), to the tail of link to. */
+void dml_client_part_relink(struct part *p, struct link *to);
 
 /* client_link.c: server links, connection events, housekeeping. */
 void dml_client_link_fail_all(struct link *l, int rc);
@@ -255,9 +279,25 @@ double dml_client_residual_norm(const struct dml *d, uint32_t table);
 int dml_client_part_encode(struct dml *d, struct part *p);
 /* Back to floats before a part goes to another server (vals_own). */
 int dml_client_part_uncode(struct part *p);
+/* Would p travel over link l in the dtype it has now (F32 if not coded)? */
+int dml_client_part_codec_fits(struct dml *d, const struct part *p, const struct link *l);
 /* A PULL_REPLY in p's reply codec into p's output; DML_ESHAPE if bad. */
 int dml_client_reply_decode(struct part *p, const Dml__Meta *m, const uint8_t *payload,
 			    size_t len);
+
+/* client_aggregator.c: the zone aggregator link and the CLOCK ordering. */
+int dml_client_agg_setup(struct dml *d);
+void dml_client_agg_free(struct dml *d);
+/* The link a part for owner link l goes on: l, or the aggregator's. */
+struct link *dml_client_path(struct dml *d, struct link *l, enum part_kind kind);
+/* A part went on a link (p->link and p->owner set) / left it. */
+void dml_client_path_enter(struct dml *d, struct part *p);
+void dml_client_path_leave(struct dml *d, struct part *p);
+int dml_client_agg_welcome(struct link *l, const Dml__Handshake *w);
+void dml_client_agg_housekeeping(struct dml *d, uint64_t now);
+/* Tell the servers of the map the clock they may hear now: d->clock, or
+ * earlier while aggregator pushes from before it are unanswered. */
+int dml_client_clock_announce(struct dml *d);
 
 /* client_connect.c: connect and close. */
 void dml_client_free_all(struct dml *d);

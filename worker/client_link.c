@@ -1,5 +1,6 @@
 /*
- * libdml's server links (client_internal.h): the connection callbacks
+ * libdml's server links, the aggregator's too (client_internal.h; what is
+ * the aggregator's own is in client_aggregator.c): the connection callbacks
  * (handshake, replies, close), reconnecting with backoff and resending what
  * was in flight, closing links that left the shard map when idle, and the
  * housekeeping timer that expires requests and drives all of it.
@@ -45,6 +46,8 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 	for (size_t i = 0; i < w->n_codecs; i++)
 		if ((unsigned)w->codecs[i] < 32)
 			l->codecs |= 1u << w->codecs[i];
+	if (l->aggregator)
+		return dml_client_agg_welcome(l, w);
 	if (d->conf.scheduler[0]) {
 		/* Its ranges come from the map, not from what it reports. */
 		if (w->node_id != l->node_id)
@@ -82,6 +85,7 @@ static void on_ready(struct dml_conn *c, void *arg)
 	struct link *l = arg;
 
 	l->ready = 1;
+	l->fatal = 0;      /* only the aggregator's link retries after a refusal */
 	l->backoff_ms = 0;
 	l->lost_since_ns = 0;
 	/*
@@ -200,8 +204,9 @@ static void on_close(struct dml_conn *c, int err, void *arg)
 	l->ready = 0;
 	l->closing = 0;
 	/* Leaving needs no answer from a server that is gone; and a request that
-	 * keeps losing its connection is failed rather than sent forever. */
-	for (struct part *p = l->q.head; p; ) {
+	 * keeps losing its connection is failed rather than sent forever (on the
+	 * aggregator's link it goes to its server: dml_client_agg_housekeeping). */
+	for (struct part *p = l->aggregator ? NULL : l->q.head; p; ) {
 		struct part *next = p->next;
 
 		if (p->kind == PART_BYE)
@@ -236,7 +241,7 @@ void dml_client_link_connect(struct link *l)
 	struct dml *d = l->d;
 
 	/* HELLO carries where we are: a server new to us counts us from there. */
-	d->cc.clock = d->clock;
+	d->cc.clock = d->clock_sent;
 	if (dml_conn_connect(d->base, l->host, l->port, &d->cc, &client_ops, l, &l->conn)) {
 		l->conn = NULL;
 		l->retry_at_ns = dml_now_ns() + BACKOFF_MAX_MS * 1000000ull;
@@ -270,7 +275,7 @@ static void links_reap(struct dml *d)
 	for (uint32_t i = 0; i < d->nlinks; ) {
 		struct link *l = d->links[i];
 
-		if (!l->retired || l->q.head) {
+		if (!l->retired || l->q.head || l->via_aggregator) {
 			i++;
 			continue;
 		}
@@ -291,19 +296,24 @@ static void links_reap(struct dml *d)
 	}
 }
 
+static void expire_link(struct dml *d, struct link *l, uint64_t now)
+{
+	for (struct part *p = l->q.head; p; ) {
+		struct part *next = p->next;
+
+		if (p->req->deadline_ns && now > p->req->deadline_ns)
+			dml_client_part_finish(d, p, p->bounced_ns ? DML_ERANGE : DML_ETIMEDOUT);
+		p = next;
+	}
+}
+
 /* Fail what waited too long: request_timeout_ms, or a part refused for too long. */
 static void expire_parts(struct dml *d, uint64_t now)
 {
-	for (uint32_t i = 0; i < d->nlinks && d->conf.request_timeout_ms; i++) {
-		for (struct part *p = d->links[i]->q.head; p; ) {
-			struct part *next = p->next;
-
-			if (p->req->deadline_ns && now > p->req->deadline_ns)
-				dml_client_part_finish(d, p, p->bounced_ns ? DML_ERANGE :
-						       DML_ETIMEDOUT);
-			p = next;
-		}
-	}
+	for (uint32_t i = 0; i < d->nlinks && d->conf.request_timeout_ms; i++)
+		expire_link(d, d->links[i], now);
+	if (d->agg && d->conf.request_timeout_ms)
+		expire_link(d, d->agg, now);
 	for (struct part *p = d->parked.head; p; ) {
 		struct part *next = p->next;
 
@@ -339,6 +349,8 @@ void dml_client_housekeeping(struct dml *d)
 		if (now >= l->retry_at_ns)
 			dml_client_link_connect(l);
 	}
+	if (d->agg)
+		dml_client_agg_housekeeping(d, now);
 	if (now >= d->expire_at_ns) {
 		d->expire_at_ns = now + EXPIRE_EVERY_NS;
 		expire_parts(d, now);
@@ -347,7 +359,7 @@ void dml_client_housekeeping(struct dml *d)
 
 static int parts_in_flight(const struct dml *d)
 {
-	if (d->parked.head)
+	if (d->parked.head || (d->agg && d->agg->q.head))
 		return 1;
 	for (uint32_t i = 0; i < d->nlinks; i++)
 		if (d->links[i]->q.head)

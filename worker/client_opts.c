@@ -17,8 +17,8 @@
 
 static const char *const roles[] = { "worker", "control", NULL };
 
-/* Empty (servers are listed instead) or where dml-sched listens. */
-static int check_scheduler(const void *field, char *err, size_t errlen)
+/* Empty (none) or where a peer listens: scheduler, aggregator. */
+static int check_peer(const void *field, char *err, size_t errlen)
 {
 	const char *s = *(const char *const *)field;
 	char host[256];
@@ -51,7 +51,7 @@ static const struct dml_conf_option options[] = {
 	{ "client", "servers", DML_CONF_STRING, O(servers), "", 0, 0, NULL, NULL,
 	  "comma-separated host:port list, in shard order (empty with scheduler)" },
 	{ "client", "scheduler", DML_CONF_STRING, O(scheduler), "", 0, 0, NULL,
-	  check_scheduler, "host:port of dml-sched, which hands out the shard map "
+	  check_peer, "host:port of dml-sched, which hands out the shard map "
 	  "(then servers stays empty)" },
 	{ "client", "secret_file", DML_CONF_STRING, O(secret_file), "", 0, 0, NULL, NULL,
 	  "cluster secret (mode 0600)" },
@@ -98,6 +98,13 @@ static const struct dml_conf_option options[] = {
 	{ "client", "pull_codec_cross_zone", DML_CONF_STRING, O(pull_codec[1]), "fp16", 0, 0,
 	  NULL, dml_conf_check_pull_codec, "without a scheduler: how pull replies travel "
 	  "from a server of another zone" },
+	{ "client", "aggregator", DML_CONF_STRING, O(aggregator), "", 0, 0, NULL, check_peer,
+	  "host:port of this zone's dml-aggregator: pushes and pulls go through it while "
+	  "it is up, control frames (HELLO, CLOCK, BYE) straight to the servers (empty: "
+	  "none)" },
+	{ "client", "aggregator_timeout_ms", DML_CONF_U32, O(aggregator_timeout_ms), "3000",
+	  1, 3600000, NULL, NULL, "how long the aggregator may be unreachable with requests "
+	  "in flight before they go straight to their servers" },
 };
 
 const struct dml_conf_schema dml_client_conf_schema =

@@ -157,6 +157,7 @@ static void hash_remove(struct dml *d, struct part *p)
 static void part_unlink(struct dml *d, struct part *p)
 {
 	if (p->link) {
+		dml_client_path_leave(d, p);
 		hash_remove(d, p);
 		list_remove(&p->link->q, p);
 		p->link = NULL;
@@ -187,10 +188,20 @@ void dml_client_part_finish(struct dml *d, struct part *p, int rc)
 
 /* ---- sending ------------------------------------------------------------ */
 
+/* Meta.owner: where this worker dials the owner, as the aggregator knows it. */
+static void owner_address(const struct link *l, char *buf, size_t len)
+{
+	if (strchr(l->host, ':'))
+		snprintf(buf, len, "[%s]:%u", l->host, l->port);
+	else
+		snprintf(buf, len, "%s:%u", l->host, l->port);
+}
+
 int dml_client_part_send(struct dml *d, struct part *p)
 {
 	Dml__Meta m = DML__META__INIT;
 	struct iovec iov[2];
+	char owner[300];
 	int n = 0, rc;
 
 	if (p->sends == 0 && (rc = dml_client_part_encode(d, p)) != 0)
@@ -206,6 +217,10 @@ int dml_client_part_send(struct dml *d, struct part *p)
 	m.key_end = p->end;
 	m.num_keys = p->dense ? 0 : p->nkeys;
 	m.clock = d->clock;
+	if (p->owner) {
+		owner_address(p->owner, owner, sizeof(owner));
+		m.owner = owner;
+	}
 	switch (p->kind) {
 	case PART_PUSH:
 		m.type = DML__MSG_TYPE__PUSH;
@@ -239,22 +254,25 @@ void dml_client_send_clock(struct link *l)
 {
 	Dml__Meta m = DML__META__INIT;
 
-	if (l->d->conf.role != 0 || l->d->clock == 0)
+	/* An aggregator hears no CLOCK: the owners take it straight. */
+	if (l->d->conf.role != 0 || l->d->clock_sent == 0 || l->aggregator)
 		return;
 	m.type = DML__MSG_TYPE__CLOCK;
 	m.sender = l->d->conf.worker_id;
 	m.job = l->d->conf.job;
-	m.clock = l->d->clock;
+	m.clock = l->d->clock_sent;
 	(void)dml_conn_send(l->conn, &m, NULL, 0, DML_SEND_COPY);
 }
 
 /*
- * Queue a part (its req set) on link l with a new wire id and, for a push,
- * l's next sequence number; it counts in its request from now on. Sent now
- * if the link is up, else on reconnect. On failure the part is freed.
+ * Queue a part (its req set) for owner link l with a new wire id and, for a
+ * push, l's next sequence number; it counts in its request from now on. It
+ * goes on l or through the aggregator (dml_client_path). Sent now if that
+ * link is up, else on reconnect. On failure the part is freed.
  */
 int dml_client_part_submit(struct dml *d, struct part *p, struct link *l)
 {
+	struct link *via;
 	size_t b;
 	int rc;
 
@@ -262,7 +280,9 @@ int dml_client_part_submit(struct dml *d, struct part *p, struct link *l)
 		part_discard(p);
 		return DML_ECONN;
 	}
-	p->link = l;
+	via = dml_client_path(d, l, p->kind);
+	p->link = via;
+	p->owner = via != l ? l : NULL;
 	p->sends = 0;
 	p->map_version = d->map.version;
 	p->wire_id = ++d->next_wire;
@@ -273,15 +293,23 @@ int dml_client_part_submit(struct dml *d, struct part *p, struct link *l)
 	b = p->wire_id & (d->nbuckets - 1);
 	p->hnext = d->parts[b];
 	d->parts[b] = p;
-	list_append(&l->q, p);
+	list_append(&via->q, p);
+	dml_client_path_enter(d, p);
 	p->req->parts_left++;
-	if (l->ready && (rc = dml_client_part_send(d, p)) != 0) {
+	if (via->ready && (rc = dml_client_part_send(d, p)) != 0) {
 		p->req->parts_left--;
 		part_unlink(d, p);
 		part_discard(p);
 		return rc;
 	}
 	return 0;
+}
+
+void dml_client_part_relink(struct part *p, struct link *to)
+{
+	list_remove(&p->link->q, p);
+	list_append(&to->q, p);
+	p->link = to;
 }
 
 void dml_client_pull_scatter(const struct part *p, const void *rows)

@@ -99,6 +99,12 @@ typedef uint64_t dml_handle_t;
  *   max_meta            largest frame metadata accepted (64K); a shard map
  *                       from the scheduler must fit
  *   spin_us             poll this long for a reply before sleeping (50)
+ *   aggregator          host:port of this zone's dml-aggregator (none):
+ *                       pushes and pulls of a worker go through it while it
+ *                       is up, HELLO, CLOCK and BYE straight to the servers
+ *   aggregator_timeout_ms  how long the aggregator may be unreachable with
+ *                       requests in flight before they go straight to their
+ *                       servers, sequence numbers unchanged (3000)
  *
  * dml_opts_new: every option at its default. 0 or DML_EINVAL (out NULL).
  */
@@ -240,7 +246,9 @@ void dml_interrupt(dml_t *d);
 /**
  * End the current iteration: the clock advances by one and every server of
  * the current map is told (one that joins later learns it when connected).
- * Does not block. 0, DML_EINVAL (d NULL), DML_EROLE (role control) or
+ * Does not block. With an aggregator, the servers are told once the pushes
+ * sent through it before this call are answered (from within a later
+ * library call), so that they never see the clock before those pushes. 0, DML_EINVAL (d NULL), DML_EROLE (role control) or
  * DML_ECONN (a server of the map is gone for good; the others were told).
  */
 int dml_clock(dml_t *d);
@@ -281,11 +289,18 @@ uint64_t dml_last_pull_min_clock(const dml_t *d);
  */
 uint64_t dml_pulls_held_ns(const dml_t *d);
 /**
- * Bytes sent to and received from the servers so far, whole frames, over
- * every connection this handle had: with the time its requests took that
- * was not held for others, what its link to the servers carries.
+ * Bytes sent to and received from the servers (and the aggregator) so far,
+ * whole frames, over every connection this handle had: with the time its
+ * requests took that was not held for others, what its link to the servers
+ * carries.
  */
 uint64_t dml_bytes(const dml_t *d);
+/**
+ * 1 while new pushes and pulls may go through the aggregator option's
+ * dml-aggregator (its connection is up), 0 while they go straight to the
+ * servers, or without an aggregator.
+ */
+int dml_aggregator_usable(const dml_t *d);
 
 /* Link classes (dml_link_bytes): a link is across zones when this client's
  * zone option and the server's zone are both set and differ. */

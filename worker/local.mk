@@ -1,7 +1,8 @@
 # worker/: libdml (the client library, public header dml.h) and examples.
 lib_LTLIBRARIES += worker/libdml.la
 worker_libdml_la_SOURCES = worker/client.c worker/client_parts.c worker/client_codec.c \
-	worker/client_link.c worker/client_connect.c worker/client_opts.c worker/client_map.c
+	worker/client_aggregator.c worker/client_link.c worker/client_connect.c \
+	worker/client_opts.c worker/client_map.c
 noinst_HEADERS += worker/client_internal.h worker/client_conf.h
 worker_libdml_la_LIBADD = shard/libdmlshard.la proto/libdmlproto.la -lm
 include_HEADERS += worker/dml.h proto/dml_error.h
