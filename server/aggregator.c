@@ -297,7 +297,6 @@ int dml_agg_new(const struct dml_agg_conf *conf, struct event_base *base,
 		struct dml_agg **out)
 {
 	struct dml_agg *a = dml_xcalloc(1, sizeof(*a));
-	char err[128];
 	int rc;
 
 	a->conf = conf;
@@ -305,10 +304,6 @@ int dml_agg_new(const struct dml_agg_conf *conf, struct event_base *base,
 	dml_peers_init(&a->peers, base, conf->max_connections);
 	a->peers.max_preauth = conf->max_preauth;
 	*out = a;
-	if (dml_codec_parse(conf->pull_codec, &a->pull_codec, err, sizeof(err)) != 0) {
-		dml_err("pull_codec: %s", err);
-		return DML_ECONF;
-	}
 	rc = dml_conn_conf_daemon(&a->conn_conf, DML__ROLE__AGGREGATOR, conf->node_id,
 				  conf->cluster, conf->handshake_timeout_ms, conf->secret_file,
 				  &a->secret, &a->secret_len);

@@ -61,8 +61,6 @@ static const struct dml_conf_option options[] = {
 	{ "aggregator", "window_ms", DML_CONF_U32, A(window_ms), "5", 0, 600000, NULL, NULL,
 	  "an entry of pushes is forwarded once every connected worker joined it, or this "
 	  "long after it opened" },
-	{ "aggregator", "pull_codec", DML_CONF_STRING, A(pull_codec), "fp16", 0, 0, NULL,
-	  dml_conf_check_pull_codec, "how upstream pull replies travel (none, fp16, bf16, int8)" },
 	DML_CONF_OPT_LOG_LEVEL("aggregator", A(log_level)),
 	DML_CONF_OPT_METRICS("aggregator", A(metrics_listen), A(metrics_port_file)),
 	DML_CONF_OPT_LOCAL_SOCKET("aggregator", A(local_socket)),

@@ -36,7 +36,6 @@ struct dml_agg_conf {
 	char *scheduler;          /* dml-sched to register with; "" standalone */
 	char *advertise;          /* where workers dial it; "" listen's host */
 	uint32_t window_ms;
-	char *pull_codec;
 	int log_level;
 	char *metrics_listen;
 	char *metrics_port_file;
@@ -127,6 +126,7 @@ struct agg_cache {
 	struct agg_cache *next;
 	uint32_t job, table, width;
 	uint64_t key_begin, key_end;
+	Dml__DType dtype;         /* how the owner sends it: as the workers ask */
 	int valid;
 	uint64_t clock;           /* requester clock the values were fetched for */
 	uint64_t min_clock, held_us;
@@ -167,7 +167,6 @@ struct dml_agg {
 	uint16_t port;
 	struct agg_owner *owners;
 	size_t nowners;
-	struct dml_codec pull_codec;
 	size_t nsessions;                   /* ready worker sessions */
 	uint64_t pending_bytes;             /* push values held, all owners */
 	struct dml_agg_stats st;

@@ -2,14 +2,15 @@
  * dml-aggregator's pulls: a zone cache of dense ranges, and pulls sent
  * upstream on the zone's behalf.
  *
- * A cache slot is one (job, table, width, dense range) of one owner, held
- * as floats with the requester clock c0 it was fetched for: it answers any
- * pull of clock c <= c0 (the owner answered for c0, so the values meet any
- * lower bound too). A pull the cache cannot answer joins an upstream pull
- * in flight for its slot whose clock is at least its own, else one more
- * goes, asking the owner for pull_codec. Sparse pulls, and dense ones past
- * the slot limit, go upstream one by one and their replies come back as
- * they are.
+ * A cache slot is one (job, table, width, dense range, dtype) of one
+ * owner, held as floats with the requester clock c0 it was fetched for: it
+ * answers any pull of clock c <= c0 (the owner answered for c0, so the
+ * values meet any lower bound too). A pull the cache cannot answer joins
+ * an upstream pull in flight for its slot whose clock is at least its own,
+ * else one more goes, in the dtype the workers ask (libdml asks, through
+ * an aggregator, its owner's cross-zone pull codec: what crosses the slow
+ * link). Sparse pulls, and dense ones past the slot limit, go upstream one
+ * by one and their replies come back as they are.
  *
  * Must never: answer a pull with values fetched for a lower clock than its
  * own, or trust an owner's reply's shape (checked against the slot before
@@ -42,7 +43,8 @@ static struct agg_cache *cache_slot(struct agg_owner *o, const Dml__Meta *m)
 
 	for (c = o->caches; c; c = c->next)
 		if (c->job == m->job && c->table == m->table && c->width == m->value_width &&
-		    c->key_begin == m->key_begin && c->key_end == m->key_end)
+		    c->key_begin == m->key_begin && c->key_end == m->key_end &&
+		    c->dtype == m->dtype)
 			return c;
 	if (cache_count(o) >= CACHE_SLOTS_MAX)
 		return NULL;
@@ -52,6 +54,7 @@ static struct agg_cache *cache_slot(struct agg_owner *o, const Dml__Meta *m)
 	c->width = m->value_width;
 	c->key_begin = m->key_begin;
 	c->key_end = m->key_end;
+	c->dtype = m->dtype;
 	c->next = o->caches;
 	o->caches = c;
 	return c;
@@ -126,9 +129,7 @@ static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
 	u->key_end = m->key_end;
 	u->num_keys = m->num_keys;
 	u->worker = s->worker;
-	/* A slot keeps floats: ask for the cross-zone codec. A pull passed
-	 * through keeps the dtype its worker asked for. */
-	u->dtype = c ? dml_codec_dtype(s->agg->pull_codec.kind) : m->dtype;
+	u->dtype = m->dtype;
 	p->meta = u;
 	p->cache = c;
 	if (len) {

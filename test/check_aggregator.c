@@ -19,7 +19,8 @@
  *     other worker disconnecting closes the entry;
  *   - pulls: two workers pulling one range at one clock cost the owner one
  *     pull; a pull at a lower clock is served from the cache; one at a
- *     higher clock goes upstream again; a pull asking fp16 gets fp16;
+ *     higher clock goes upstream again; pulls asking fp16 share an fp16
+ *     upstream pull of their own and get fp16;
  *   - conf/aggregator.conf is read by the binary; a bad servers entry stops
  *     it with exit status 2 naming the entry;
  *   - against a fake owner (check_aggregator_fake.c): what a forwarded push
@@ -218,7 +219,7 @@ START_TEST(test_pulls_share_one_upstream_pull)
 	owner_stats(&f, &pushes, &u0);
 	pull_values(w1, 2, 3, f.owner_addr, DML__DTYPE__F32, got);
 	expect_values(got, 1);
-	pull_values(w2, 3, 3, f.owner_addr, DML__DTYPE__F16, got);
+	pull_values(w2, 3, 3, f.owner_addr, DML__DTYPE__F32, got);
 	expect_values(got, 1);
 	owner_stats(&f, &pushes, &u);
 	ck_assert_uint_eq(u, u0 + 1);
@@ -234,6 +235,14 @@ START_TEST(test_pulls_share_one_upstream_pull)
 	expect_values(got, 2);
 	owner_stats(&f, &pushes, &u);
 	ck_assert_uint_eq(u, u0 + 2);
+	/* fp16 is fetched as fp16 (what crosses the slow link), in a slot of
+	 * its own: upstream once more, and cached for the next fp16 pull. */
+	pull_values(w2, 7, 4, f.owner_addr, DML__DTYPE__F16, got);
+	expect_values(got, 2);
+	pull_values(w1, 8, 4, f.owner_addr, DML__DTYPE__F16, got);
+	expect_values(got, 2);
+	owner_stats(&f, &pushes, &u);
+	ck_assert_uint_eq(u, u0 + 3);
 	close(w1);
 	close(w2);
 	fixture_end(&f);

@@ -13,7 +13,7 @@
  *     another error reaches every worker;
  *   - the owner's connection dropped before its answer: the aggregator
  *     dials again and sends the same push first;
- *   - an upstream pull asks pull_codec (fp16) for the worker; a reply of
+ *   - an upstream pull asks the dtype the worker asked (fp16); a reply of
  *     another range is refused with DML_ESHAPE, a good one served.
  */
 #include <check.h>
@@ -190,6 +190,7 @@ START_TEST(test_pull_upstream_codec_and_bad_reply)
 	fixture_start(&f, OWNER_FAKE, NULL);
 	w1 = worker_connect(&f, 1);
 	dense_meta(&m, DML__MSG_TYPE__PULL, 31, 5, f.owner_addr);
+	m.dtype = DML__DTYPE__F16;
 	raw_frame_send(w1, &m, NULL, 0);
 	u = owner_read(&f, NULL);
 	ck_assert_int_eq(u->type, DML__MSG_TYPE__PULL);
@@ -204,6 +205,7 @@ START_TEST(test_pull_upstream_codec_and_bad_reply)
 	expect_reply(w1, 31, DML_ESHAPE);
 	/* Nothing was cached: the next pull goes up, and is served. */
 	dense_meta(&m, DML__MSG_TYPE__PULL, 32, 5, f.owner_addr);
+	m.dtype = DML__DTYPE__F16;
 	raw_frame_send(w1, &m, NULL, 0);
 	u = owner_read(&f, NULL);
 	fill(v, -4);
@@ -218,8 +220,10 @@ START_TEST(test_pull_upstream_codec_and_bad_reply)
 	ck_assert_int_eq(u->type, DML__MSG_TYPE__PULL_REPLY);
 	ck_assert_uint_eq(u->request_id, 32);
 	ck_assert_uint_eq(u->min_clock, 4);
-	ck_assert_int_eq(u->dtype, DML__DTYPE__F32);
-	memcpy(got, pl, sizeof(got));
+	ck_assert_int_eq(u->dtype, DML__DTYPE__F16);
+	memcpy(half, pl, sizeof(half));
+	for (int k = 0; k < KEYS; k++)
+		got[k] = dml_half_to_float(half[k]);
 	expect_values(got, 4);
 	dml_meta_free(u);
 	free(pl);

@@ -313,11 +313,17 @@ int dml_client_part_encode(struct dml *d, struct part *p)
 
 	if (p->kind == PART_BYE || p->coded)
 		return 0;
-	c = part_codec(d, p, p->link, &tc);
 	if (p->kind == PART_PULL) {
+		/* Through the aggregator a reply crosses the owner's link class
+		 * (the aggregator asks the owner for the same dtype): ask its
+		 * codec, if the aggregator takes it too. */
+		c = part_codec(d, p, p->owner ? p->owner : p->link, &tc);
+		if (!(p->link->codecs & (1u << dml_codec_dtype(c.kind))))
+			c.kind = DML_CODEC_NONE;
 		p->dtype = dml_codec_dtype(c.kind);
 		return 0;
 	}
+	c = part_codec(d, p, p->link, &tc);
 	if (c.kind != DML_CODEC_NONE && (rc = encode_push(p, n, &c, tc)) != 0)
 		return rc;
 	dml_client_count_values(d, p->link, n, p->coded ? p->coded_len : n * sizeof(float));
@@ -353,7 +359,8 @@ int dml_client_part_uncode(struct part *p)
 int dml_client_part_codec_fits(struct dml *d, const struct part *p, const struct link *l)
 {
 	struct client_table_codec *tc;
-	struct dml_codec c = part_codec(d, p, l, &tc);
+	/* a pull asks its owner's codec on either path */
+	struct dml_codec c = part_codec(d, p, p->kind == PART_PULL && p->owner ? p->owner : l, &tc);
 	Dml__DType now = p->kind == PART_PULL || p->coded ? p->dtype : DML__DTYPE__F32;
 
 	return p->kind == PART_BYE || dml_codec_dtype(c.kind) == now;
