@@ -191,6 +191,8 @@ dist_noinst_SCRIPTS += test/check_links.sh
 # (exit 77 = SKIP without root and iproute2).
 TESTS += test/check_zones.sh
 dist_noinst_SCRIPTS += test/check_zones.sh
+TESTS += test/check_zone_aggregators.sh
+dist_noinst_SCRIPTS += test/check_zone_aggregators.sh
 
 # dml-bench zones in a tiny mode: every configuration's row, the targets,
 # the flat routing's cross-zone bytes (exit 77 = SKIP without root,
@@ -209,7 +211,7 @@ dist_noinst_SCRIPTS += test/check_lost_worker.sh
 EXTRA_DIST += test/local_cluster.sh
 EXTRA_DIST += conf/systemd/dml-server@.service conf/systemd/dml-sched.service \
 	conf/systemd/dml-worker@.service conf/systemd/README conf/local/sched.conf \
-	conf/local/server.conf conf/local/worker.conf
+	conf/local/server.conf conf/local/worker.conf conf/local/aggregator.conf
 
 # The serial harness (kept so Check's summaries show) reads TESTS_ENVIRONMENT.
 TESTS_ENVIRONMENT = env DML_BUILDDIR='$(abs_top_builddir)' DML_SRCDIR='$(abs_top_srcdir)'

@@ -337,7 +337,7 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 		     const char *build, unsigned servers, unsigned workers)
 {
 	char nservers[16], nworkers[16];
-	const char *argv[16] = { k->dml_local, "up", "--dir", k->run, "--servers", nservers,
+	const char *argv[20] = { k->dml_local, "up", "--dir", k->run, "--servers", nservers,
 				 "--build", build };
 	size_t n = 8;
 	int rc;
@@ -356,6 +356,8 @@ int bench_cluster_up(struct bench_cluster *k, const char *prefix, const char *sr
 		argv[n++] = k->zones;
 		argv[n++] = "--wan";
 		argv[n++] = k->wan;
+		if (k->aggregators)
+			argv[n++] = "--aggregators";
 	} else {
 		argv[n++] = "--workers";
 		argv[n++] = nworkers;

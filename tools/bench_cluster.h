@@ -106,6 +106,7 @@ struct bench_cluster {
 	/* dml-local up --zones LIST --wan RATE (replacing the workers asked
 	 * for), or NULL; set before up */
 	const char *zones, *wan;
+	int aggregators;         /* with zones: dml-local up --aggregators */
 	char sched[320], secret[PATH_MAX];
 	int have_run, up, ended;
 	uint32_t job;            /* 0 until submitted */

@@ -390,6 +390,7 @@ int bench_train_cluster_run(const struct bench_train_cfg *cfg, struct bench_trai
 		.servers = cfg->servers, .threads = 1, .target = cfg->target,
 		.max_seconds = cfg->max_seconds, .skip_single = 1, .keep = cfg->keep,
 		.cpus = cfg->cpus, .zones = cfg->zones, .wan = cfg->wan,
+		.aggregators = cfg->aggregators,
 		.slow_after_s = cfg->slow_after_s,
 		.slow_worker = cfg->slow_worker, .slow_cpus = cfg->slow_cpus,
 		.smooth_epochs = cfg->smooth_epochs,

@@ -33,6 +33,7 @@ struct bench_train_cfg {
 	/* dml-local up --zones LIST --wan RATE (then workers is ignored), or
 	 * NULL: every node on this host */
 	const char *zones, *wan;
+	int aggregators;         /* with zones: dml-local up --aggregators */
 	unsigned servers, workers;
 	double target;           /* test accuracy to reach */
 	double max_seconds;      /* of training at most */

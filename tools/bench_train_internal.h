@@ -43,6 +43,7 @@ struct train_opts {
 	/* bench_train_cluster_run(): the fleet and its slowdown */
 	const char *cpus;
 	const char *zones, *wan;  /* bench_train_cfg's */
+	int aggregators;          /* bench_train_cfg's */
 	double slow_after_s;
 	unsigned slow_worker;
 	const char *slow_cpus;

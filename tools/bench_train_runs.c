@@ -434,6 +434,7 @@ int train_cluster(struct train_ctx *c, struct train_series *s,
 	k.b.cpus = c->o->cpus;
 	k.b.zones = c->o->zones;
 	k.b.wan = c->o->wan;
+	k.b.aggregators = c->o->aggregators;
 	rc = bench_cluster_up(&k.b, "dml-bench-train", c->p->src, c->p->build,
 			      c->o->servers, c->o->workers);
 	if (rc == 0 && k.b.zones)

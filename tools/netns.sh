@@ -145,6 +145,7 @@ zone_line() { # NAME
 	local z
 	case $1 in
 	worker*) z=$(zone_of "${1#worker}") ;;
+	aggregator*) z=$(awk -v k="${1#aggregator}" 'NR == k { print $1 }' "$dir/zones" 2>/dev/null) ;;
 	*) z=$(zone_of) ;;
 	esac
 	[ -z "$z" ] || printf 'zone = %s\n' "$z"
@@ -194,4 +195,51 @@ links_status() {
 		printf 'link %s-%s: %s->%s %s bytes (%s packets), %s->%s %s bytes (%s packets)\n' \
 			"$a" "$z" "$a" "$z" "$ab" "$pab" "$z" "$a" "$ba" "$pba"
 	done
+}
+
+# ---- aggregators (--aggregators) ---------------------------------------------------
+
+# The number K of the zone worker I is in (1: the first), from RUNDIR/zones.
+zone_number_of() { # I
+	awk -v i="$1" '{ upto += $2; if (i <= upto) { print NR; exit } }' "$dir/zones"
+}
+
+# Start aggregatorK for every zone K after the first: in the zone's
+# namespace, on a free port of its loopback (the zone's workers share the
+# namespace), forwarding to every server at the address workers dial it
+# by, registered with the scheduler SCHED. Fails the whole `up` if one does
+# not come up by DEADLINE (SECONDS).
+start_aggregators() { # DEADLINE SCHED
+	local k i z b ns n p
+	agg_servers=
+	for ((i = 1; i <= nservers; i++)); do
+		until [ -s "$dir/server$i.port" ]; do
+			alive "server$i" || fail_up "server$i exited ($(exit_text "server$i"))"
+			[ $SECONDS -lt "$1" ] || fail_up "server$i wrote no port file"
+			sleep 0.05
+		done
+		agg_servers+="${agg_servers:+,}$(daemon_host):$(cat "$dir/server$i.port")"
+	done
+	for ((k = 2; k <= ${#zone_list[@]}; k++)); do
+		z=${zone_list[k - 1]%% *}
+		n=aggregator$k
+		b=$(link_of "zone:$z") || fail_up "zone $z has no link"
+		ns=$(fleet_link_ns "$b")
+		render aggregator "$n" "$k" "$2" || fail_up "cannot write $n.conf"
+		start "$n" "$build/server/dml-aggregator" "" "$ns" || fail_up "$n did not start"
+		until [ -s "$dir/$n.port" ]; do
+			alive "$n" || fail_up "$n exited ($(exit_text "$n"))"
+			[ $SECONDS -lt "$1" ] || fail_up "$n wrote no port file"
+			sleep 0.05
+		done
+		p=$(cat "$dir/$n.port")
+		[[ $p =~ ^[0-9]+$ ]] || fail_up "bad port file $dir/$n.port"
+	done
+}
+
+# The node ids of the aggregators `up` starts, as alive_ids lists them.
+aggregator_ids() {
+	local k
+	[ -n "${aggregators:-}" ] || return 0
+	for ((k = 2; k <= ${#zone_list[@]}; k++)); do printf '%s ' "$k"; done
 }
