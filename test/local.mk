@@ -157,6 +157,11 @@ TESTS += test/check_exactly_once
 test_check_exactly_once_SOURCES = test/check_exactly_once.c $(HARNESS_SOURCES)
 test_check_exactly_once_CFLAGS = $(TEST_CFLAGS)
 test_check_exactly_once_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+check_PROGRAMS += test/check_agg_exactly_once
+TESTS += test/check_agg_exactly_once
+test_check_agg_exactly_once_SOURCES = test/check_agg_exactly_once.c $(HARNESS_SOURCES)
+test_check_agg_exactly_once_CFLAGS = $(TEST_CFLAGS)
+test_check_agg_exactly_once_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
 # A server SIGKILLed and restarted forty times under pushes: the log stays
 # bounded (replayed bytes count, half a map is trimmed) and it serves on.
