@@ -8,7 +8,7 @@
 
 #include "proto/dml_error.h"
 #include "proto/util.h"
-#include "server/aggregator_internal.h"
+#include "server/aggregator_conf.h"
 
 #define A(field) offsetof(struct dml_agg_conf, field)
 

@@ -18,7 +18,7 @@ dist_man_MANS += server/dml-server.8
 
 # dml-aggregator: a zone's pushes summed and pulls cached on their way to the
 # owning servers. It holds no tables: proto/ only.
-noinst_HEADERS += server/aggregator_internal.h
+noinst_HEADERS += server/aggregator_internal.h server/aggregator_conf.h
 bin_PROGRAMS += server/dml-aggregator
 server_dml_aggregator_SOURCES = server/aggregator_main.c server/aggregator.c \
 	server/aggregator_conf.c server/aggregator_queue.c server/aggregator_upstream.c \

@@ -33,7 +33,7 @@ EXTRA_DIST += tools/fleet.sh tools/netns.sh
 # parsers. The daemons' tables are linked as their daemons compile them.
 noinst_PROGRAMS += tools/dml-mankeys
 tools_dml_mankeys_SOURCES = tools/mankeys.c proto/conf_man.c proto/conf_man.h \
-	server/server_conf.c sched/sched_conf.c worker/worker_conf.c
+	server/server_conf.c server/aggregator_conf.c sched/sched_conf.c worker/worker_conf.c
 tools_dml_mankeys_LDADD = worker/libdml.la store/libdmlstorelog.la $(APPS_LIBS)
 # The recipe of a page made from PAGE.in: each "@KEYS name@" line becomes
 # that option table.

@@ -16,6 +16,7 @@
 #include "proto/conf_man.h"
 #include "proto/job_spec.h"
 #include "sched/sched_conf.h"
+#include "server/aggregator_conf.h"
 #include "server/server_conf.h"
 #include "worker/worker_conf.h"
 
@@ -25,6 +26,7 @@ static const struct {
 } tables[] = {
 	{ "server", &dml_server_conf_schema },
 	{ "sched", &dml_sched_conf_schema },
+	{ "aggregator", &dml_agg_conf_schema },
 	{ "worker", &dml_worker_conf_schema },
 	{ "client", &dml_client_conf_schema },
 	{ "job", &dml_job_conf_schema },
