@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test/acks.h"
 #include "test/check_run.h"
 #include "worker/dml.h"
 #include "proto/dml_error.h"
@@ -143,25 +144,9 @@ static void wait_acks(const int *fds, uint8_t (*acked)[PUSHES], unsigned *n, uns
 	}
 }
 
-static void drain_acks(int fd, uint8_t *acked)
-{
-	uint32_t p;
-
-	while (read(fd, &p, sizeof(p)) == sizeof(p)) {
-		ck_assert_uint_lt(p, PUSHES);
-		acked[p] = 1;
-	}
-}
-
-static uint64_t rng_next(uint64_t *rng)
-{
-	*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-	return *rng >> 33;
-}
-
 static void pause_random(uint64_t *rng)
 {
-	usleep((useconds_t)(rng_next(rng) % 400));
+	usleep((useconds_t)(acks_rng_next(rng) % 400));
 }
 
 static void restart(struct dml_test_server *s)
@@ -207,27 +192,27 @@ static void episode(struct cluster *k, int e, uint8_t (*acked)[PUSHES], uint64_t
 		close(fds[w][1]);
 		rd[w] = fds[w][0];
 	}
-	wait_acks(rd, acked, &n, 16 + (unsigned)(rng_next(rng) % 100));
+	wait_acks(rd, acked, &n, 16 + (unsigned)(acks_rng_next(rng) % 100));
 	pause_random(rng);
 	kill_aggregator(k);
 	if (e % 2 == 0)
 		restart(k->agg);
 	else	/* nothing to route through: they must go straight on */
 		wait_acks(rd, acked, &n, n + 32);
-	wait_acks(rd, acked, &n, n + 16 + (unsigned)(rng_next(rng) % 100));
+	wait_acks(rd, acked, &n, n + 16 + (unsigned)(acks_rng_next(rng) % 100));
 	if (e % 2 == 1)
 		restart(k->agg);
 	pause_random(rng);
 	dml_test_server_kill(k->owner);
 	restart(k->owner);
-	wait_acks(rd, acked, &n, n + 16 + (unsigned)(rng_next(rng) % 100));
+	wait_acks(rd, acked, &n, n + 16 + (unsigned)(acks_rng_next(rng) % 100));
 	pause_random(rng);
 	for (int w = 0; w < WORKERS; w++) {
 		ck_assert_int_eq(kill(pid[w], SIGKILL), 0);
 		ck_assert_int_eq(waitpid(pid[w], &status, 0), pid[w]);
 		ck_assert_msg(WIFSIGNALED(status), "worker %d of episode %d ended by itself "
 			      "(status %d)", w + 1, e, WEXITSTATUS(status));
-		drain_acks(rd[w], acked[w]);
+		acks_drain(rd[w], acked[w], PUSHES);
 		close(rd[w]);
 	}
 }

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "test/acks.h"
 #include "test/check_run.h"
 #include "worker/dml.h"
 #include "proto/dml_error.h"
@@ -139,23 +140,6 @@ static void wait_acks(int fd, uint8_t *acked, unsigned *n, unsigned want)
 	}
 }
 
-/* Take what is left in fd (the worker is dead). */
-static void drain_acks(int fd, uint8_t *acked)
-{
-	uint32_t p;
-
-	while (read(fd, &p, sizeof(p)) == sizeof(p)) {
-		ck_assert_uint_lt(p, PUSHES);
-		acked[p] = 1;
-	}
-}
-
-static uint64_t rng_next(uint64_t *rng)
-{
-	*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-	return *rng >> 33;
-}
-
 /* One worker process's life: the server dies under it, then it does. */
 static void episode(struct dml_test_env *env, struct dml_test_server *s, int e,
 		    uint8_t *acked, uint64_t *rng)
@@ -171,17 +155,17 @@ static void episode(struct dml_test_env *env, struct dml_test_server *s, int e,
 		worker_main(env, s, fds[1], incarnation_of(e), first);
 	}
 	close(fds[1]);
-	wait_acks(fds[0], acked, &n, 16 + (unsigned)(rng_next(rng) % 100));
-	usleep((useconds_t)(rng_next(rng) % 400));
+	wait_acks(fds[0], acked, &n, 16 + (unsigned)(acks_rng_next(rng) % 100));
+	usleep((useconds_t)(acks_rng_next(rng) % 400));
 	dml_test_server_kill(s);
 	ck_assert_int_eq(dml_test_server_restart(s), 0);
-	wait_acks(fds[0], acked, &n, n + 16 + (unsigned)(rng_next(rng) % 100));
-	usleep((useconds_t)(rng_next(rng) % 400));
+	wait_acks(fds[0], acked, &n, n + 16 + (unsigned)(acks_rng_next(rng) % 100));
+	usleep((useconds_t)(acks_rng_next(rng) % 400));
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_msg(WIFSIGNALED(status), "worker %d ended by itself (status %d)", e,
 		      WEXITSTATUS(status));
-	drain_acks(fds[0], acked);
+	acks_drain(fds[0], acked, PUSHES);
 	close(fds[0]);
 }
 

@@ -27,12 +27,6 @@ fi
 
 clocks=20
 keys=16384
-link_bytes() { # -> ab ba: the counters now
-	"${local_[@]}" links --dir "$run" >"$tmp/links.out" 2>&1 || fail "links: $(cat "$tmp/links.out")"
-	[[ $(cat "$tmp/links.out") =~ ^A\ B\ ([0-9]+)\ ([0-9]+)$ ]] || fail "links: $(cat "$tmp/links.out")"
-	ab=${BASH_REMATCH[1]}
-	ba=${BASH_REMATCH[2]}
-}
 zone_job() { # NAME CLOCKS: a BSP job at full precision across the zones
 	local_cluster_lsq --wait "$1" "$keys" 0.0001 "staleness = 0" "batch_size = 8" \
 		"max_clocks = $2" "examples = 256" --table "codec_cross_zone = none" \

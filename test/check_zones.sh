@@ -75,12 +75,6 @@ ba0=${BASH_REMATCH[2]}
 # codec (fp16 pushes and pull replies), which must halve what crosses.
 clocks=20
 keys=16384
-link_bytes() { # -> ab ba: the counters now
-	"${local_[@]}" links --dir "$run" >"$tmp/links.out" 2>&1 || fail "links: $(cat "$tmp/links.out")"
-	[[ $(cat "$tmp/links.out") =~ ^A\ B\ ([0-9]+)\ ([0-9]+)$ ]] || fail "links: $(cat "$tmp/links.out")"
-	ab=${BASH_REMATCH[1]}
-	ba=${BASH_REMATCH[2]}
-}
 zone_job() { # NAME [--table LINE...]
 	local name=$1
 	shift

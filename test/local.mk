@@ -2,7 +2,7 @@
 # daemons on 127.0.0.1 with free ports (see test/harness.h).
 TEST_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZLIB_CFLAGS)
 TEST_LIBS = $(CHECK_LIBS) $(ZLIB_LIBS)
-noinst_HEADERS += test/check_run.h
+noinst_HEADERS += test/check_run.h test/acks.h
 # The harness every integration test links, in its own objects per program.
 HARNESS_SOURCES = test/harness.c test/harness_daemon.c test/harness_net.c \
 	test/harness.h test/harness_internal.h

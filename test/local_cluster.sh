@@ -39,6 +39,15 @@ local_cluster_dmlctl() {
 # keys = dim, lr and the rest as the table's, and the lines after a
 # "--table" argument in the table's section. With --wait first, waits
 # (120 s at most) until the job ends; its report is then in $tmp/submit.out.
+# With zones A and B: the bytes their link carried each way so far, in ab
+# and ba (dml-local links).
+link_bytes() {
+	"${local_[@]}" links --dir "$run" >"$tmp/links.out" 2>&1 || fail "links: $(cat "$tmp/links.out")"
+	[[ $(cat "$tmp/links.out") =~ ^A\ B\ ([0-9]+)\ ([0-9]+)$ ]] || fail "links: $(cat "$tmp/links.out")"
+	ab=${BASH_REMATCH[1]}
+	ba=${BASH_REMATCH[2]}
+}
+
 local_cluster_lsq() {
 	local wait=() job=() table=()
 	[ "$1" != --wait ] || { wait=(timeout 120); shift; }
