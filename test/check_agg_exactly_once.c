@@ -36,8 +36,10 @@
 #define WIDTH 4
 /* Kill points: the aggregator, the server, the workers in each. */
 #define EPISODES 8
-#define PER_EPISODE 300
+#define PER_EPISODE 320
 #define WINDOW 16
+/* A worker's last window stays within its episode's pushes. */
+_Static_assert(PER_EPISODE % WINDOW == 0, "PER_EPISODE is whole windows");
 #define PUSHES (EPISODES * PER_EPISODE)
 #define DENSE_KEYS (2 * PUSHES)
 #define WORKERS 2
@@ -45,7 +47,7 @@
 #define SCALE 8
 
 static const char tables[] =
-	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 4800\noptimizer = sgd\nlr = 1\n";
+	"[table]\nid = 0\nkind = dense\nwidth = 4\nkeys = 5120\noptimizer = sgd\nlr = 1\n";
 
 static float value_of(uint32_t p, int i)
 {
@@ -208,10 +210,11 @@ static void episode(struct cluster *k, int e, uint8_t (*acked)[PUSHES], uint64_t
 	wait_acks(rd, acked, &n, n + 16 + (unsigned)(acks_rng_next(rng) % 100));
 	pause_random(rng);
 	for (int w = 0; w < WORKERS; w++) {
-		ck_assert_int_eq(kill(pid[w], SIGKILL), 0);
+		/* One may have pushed all its share while the other was slow. */
+		(void)kill(pid[w], SIGKILL);
 		ck_assert_int_eq(waitpid(pid[w], &status, 0), pid[w]);
-		ck_assert_msg(WIFSIGNALED(status), "worker %d of episode %d ended by itself "
-			      "(status %d)", w + 1, e, WEXITSTATUS(status));
+		ck_assert_msg(WIFSIGNALED(status) || WEXITSTATUS(status) == 0, "worker %d of "
+			      "episode %d failed (status %d)", w + 1, e, WEXITSTATUS(status));
 		acks_drain(rd[w], acked[w], PUSHES);
 		close(rd[w]);
 	}
@@ -271,8 +274,9 @@ START_TEST(test_kills_through_an_aggregator)
 				      "not %g times %g", p, i, got[i], times, -value_of(p, i));
 		for (int w = 0; w < WORKERS; w++) {
 			if (a[w] > 1 && ++twice <= 10)
-				fprintf(stderr, "push %u of worker %d applied %u times\n", p, w + 1,
-					a[w]);
+				fprintf(stderr, "push %u of worker %d applied %u times (worker 1's "
+					"%u times; acknowledged: %d, %d)\n", p, w + 1, a[w], a[0],
+					acked[0][p], acked[1][p]);
 			if (acked[w][p] && a[w] == 0 && ++lost <= 10)
 				fprintf(stderr, "push %u of worker %d acknowledged, not applied\n",
 					p, w + 1);
