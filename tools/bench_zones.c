@@ -267,8 +267,8 @@ static int zones_runs_make(const struct zones_opts *o, struct zones_run *runs, s
 			else
 				snprintf(r->label, sizeof(r->label), "%s", c->label);
 			if (c->route == ZONES_AGG_OR_FLAT && !zones_aggregator_codecs_built)
-				snprintf(r->what, sizeof(r->what), "flat + %s pushes, %s pulls "
-					 "(aggregators push floats)", r->codec, r->pull_codec);
+				snprintf(r->what, sizeof(r->what), "flat + %s pushes, %s pulls",
+					 r->codec, r->pull_codec);
 			else if (lossy)
 				snprintf(r->what, sizeof(r->what), "aggregators + %s pushes, %s "
 					 "pulls", r->codec, r->pull_codec);
