@@ -62,6 +62,9 @@ typedef void (*dml_sched_link_frame_fn)(struct dml_sched_link *l, const Dml__Met
 void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_fn fn,
 				void *arg);
 
+/* Room for a registered address: a host name and ":port", brackets too. */
+#define DML_ADDRESS_MAX 300
+
 /**
  * The address a node registers under: advertise when set, else listen's
  * host with the port it bound ("[host]:port" for IPv6). 0, or DML_ECONF

@@ -19,7 +19,7 @@ int agg_sched_start(struct dml_agg *a)
 {
 	const struct dml_agg_conf *c = a->conf;
 	Dml__NodeInfo self = DML__NODE_INFO__INIT;
-	char address[300];
+	char address[DML_ADDRESS_MAX];
 	int rc;
 
 	if (!c->scheduler[0])

@@ -20,8 +20,6 @@
 #include "server/server_internal.h"
 #include "proto/util.h"
 
-#define HOSTPORT_MAX 300
-
 /* What the scheduler will weigh servers by; sysconf failing is not fatal. */
 static void machine_profile(Dml__Profile *p)
 {
@@ -40,7 +38,7 @@ int dml_server_sched_start(struct dml_server *s)
 	const struct dml_server_conf *c = s->conf;
 	Dml__NodeInfo self = DML__NODE_INFO__INIT;
 	Dml__Profile profile = DML__PROFILE__INIT;
-	char address[HOSTPORT_MAX];
+	char address[DML_ADDRESS_MAX];
 	int rc;
 
 	if (!c->scheduler[0])

@@ -210,15 +210,11 @@ zone_number_of() { # I
 # by, registered with the scheduler SCHED. Fails the whole `up` if one does
 # not come up by DEADLINE (SECONDS).
 start_aggregators() { # DEADLINE SCHED
-	local k i z b ns n p
+	local k i z b ns n port
 	agg_servers=
 	for ((i = 1; i <= nservers; i++)); do
-		until [ -s "$dir/server$i.port" ]; do
-			alive "server$i" || fail_up "server$i exited ($(exit_text "server$i"))"
-			[ $SECONDS -lt "$1" ] || fail_up "server$i wrote no port file"
-			sleep 0.05
-		done
-		agg_servers+="${agg_servers:+,}$(daemon_host):$(cat "$dir/server$i.port")"
+		wait_port "server$i" "server$i" "$1"
+		agg_servers+="${agg_servers:+,}$(daemon_host):$port"
 	done
 	for ((k = 2; k <= ${#zone_list[@]}; k++)); do
 		z=${zone_list[k - 1]%% *}
@@ -227,13 +223,7 @@ start_aggregators() { # DEADLINE SCHED
 		ns=$(fleet_link_ns "$b")
 		render aggregator "$n" "$k" "$2" || fail_up "cannot write $n.conf"
 		start "$n" "$build/server/dml-aggregator" "" "$ns" || fail_up "$n did not start"
-		until [ -s "$dir/$n.port" ]; do
-			alive "$n" || fail_up "$n exited ($(exit_text "$n"))"
-			[ $SECONDS -lt "$1" ] || fail_up "$n wrote no port file"
-			sleep 0.05
-		done
-		p=$(cat "$dir/$n.port")
-		[[ $p =~ ^[0-9]+$ ]] || fail_up "bad port file $dir/$n.port"
+		wait_port "$n" "$n" "$1"
 	done
 }
 
