@@ -196,20 +196,28 @@ void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
 	b[1] += sent;
 }
 
-/* The codec for p over link l, none where the peer does not take it. */
+/*
+ * The codec for p sent over link l, none where a peer on its way does not
+ * take it. A push is coded for l's class. A pull through the aggregator
+ * asks its owner's class (the aggregator asks the owner for the same
+ * dtype: that is what crosses), so both must take it.
+ */
 static struct dml_codec part_codec(struct dml *d, const struct part *p, const struct link *l,
 				   struct client_table_codec **tcp)
 {
 	struct client_table_codec *tc = table_codec(d, p);
+	const struct link *cl = p->kind == PART_PULL && p->owner ? p->owner : l;
 	struct dml_codec none = { .kind = DML_CODEC_NONE };
 	const struct dml_codec *c;
+	uint32_t bit;
 
 	*tcp = tc;
 	if (!tc || tc->width != p->width)
 		return none;
-	c = p->kind == PART_PUSH ? &tc->link[l->cross_zone].push
-				 : &tc->link[l->cross_zone].pull;
-	if (!(l->codecs & (1u << dml_codec_dtype(c->kind))))
+	c = p->kind == PART_PUSH ? &tc->link[cl->cross_zone].push
+				 : &tc->link[cl->cross_zone].pull;
+	bit = 1u << dml_codec_dtype(c->kind);
+	if (!(cl->codecs & bit) || !(l->codecs & bit))
 		return none;
 	return *c;
 }
@@ -313,17 +321,11 @@ int dml_client_part_encode(struct dml *d, struct part *p)
 
 	if (p->kind == PART_BYE || p->coded)
 		return 0;
+	c = part_codec(d, p, p->link, &tc);
 	if (p->kind == PART_PULL) {
-		/* Through the aggregator a reply crosses the owner's link class
-		 * (the aggregator asks the owner for the same dtype): ask its
-		 * codec, if the aggregator takes it too. */
-		c = part_codec(d, p, p->owner ? p->owner : p->link, &tc);
-		if (!(p->link->codecs & (1u << dml_codec_dtype(c.kind))))
-			c.kind = DML_CODEC_NONE;
 		p->dtype = dml_codec_dtype(c.kind);
 		return 0;
 	}
-	c = part_codec(d, p, p->link, &tc);
 	if (c.kind != DML_CODEC_NONE && (rc = encode_push(p, n, &c, tc)) != 0)
 		return rc;
 	dml_client_count_values(d, p->link, n, p->coded ? p->coded_len : n * sizeof(float));
@@ -359,8 +361,7 @@ int dml_client_part_uncode(struct part *p)
 int dml_client_part_codec_fits(struct dml *d, const struct part *p, const struct link *l)
 {
 	struct client_table_codec *tc;
-	/* a pull asks its owner's codec on either path */
-	struct dml_codec c = part_codec(d, p, p->kind == PART_PULL && p->owner ? p->owner : l, &tc);
+	struct dml_codec c = part_codec(d, p, l, &tc);
 	Dml__DType now = p->kind == PART_PULL || p->coded ? p->dtype : DML__DTYPE__F32;
 
 	return p->kind == PART_BYE || dml_codec_dtype(c.kind) == now;
