@@ -220,6 +220,16 @@ static const enum dml_codec_kind dtype_kinds[] = {
 	[DML__DTYPE__TOPK] = DML_CODEC_TOPK,
 };
 
+uint32_t dml_welcome_codecs(const Dml__Handshake *welcome)
+{
+	uint32_t bits = 1u << DML__DTYPE__F32;
+
+	for (size_t i = 0; i < welcome->n_codecs; i++)
+		if ((unsigned)welcome->codecs[i] < 32)
+			bits |= 1u << welcome->codecs[i];
+	return bits;
+}
+
 int dml_dtype_codec(Dml__DType dtype, struct dml_codec *c)
 {
 	if ((unsigned)dtype >= DML_ARRAY_LEN(dtype_kinds))
@@ -239,8 +249,8 @@ Dml__DType dml_codec_dtype(enum dml_codec_kind kind)
 
 /*
  * Which dtypes a data frame may carry: any codec on a PUSH; on a PULL (the
- * reply's) and a PULL_REPLY, one that sends every value (not topk); only
- * F32 on a scan and a MIGRATE.
+ * reply's) and a PULL_REPLY, one that sends every value (not topk), but for
+ * the delta of a delta pull's reply; only F32 on a scan and a MIGRATE.
  */
 static bool dtype_allowed(const Dml__Meta *m)
 {
@@ -254,8 +264,9 @@ static bool dtype_allowed(const Dml__Meta *m)
 	case DML__MSG_TYPE__PUSH:
 		return true;
 	case DML__MSG_TYPE__PULL:
-	case DML__MSG_TYPE__PULL_REPLY:
 		return c.kind != DML_CODEC_TOPK;
+	case DML__MSG_TYPE__PULL_REPLY:
+		return c.kind != DML_CODEC_TOPK || m->delta;
 	default:
 		return false;
 	}
@@ -279,11 +290,25 @@ static int payload_check(const Dml__Meta *m, const struct dml_frame_header *hdr,
 	return 0;
 }
 
+/* An optional codec name: "" or what dml_codec_parse reads; lossy if asked. */
+static bool codec_name_ok(const char *name, int lossy)
+{
+	struct dml_codec c;
+
+	if (!name || !name[0])
+		return true;
+	return strlen(name) <= DML_MAX_CODEC_LEN && dml_codec_parse(name, &c, NULL, 0) == 0 &&
+	       (!lossy || dml_codec_lossy(&c));
+}
+
 /*
  * Meta.contributors (an aggregator's summed push) only on a PUSH, at most
  * DML_MAX_CONTRIBUTORS, each naming a worker and a sequence number;
  * Meta.owner (a part routed through an aggregator) only on PUSH and PULL,
- * at most DML_MAX_OWNER_LEN bytes.
+ * at most DML_MAX_OWNER_LEN bytes; Meta.forward_codec only with Meta.owner,
+ * a codec dml_codec_parse reads; Meta.delta_codec (lossy) and Meta.held_version only
+ * on a dense PULL asking F32 (held_version also on a PULL_REPLY), Meta.delta only on
+ * a PULL_REPLY; Meta.pace only on a PUSH, one of DML_PACE_*.
  */
 static bool forward_fields_ok(const Dml__Meta *m)
 {
@@ -295,6 +320,20 @@ static bool forward_fields_ok(const Dml__Meta *m)
 	for (size_t i = 0; i < m->n_contributors; i++)
 		if (!m->contributors[i] || !m->contributors[i]->worker || !m->contributors[i]->seq)
 			return false;
+	if (!codec_name_ok(m->forward_codec, 0) || !codec_name_ok(m->delta_codec, 1))
+		return false;
+	if (m->forward_codec && m->forward_codec[0] && (!routed || !m->owner || !m->owner[0]))
+		return false;
+	if (m->delta_codec && m->delta_codec[0] &&
+	    (m->type != DML__MSG_TYPE__PULL || !m->dense || m->scan ||
+	     m->dtype != DML__DTYPE__F32))
+		return false;
+	if (m->pace > DML_PACE_ASYNC || (m->pace && m->type != DML__MSG_TYPE__PUSH))
+		return false;
+	if ((m->held_version && m->type != DML__MSG_TYPE__PULL_REPLY &&
+	     !(m->delta_codec && m->delta_codec[0])) ||
+	    (m->delta && m->type != DML__MSG_TYPE__PULL_REPLY))
+		return false;
 	return !m->owner || !m->owner[0] || (routed && strlen(m->owner) <= DML_MAX_OWNER_LEN);
 }
 

@@ -29,6 +29,12 @@
 #define DML_MAX_CONTRIBUTORS 4096
 /** Longest Meta.owner ("host:port") a frame may carry. */
 #define DML_MAX_OWNER_LEN 255
+/** Meta.pace: how a worker's job runs, as its pushes tell its aggregator. */
+#define DML_PACE_UNKNOWN 0
+#define DML_PACE_CLOCKED 1
+#define DML_PACE_ASYNC 2
+/** Longest Meta.forward_codec ("topk:F") a frame may carry. */
+#define DML_MAX_CODEC_LEN 31
 /** dml_frame_parse() result: a well-formed prefix, more bytes needed. */
 #define DML_FRAME_INCOMPLETE 1
 
@@ -114,6 +120,8 @@ void *dml_msg_copy(const ProtobufCMessage *m);
 int dml_dtype_codec(Dml__DType dtype, struct dml_codec *c);
 /** The dtype of a codec (F32 for none). */
 Dml__DType dml_codec_dtype(enum dml_codec_kind kind);
+/** The dtypes a WELCOME offers (always F32), a bit per dtype number. */
+uint32_t dml_welcome_codecs(const Dml__Handshake *welcome);
 
 /**
  * Number of values (keys times width) a message carries or asks for:

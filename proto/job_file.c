@@ -251,8 +251,9 @@ static const struct dml_conf_option job_options[] = {
 	  dml_conf_check_pull_codec, "how pull replies travel from a server of the worker's "
 	  "own zone: none, fp16, bf16 or int8" },
 	{ "table", "pull_codec_cross_zone", DML_CONF_STRING, T(pull_codec_cross_zone), "fp16",
-	  0, 0, NULL, dml_conf_check_pull_codec, "how pull replies travel from a server of "
-	  "another zone (as pull_codec)" },
+	  0, 0, NULL, dml_conf_check_codec, "how pull replies travel from a server of "
+	  "another zone (as pull_codec; or topk:FRACTION: a zone aggregator's delta pulls, "
+	  "fp16 for a worker pulling straight)" },
 };
 
 /* ---- file to spec ------------------------------------------------------ */

@@ -117,9 +117,16 @@ int dml_table_conf_from_spec(const Dml__TableSpec *ts, struct dml_table_conf *t,
 }
 
 
-/* One codec key: empty takes dflt; a pull codec may not be topk. */
+/* Which values a codec key sets: pushes, or pull replies of one link class. */
+enum codec_use { CODEC_PUSH, CODEC_PULL, CODEC_PULL_CROSS };
+
+/*
+ * One codec key: empty takes dflt. A pull reply carries every value, so a
+ * pull codec may not be topk, but across zones: there topk:F asks a zone
+ * aggregator's delta pulls (dml.proto, Meta.delta_codec).
+ */
 static int spec_codec(const Dml__TableSpec *ts, const char *key, const char *value,
-		      const char *dflt, int pull, struct dml_codec *out, char *err,
+		      const char *dflt, enum codec_use use, struct dml_codec *out, char *err,
 		      size_t errlen)
 {
 	char why[128];
@@ -130,9 +137,10 @@ static int spec_codec(const Dml__TableSpec *ts, const char *key, const char *val
 		snprintf(err, errlen, "table %u: %s: %s", ts->id, key, why);
 		return DML_EINVAL;
 	}
-	if (pull && out->kind == DML_CODEC_TOPK) {
+	if (use == CODEC_PULL && out->kind == DML_CODEC_TOPK) {
 		snprintf(err, errlen, "table %u: %s: topk drops values, a pull reply "
-			 "carries them all (none, fp16, bf16 or int8)", ts->id, key);
+			 "carries them all (none, fp16, bf16 or int8; topk only across "
+			 "zones, as delta pulls)", ts->id, key);
 		return DML_EINVAL;
 	}
 	return 0;
@@ -142,11 +150,12 @@ int dml_table_spec_codecs(const Dml__TableSpec *ts, int cross_zone,
 			  struct dml_link_codecs *out, char *err, size_t errlen)
 {
 	if (cross_zone)
-		return spec_codec(ts, "codec_cross_zone", ts->codec_cross_zone, "fp16", 0,
-				  &out->push, err, errlen) ||
+		return spec_codec(ts, "codec_cross_zone", ts->codec_cross_zone, "fp16",
+				  CODEC_PUSH, &out->push, err, errlen) ||
 		       spec_codec(ts, "pull_codec_cross_zone", ts->pull_codec_cross_zone,
-				  "fp16", 1, &out->pull, err, errlen) ? DML_EINVAL : 0;
-	return spec_codec(ts, "codec", ts->codec, "none", 0, &out->push, err, errlen) ||
-	       spec_codec(ts, "pull_codec", ts->pull_codec, "none", 1, &out->pull, err,
-			  errlen) ? DML_EINVAL : 0;
+				  "fp16", CODEC_PULL_CROSS, &out->pull, err, errlen) ? DML_EINVAL : 0;
+	return spec_codec(ts, "codec", ts->codec, "none", CODEC_PUSH, &out->push, err,
+			  errlen) ||
+	       spec_codec(ts, "pull_codec", ts->pull_codec, "none", CODEC_PULL, &out->pull,
+			  err, errlen) ? DML_EINVAL : 0;
 }

@@ -59,8 +59,11 @@ static const struct dml_conf_option options[] = {
 	  dml_conf_check_dial_optional,
 	  "host:port the zone's workers use to reach it; empty: listen host, bound port" },
 	{ "aggregator", "window_ms", DML_CONF_U32, A(window_ms), "5", 0, 600000, NULL, NULL,
-	  "an entry of pushes is forwarded once every connected worker joined it, or this "
-	  "long after it opened" },
+	  "an entry of pushes of an asynchronous job (or one whose workers do not say) is "
+	  "forwarded once every connected worker joined it, or this long after it opened" },
+	{ "aggregator", "clock_window_ms", DML_CONF_U32, A(clock_window_ms), "2000", 0, 600000,
+	  NULL, NULL, "as window_ms for a clocked job's entries (BSP, SSP): how long the "
+	  "zone's pushes of a clock wait for a worker that has not pushed it yet" },
 	DML_CONF_OPT_LOG_LEVEL("aggregator", A(log_level)),
 	DML_CONF_OPT_METRICS("aggregator", A(metrics_listen), A(metrics_port_file)),
 	DML_CONF_OPT_LOCAL_SOCKET("aggregator", A(local_socket)),

@@ -22,6 +22,7 @@ struct dml_agg_conf {
 	char *scheduler;          /* dml-sched to register with; "" standalone */
 	char *advertise;          /* where workers dial it; "" listen's host */
 	uint32_t window_ms;
+	uint32_t clock_window_ms; /* entries of clocked jobs (Meta.pace) */
 	int log_level;
 	char *metrics_listen;
 	char *metrics_port_file;

@@ -32,6 +32,7 @@ struct dml_agg_stats {
 	uint64_t pulls_in, pulls_forwarded, cache_hits;
 	uint64_t splits, retries, relayed_errors, refused;
 	uint64_t bytes_in_closed, bytes_out_closed;
+	uint64_t forward_value_bytes, forward_sent_bytes; /* sums' values: floats, sent */
 };
 
 struct dml_agg;
@@ -78,6 +79,14 @@ struct agg_entry {
 	int closed;               /* no more contributions (rule 3) */
 	uint64_t upstream_rid;    /* request id of the forwarded PUSH, 0: not sent */
 	struct event *window;     /* closes it window_ms after it opened */
+	struct dml_codec codec;   /* Meta.forward_codec of its pushes */
+	/* Once first sent, until answered (aggregator_codec.c): */
+	uint8_t *payload;         /* keys, then the sum as it goes */
+	size_t payload_len;
+	Dml__DType dtype;
+	struct dml_residual *residual; /* lossy: the residual it changed */
+	float *undo;              /* that residual's rows before */
+	size_t *at;               /* where they live */
 };
 
 /* A PULL sent to an owner, and whoever waits for its answer. */
@@ -89,6 +98,8 @@ struct agg_waiter {
 };
 
 struct agg_cache;
+struct agg_residual;
+struct dml_residual;
 
 struct agg_pull {
 	struct agg_pull *next;
@@ -98,6 +109,8 @@ struct agg_pull {
 	size_t payload_len;
 	struct agg_waiter *w;
 	size_t nw, wcap;
+	int deferred;             /* a delta pull waiting for its slot's pull in flight */
+	char delta_codec[32];     /* Meta.delta_codec points here */
 };
 
 /* Zone cache slot: one dense range of one owner's table. */
@@ -105,7 +118,9 @@ struct agg_cache {
 	struct agg_cache *next;
 	uint32_t job, table, width;
 	uint64_t key_begin, key_end;
-	Dml__DType dtype;         /* how the owner sends it: as the workers ask */
+	struct dml_codec up;      /* how the owner sends it: the workers' forward codec */
+	int delta;                /* up is topk: delta pulls, one at a time */
+	uint64_t version;         /* delta: the owner's version of values */
 	int valid;
 	uint64_t clock;           /* requester clock the values were fetched for */
 	uint64_t min_clock, held_us;
@@ -131,6 +146,8 @@ struct agg_owner {
 	uint64_t next_pos;
 	struct agg_pull *pulls;   /* sent or waiting for the connection */
 	struct agg_cache *caches;
+	struct agg_residual *residuals; /* error feedback of lossy sums */
+	uint32_t codecs;          /* dtypes its WELCOME offers, bit per dtype */
 	uint64_t next_rid;
 };
 
@@ -189,6 +206,17 @@ void agg_queue_sessions_changed(struct dml_agg *a);
 /** A session is gone: its contributions stay, unanswered. */
 void agg_queue_forget(struct agg_owner *o, const struct agg_session *s);
 void agg_queue_free(struct agg_owner *o);
+
+/* aggregator_codec.c */
+/** Build e's payload (keys, the sum in its codec) unless it has one; 0 or ENOMEM. */
+int agg_entry_encode(struct agg_owner *o, struct agg_entry *e);
+/** The owner did not apply e: its residual back as before, the payload gone. */
+void agg_entry_unencode(struct agg_entry *e);
+/** The payload and what undoes it freed (the owner applied it, or e is gone). */
+void agg_entry_payload_free(struct agg_entry *e);
+/** Metrics collector: the L2 norm of each (job, table)'s residuals, all owners. */
+void agg_residuals_collect(struct dml_metrics_scrape *sc, void *arg);
+void agg_residuals_free(struct agg_owner *o);
 
 /* aggregator_upstream.c */
 int agg_owners_start(struct dml_agg *a);

@@ -38,6 +38,12 @@ static const struct {
 	    COUNTER, NULL, NULL, 0 }, ST(retries) },
 	{ { "dml_aggregator_errors_relayed_total", "Owner errors relayed to workers' "
 	    "requests", COUNTER, NULL, NULL, 0 }, ST(relayed_errors) },
+	{ { "dml_aggregator_forward_value_bytes_total", "Bytes of the forwarded sums' "
+	    "values as floats, before their codec", COUNTER, NULL, NULL, 0 },
+	  ST(forward_value_bytes) },
+	{ { "dml_aggregator_forward_sent_bytes_total", "Bytes of the forwarded sums' "
+	    "values as sent, after their codec (keys not counted)", COUNTER, NULL, NULL, 0 },
+	  ST(forward_sent_bytes) },
 	{ { "dml_aggregator_requests_refused_total", "Requests naming an owner not in "
 	    "servers", COUNTER, NULL, NULL, 0 }, ST(refused) },
 };
@@ -86,6 +92,9 @@ static const struct dml_metric_desc
 		     GAUGE, NULL, NULL, 0 },
 	m_conns = { "dml_aggregator_connections", "Worker connections open", GAUGE, NULL,
 		    NULL, 0 },
+	m_residual = { "dml_aggregator_residual_norm", "L2 norm of what lossy forwarded "
+		       "sums did not carry yet (error feedback), by job/table", GAUGE,
+		       "table", NULL, 0 },
 	m_fanin = { "dml_aggregator_fanin", "Workers' pushes summed in each forwarded push",
 		    DML_METRIC_HISTOGRAM, NULL, fanin_bounds, DML_ARRAY_LEN(fanin_bounds) };
 
@@ -103,6 +112,7 @@ static int register_metrics(struct dml_metrics *m, void *arg)
 							      counters[i].offset));
 	bad |= dml_metrics_add_histogram(m, &m_fanin, NULL, &a->fanin);
 	bad |= dml_metrics_add_collector(m, &m_bytes, collect_traffic, a);
+	bad |= dml_metrics_add_collector(m, &m_residual, agg_residuals_collect, a);
 	bad |= dml_metrics_add_fn(m, &m_pending, NULL, metric_pending, a);
 	bad |= dml_metrics_add_fn(m, &m_owners, NULL, metric_owners_ready, a);
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, dml_peers_metric_count, &a->peers);

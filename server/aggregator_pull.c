@@ -2,19 +2,27 @@
  * dml-aggregator's pulls: a zone cache of dense ranges, and pulls sent
  * upstream on the zone's behalf.
  *
- * A cache slot is one (job, table, width, dense range, dtype) of one
- * owner, held as floats with the requester clock c0 it was fetched for: it
- * answers any pull of clock c <= c0 (the owner answered for c0, so the
+ * A cache slot is one (job, table, width, dense range, upstream codec) of
+ * one owner, held as floats with the requester clock c0 it was fetched for:
+ * it answers any pull of clock c <= c0 (the owner answered for c0, so the
  * values meet any lower bound too). A pull the cache cannot answer joins
  * an upstream pull in flight for its slot whose clock is at least its own,
- * else one more goes, in the dtype the workers ask (libdml asks, through
- * an aggregator, its owner's cross-zone pull codec: what crosses the slow
- * link). Sparse pulls, and dense ones past the slot limit, go upstream one
- * by one and their replies come back as they are.
+ * else one more goes, in the codec the workers name in Meta.forward_codec
+ * (libdml names its owner's cross-zone pull codec: what crosses the slow
+ * link; without one, the dtype the worker asks). Workers get the values in
+ * the dtype they ask. Sparse pulls, and dense ones past the slot limit, go
+ * upstream one by one.
+ *
+ * topk:F upstream makes the slot's pulls delta pulls (dml.proto): the slot
+ * holds exactly the owner's copy of what this aggregator holds, at the
+ * version the owner named, and each reply is the change since then (or the
+ * values again, when the versions part). One delta pull per slot is in
+ * flight at a time, so that each names the version the last one brought;
+ * pulls for later clocks wait in one deferred pull that goes next.
  *
  * Must never: answer a pull with values fetched for a lower clock than its
- * own, or trust an owner's reply's shape (checked against the slot before
- * it is decoded).
+ * own, trust an owner's reply's shape (checked against the slot before it
+ * is decoded), or add a delta to any version but the one it was asked for.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -36,15 +44,35 @@ static size_t cache_count(const struct agg_owner *o)
 	return n;
 }
 
+/*
+ * The codec a worker's pull goes upstream in: its Meta.forward_codec, else
+ * the dtype it asks; floats where the owner does not take it.
+ */
+static struct dml_codec upstream_codec(const struct agg_owner *o, const Dml__Meta *m)
+{
+	struct dml_codec c = { .kind = DML_CODEC_NONE };
+
+	if (m->forward_codec && m->forward_codec[0]) {
+		if (dml_codec_parse(m->forward_codec, &c, NULL, 0) != 0)
+			c.kind = DML_CODEC_NONE;
+	} else if (dml_dtype_codec(m->dtype, &c) != 0) {
+		c.kind = DML_CODEC_NONE;
+	}
+	if (!(o->codecs & (1u << dml_codec_dtype(c.kind))))
+		c.kind = DML_CODEC_NONE;
+	return c;
+}
+
 /* The slot of a dense pull, made if missing; NULL past CACHE_SLOTS_MAX. */
-static struct agg_cache *cache_slot(struct agg_owner *o, const Dml__Meta *m)
+static struct agg_cache *cache_slot(struct agg_owner *o, const Dml__Meta *m,
+				    const struct dml_codec *up)
 {
 	struct agg_cache *c;
 
 	for (c = o->caches; c; c = c->next)
 		if (c->job == m->job && c->table == m->table && c->width == m->value_width &&
 		    c->key_begin == m->key_begin && c->key_end == m->key_end &&
-		    c->dtype == m->dtype)
+		    c->up.kind == up->kind && c->up.topk_fraction == up->topk_fraction)
 			return c;
 	if (cache_count(o) >= CACHE_SLOTS_MAX)
 		return NULL;
@@ -54,18 +82,20 @@ static struct agg_cache *cache_slot(struct agg_owner *o, const Dml__Meta *m)
 	c->width = m->value_width;
 	c->key_begin = m->key_begin;
 	c->key_end = m->key_end;
-	c->dtype = m->dtype;
+	c->up = *up;
+	c->delta = up->kind == DML_CODEC_TOPK;
 	c->next = o->caches;
 	o->caches = c;
 	return c;
 }
 
-/* A PULL_REPLY of n floats to a waiter, encoded in the dtype it asked for. */
-static void reply_values(struct agg_session *s, const struct agg_waiter *w,
-			 const struct agg_cache *c, const float *v, size_t n, uint64_t min_clock,
-			 uint64_t held_us)
+/*
+ * Send r (a PULL_REPLY but for its dtype) with the n floats v in dtype, to
+ * a waiter still there.
+ */
+static void reply_send(const struct agg_waiter *w, Dml__Meta *r, const float *v, size_t n)
 {
-	Dml__Meta r = DML__META__INIT;
+	struct agg_session *s = w->sess;
 	struct dml_codec codec;
 	size_t cap, len = n * sizeof(float);
 	void *buf = NULL;
@@ -79,25 +109,34 @@ static void reply_values(struct agg_session *s, const struct agg_waiter *w,
 		    dml_codec_encode(&codec, v, n, NULL, buf, cap, &len) != 0) {
 			free(buf);
 			agg_reply_error(s, w->request_id, DML_ENOMEM, "pull of table %u: could "
-					"not encode the reply", c->table);
+					"not encode the reply", r->table);
 			return;
 		}
 		out = buf;
 	}
+	r->request_id = w->request_id;
+	r->sender = s->agg->conf->node_id;
+	r->dtype = w->dtype;
+	(void)dml_conn_send(s->peer.conn, r, out, len, DML_SEND_COPY);
+	free(buf);
+}
+
+/* A PULL_REPLY of slot c's range, n floats, to a waiter. */
+static void reply_values(const struct agg_waiter *w, const struct agg_cache *c,
+			 const float *v, size_t n, uint64_t min_clock, uint64_t held_us)
+{
+	Dml__Meta r = DML__META__INIT;
+
 	r.type = DML__MSG_TYPE__PULL_REPLY;
-	r.request_id = w->request_id;
-	r.sender = s->agg->conf->node_id;
 	r.job = c->job;
 	r.table = c->table;
 	r.value_width = c->width;
 	r.dense = 1;
 	r.key_begin = c->key_begin;
 	r.key_end = c->key_end;
-	r.dtype = w->dtype;
 	r.min_clock = min_clock;
 	r.held_us = held_us;
-	(void)dml_conn_send(s->peer.conn, &r, out, len, DML_SEND_COPY);
-	free(buf);
+	reply_send(w, &r, v, n);
 }
 
 static void waiter_add(struct agg_pull *p, struct agg_session *s, const Dml__Meta *m)
@@ -109,13 +148,30 @@ static void waiter_add(struct agg_pull *p, struct agg_session *s, const Dml__Met
 	p->w[p->nw++] = (struct agg_waiter){ s, m->request_id, m->clock, m->dtype };
 }
 
-/* A new upstream pull for m's sake: the request as m asks it, from us. */
+/* Send p to its owner (if connected); a delta pull names the version held. */
+static void pull_send(struct agg_owner *o, struct agg_pull *p)
+{
+	const struct agg_cache *c = p->cache;
+
+	if (p->deferred)
+		return;
+	if (c && c->delta)
+		p->meta->held_version = c->valid ? c->version : 0;
+	(void)agg_owner_send(o, p->meta, p->payload, p->payload_len);
+}
+
+/*
+ * A new upstream pull for m's sake, in up (topk: a delta pull of slot c);
+ * sent now unless deferred behind the slot's pull in flight.
+ */
 static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
-				 const Dml__Meta *m, struct agg_cache *c, const uint8_t *payload,
-				 size_t len)
+				 const Dml__Meta *m, struct agg_cache *c,
+				 const struct dml_codec *up, int deferred,
+				 const uint8_t *payload, size_t len)
 {
 	struct agg_pull *p = dml_xcalloc(1, sizeof(*p)), **pp;
 	Dml__Meta *u = dml_xcalloc(1, sizeof(*u));
+	struct dml_codec values = *up;
 
 	dml__meta__init(u);
 	u->type = DML__MSG_TYPE__PULL;
@@ -129,9 +185,17 @@ static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
 	u->key_end = m->key_end;
 	u->num_keys = m->num_keys;
 	u->worker = s->worker;
-	u->dtype = m->dtype;
+	if (c && c->delta) {
+		dml_codec_format(up, p->delta_codec, sizeof(p->delta_codec));
+		u->delta_codec = p->delta_codec;
+		values.kind = DML_CODEC_NONE;          /* a full reply: floats */
+	} else if (values.kind == DML_CODEC_TOPK) {
+		values.kind = DML_CODEC_FP16;          /* a plain reply holds every value */
+	}
+	u->dtype = dml_codec_dtype(values.kind);
 	p->meta = u;
 	p->cache = c;
+	p->deferred = deferred;
 	if (len) {
 		p->payload = dml_xmalloc(len);
 		memcpy(p->payload, payload, len);
@@ -143,38 +207,65 @@ static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
 		;
 	*pp = p;
 	s->agg->st.pulls_forwarded++;
-	(void)agg_owner_send(o, p->meta, p->payload, p->payload_len);
+	pull_send(o, p);
 	return p;
+}
+
+/* The deferred pull of a delta slot, or NULL; *busy: one is in flight. */
+static struct agg_pull *slot_deferred(struct agg_owner *o, const struct agg_cache *c,
+				      int *busy)
+{
+	struct agg_pull *d = NULL;
+
+	*busy = 0;
+	for (struct agg_pull *p = o->pulls; p; p = p->next)
+		if (p->cache == c) {
+			if (p->deferred)
+				d = p;
+			else
+				*busy = 1;
+		}
+	return d;
 }
 
 void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Meta *m,
 		      const uint8_t *payload, size_t len)
 {
+	struct dml_codec up = upstream_codec(o, m);
+	struct agg_pull *d;
 	struct agg_cache *c;
+	int busy = 0;
 
 	if (m->scan) {
 		agg_reply_error(s, m->request_id, DML_EINVAL, "pull of table %u: scans go to "
 				"the servers", m->table);
 		return;
 	}
-	c = m->dense ? cache_slot(o, m) : NULL;
+	c = m->dense ? cache_slot(o, m, &up) : NULL;
 	if (!c) {
-		pull_new(o, s, m, NULL, payload, len);
+		pull_new(o, s, m, NULL, &up, 0, payload, len);
 		return;
 	}
 	if (c->valid && m->clock <= c->clock) {
 		struct agg_waiter w = { s, m->request_id, m->clock, m->dtype };
 
 		s->agg->st.cache_hits++;
-		reply_values(s, &w, c, c->values, c->nvalues, c->min_clock, c->held_us);
+		reply_values(&w, c, c->values, c->nvalues, c->min_clock, c->held_us);
 		return;
 	}
 	for (struct agg_pull *p = o->pulls; p; p = p->next)
-		if (p->cache == c && p->meta->clock >= m->clock) {
+		if (p->cache == c && !p->deferred && p->meta->clock >= m->clock) {
 			waiter_add(p, s, m);
 			return;
 		}
-	pull_new(o, s, m, c, NULL, 0);
+	if (c->delta && (d = slot_deferred(o, c, &busy)) != NULL) {
+		/* The next delta pull asks for the latest clock any waiter wants. */
+		if (d->meta->clock < m->clock)
+			d->meta->clock = m->clock;
+		waiter_add(d, s, m);
+		return;
+	}
+	pull_new(o, s, m, c, &up, c->delta && busy, NULL, 0);
 }
 
 static void pull_unlink_free(struct agg_owner *o, struct agg_pull *p)
@@ -190,26 +281,60 @@ static void pull_unlink_free(struct agg_owner *o, struct agg_pull *p)
 	free(p);
 }
 
-/* A pass-through reply: as the owner sent it, to the request it answers. */
+/*
+ * A pass-through reply to the request it answers: as the owner sent it, or
+ * decoded and sent in the dtype the worker asked when the two differ.
+ */
 static void reply_relay(struct agg_pull *p, const Dml__Meta *m, const uint8_t *payload,
 			size_t len)
 {
-	struct agg_session *s = p->w[0].sess;
+	const struct agg_waiter *w = &p->w[0];
 	Dml__Meta r = *m;
+	struct dml_codec codec;
+	uint64_t count;
+	float *v = NULL;
 
-	if (!s)
+	if (!w->sess)
 		return;
-	r.request_id = p->w[0].request_id;
-	r.sender = s->agg->conf->node_id;
-	(void)dml_conn_send(s->peer.conn, &r, payload, len, DML_SEND_COPY);
+	r.delta = 0;
+	r.held_version = 0;
+	if (m->dtype == w->dtype) {
+		r.request_id = w->request_id;
+		r.sender = w->sess->agg->conf->node_id;
+		(void)dml_conn_send(w->sess->peer.conn, &r, payload, len, DML_SEND_COPY);
+		return;
+	}
+	if (m->delta || dml_meta_value_count(m, &count) != 0 ||
+	    dml_dtype_codec(m->dtype, &codec) != 0 ||
+	    !(v = malloc(count ? count * sizeof(float) : 1)) ||
+	    dml_codec_decode(&codec, payload, len, (size_t)count, v) != 0)
+		agg_reply_error(w->sess, w->request_id, DML_ESHAPE, "pull of table %u: the "
+				"owner's reply is not a valid encoding", m->table);
+	else
+		reply_send(w, &r, v, (size_t)count);
+	free(v);
 }
 
 /*
  * The owner's values for slot c as floats, or NULL after telling every
  * waiter why not: a reply of another shape, or a bad encoding.
  */
-static float *reply_decode(const struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m, const uint8_t *payload,
-			   size_t len, size_t *n)
+/* A delta reply adds to the version this pull named, which the slot holds. */
+static int delta_fits(const struct agg_pull *p, const Dml__Meta *m, size_t n)
+{
+	const struct agg_cache *c = p->cache;
+
+	return !m->delta || (c->delta && c->valid && p->meta->held_version &&
+			     c->version == p->meta->held_version && c->nvalues == n);
+}
+
+/*
+ * The owner's values for slot c as floats (a delta added to what the slot
+ * holds), or NULL after telling every waiter why not: a reply of another
+ * shape, a bad encoding, or a delta to a version not held.
+ */
+static float *reply_decode(const struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m,
+			   const uint8_t *payload, size_t len, size_t *n)
 {
 	const struct agg_cache *c = p->cache;
 	struct dml_codec codec;
@@ -218,32 +343,40 @@ static float *reply_decode(const struct agg_owner *o, struct agg_pull *p, const 
 
 	if (m->dense && m->value_width == c->width && m->key_begin == c->key_begin &&
 	    m->key_end == c->key_end && dml_meta_value_count(m, &count) == 0 &&
-	    dml_dtype_codec(m->dtype, &codec) == 0 && (v = malloc(count * sizeof(float))) &&
+	    dml_dtype_codec(m->dtype, &codec) == 0 && delta_fits(p, m, (size_t)count) &&
+	    (v = malloc(count ? count * sizeof(float) : 1)) &&
 	    dml_codec_decode(&codec, payload, len, (size_t)count, v) == 0) {
+		/* As the owner added it to its copy: the same floats result. */
+		for (size_t i = 0; m->delta && i < count; i++)
+			v[i] = c->values[i] + v[i];
 		*n = (size_t)count;
 		return v;
 	}
 	free(v);
-	dml_warn("owner %s: a pull reply of table %u is not the range asked for, or not a "
-		 "valid encoding", o->addr, c->table);
+	dml_warn("owner %s: a pull reply of table %u is not the range asked for, not a "
+		 "valid encoding, or a delta to values not held", o->addr, c->table);
 	for (size_t i = 0; i < p->nw; i++)
 		agg_reply_error(p->w[i].sess, p->w[i].request_id, DML_ESHAPE, "pull of table "
 				"%u: the owner's reply was not the range asked for", c->table);
 	return NULL;
 }
 
-static void reply_cached(const struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m, const uint8_t *payload,
-			 size_t len)
+static void reply_cached(const struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m,
+			 const uint8_t *payload, size_t len)
 {
 	struct agg_cache *c = p->cache;
 	size_t n = 0;
 	float *v = reply_decode(o, p, m, payload, len, &n);
 
-	if (!v)
+	if (!v) {
+		if (c->delta)
+			c->valid = 0;   /* the next delta pull starts from the values */
 		return;
+	}
 	for (size_t i = 0; i < p->nw; i++)
-		reply_values(p->w[i].sess, &p->w[i], c, v, n, m->min_clock, m->held_us);
-	if (c->valid && c->clock > p->meta->clock) {
+		reply_values(&p->w[i], c, v, n, m->min_clock, m->held_us);
+	/* A delta slot holds what the owner thinks it holds, whatever the clock. */
+	if (!c->delta && c->valid && c->clock > p->meta->clock) {
 		free(v);     /* a newer reply is there already */
 		return;
 	}
@@ -254,18 +387,22 @@ static void reply_cached(const struct agg_owner *o, struct agg_pull *p, const Dm
 	c->clock = p->meta->clock;
 	c->min_clock = m->min_clock;
 	c->held_us = m->held_us;
+	c->version = m->held_version;
 }
 
 int agg_pull_answer(struct agg_owner *o, const Dml__Meta *m, const uint8_t *payload,
 		    size_t len)
 {
-	struct agg_pull *p;
+	struct agg_pull *p, *d;
+	struct agg_cache *c;
+	int busy;
 
 	for (p = o->pulls; p; p = p->next)
 		if (p->meta->request_id == m->request_id)
 			break;
 	if (!p || m->type == DML__MSG_TYPE__ACK)
 		return 0;
+	c = p->cache;
 	if (m->type == DML__MSG_TYPE__ERROR) {
 		for (size_t i = 0; i < p->nw; i++)
 			agg_relay_error(p->w[i].sess, p->w[i].request_id, m);
@@ -276,13 +413,18 @@ int agg_pull_answer(struct agg_owner *o, const Dml__Meta *m, const uint8_t *payl
 		reply_cached(o, p, m, payload, len);
 	}
 	pull_unlink_free(o, p);
+	/* The slot's next delta pull names the version this one brought. */
+	if (c && c->delta && (d = slot_deferred(o, c, &busy)) != NULL) {
+		d->deferred = 0;
+		pull_send(o, d);
+	}
 	return 1;
 }
 
 void agg_pull_resend(struct agg_owner *o)
 {
 	for (struct agg_pull *p = o->pulls; p; p = p->next)
-		(void)agg_owner_send(o, p->meta, p->payload, p->payload_len);
+		pull_send(o, p);
 }
 
 void agg_pull_forget(struct agg_owner *o, const struct agg_session *s)

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "proto/dml_error.h"
+#include "proto/frame.h"
 #include "proto/log.h"
 #include "proto/util.h"
 #include "server/aggregator_internal.h"
@@ -40,6 +41,7 @@ static void entry_free(struct dml_agg *a, struct agg_entry *e)
 	}
 	if (e->window)
 		event_free(e->window);
+	agg_entry_payload_free(e);
 	free(e->c);
 	free(e->keys);
 	free(e);
@@ -76,6 +78,17 @@ static int entry_complete(const struct agg_entry *e, size_t sessions)
 	return sessions > 0 && live >= sessions;
 }
 
+/* Meta.forward_codec, which the frame check parsed; "" reads as floats. */
+static struct dml_codec forward_codec(const Dml__Meta *m)
+{
+	struct dml_codec c = { .kind = DML_CODEC_NONE };
+
+	if (m->forward_codec && m->forward_codec[0] &&
+	    dml_codec_parse(m->forward_codec, &c, NULL, 0) != 0)
+		c.kind = DML_CODEC_NONE;
+	return c;
+}
+
 static struct agg_entry *entry_new(struct agg_owner *o, const Dml__Meta *m,
 				   const uint64_t *keys, size_t nvalues)
 {
@@ -92,6 +105,7 @@ static struct agg_entry *entry_new(struct agg_owner *o, const Dml__Meta *m,
 	e->num_keys = m->dense ? 0 : m->num_keys;
 	e->clock = m->clock;
 	e->nvalues = nvalues;
+	e->codec = forward_codec(m);
 	if (keys) {
 		e->keys = dml_xmalloc((size_t)m->num_keys * sizeof(uint64_t));
 		memcpy(e->keys, keys, (size_t)m->num_keys * sizeof(uint64_t));
@@ -130,12 +144,14 @@ static uint64_t worker_last_pos(const struct agg_owner *o, uint32_t worker)
 	return last;
 }
 
-static int entry_matches(const struct agg_entry *e, const Dml__Meta *m)
+static int entry_matches(const struct agg_entry *e, const Dml__Meta *m,
+			 const struct dml_codec *codec)
 {
 	return !e->closed && e->dense && e->upstream_rid == 0 && e->job == m->job &&
 	       e->table == m->table && e->width == m->value_width &&
 	       e->key_begin == m->key_begin && e->key_end == m->key_end &&
-	       e->clock == m->clock;
+	       e->clock == m->clock && e->codec.kind == codec->kind &&
+	       e->codec.topk_fraction == codec->topk_fraction;
 }
 
 int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *m,
@@ -147,6 +163,9 @@ int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *
 		.weight = m->weight, .sess = s, .request_id = m->request_id, .values = values,
 	};
 	struct agg_entry *e = NULL;
+	/* A clocked job's workers all push each clock: wait for them. */
+	uint32_t window = m->pace == DML_PACE_CLOCKED ? a->conf->clock_window_ms
+						      : a->conf->window_ms;
 
 	if (m->weight != 0.0f && !dml_push_weight_ok(m->weight)) {
 		free(values);
@@ -154,9 +173,10 @@ int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *
 	}
 	if (m->dense) {
 		uint64_t after = worker_last_pos(o, s->worker);
+		struct dml_codec codec = forward_codec(m);
 
 		for (struct agg_entry *x = o->head; x; x = x->next)
-			if (x->pos + 1 > after && entry_matches(x, m)) {
+			if (x->pos + 1 > after && entry_matches(x, m, &codec)) {
 				e = x;
 				break;
 			}
@@ -165,9 +185,9 @@ int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *
 		e = entry_new(o, m, keys, nvalues);
 		entry_append(o, e);
 		/* Sparse pushes are never combined: closed from the start. */
-		if (m->dense && a->conf->window_ms > 0) {
+		if (m->dense && window > 0) {
 			e->window = evtimer_new(a->base, window_cb, e);
-			agg_timer_arm(e->window, a->conf->window_ms);
+			agg_timer_arm(e->window, window);
 		} else {
 			e->closed = 1;
 		}
@@ -195,24 +215,19 @@ int agg_queue_resend(struct agg_owner *o, struct agg_session *s, const Dml__Meta
 	return 0;
 }
 
-/* The forwarded push of e: the contributions' sum, their weights' sum. */
+/* The forwarded push of e: the contributions' sum (aggregator_codec.c),
+ * their weights' sum, every one of them named. */
 static int entry_send(struct agg_owner *o, struct agg_entry *e)
 {
 	struct dml_agg *a = o->agg;
-	size_t key_bytes = e->dense ? 0 : (size_t)e->num_keys * sizeof(uint64_t);
-	size_t len = key_bytes + e->nvalues * sizeof(float);
 	Dml__Contributor *cs = dml_xcalloc(e->nc, sizeof(*cs));
 	Dml__Contributor **cp = dml_xcalloc(e->nc, sizeof(*cp));
 	Dml__Meta m = DML__META__INIT;
-	uint8_t *buf = malloc(len ? len : 1);
-	float *sum = (float *)(buf + key_bytes), weight = 0;
-	int rc = DML_ENOMEM;
+	float weight = 0;
+	int rc = agg_entry_encode(o, e);
 
-	if (!buf)
+	if (rc)
 		goto out;
-	if (key_bytes)
-		memcpy(buf, e->keys, key_bytes);
-	memcpy(sum, e->c[0].values, e->nvalues * sizeof(float));
 	for (size_t i = 0; i < e->nc; i++) {
 		dml__contributor__init(&cs[i]);
 		cs[i].worker = e->c[i].worker;
@@ -220,16 +235,13 @@ static int entry_send(struct agg_owner *o, struct agg_entry *e)
 		cs[i].seq = e->c[i].seq;
 		cp[i] = &cs[i];
 		weight += e->c[i].weight != 0.0f ? e->c[i].weight : 1.0f;
-		if (i > 0)
-			for (size_t k = 0; k < e->nvalues; k++)
-				sum[k] += e->c[i].values[k];
 	}
 	m.type = DML__MSG_TYPE__PUSH;
 	m.request_id = agg_owner_rid(o);
 	m.job = e->job;
 	m.table = e->table;
 	m.clock = e->clock;
-	m.dtype = DML__DTYPE__F32;
+	m.dtype = e->dtype;
 	m.value_width = e->width;
 	m.dense = e->dense;
 	m.key_begin = e->key_begin;
@@ -238,14 +250,13 @@ static int entry_send(struct agg_owner *o, struct agg_entry *e)
 	m.weight = weight;
 	m.n_contributors = e->nc;
 	m.contributors = cp;
-	rc = agg_owner_send(o, &m, buf, len);
+	rc = agg_owner_send(o, &m, e->payload, e->payload_len);
 	if (rc == 0) {
 		e->upstream_rid = m.request_id;
 		a->st.pushes_forwarded++;
 		dml_histogram_observe(a->fanin, (double)e->nc);
 	}
 out:
-	free(buf);
 	free(cp);
 	free(cs);
 	return rc;
@@ -283,6 +294,7 @@ static void head_split(struct agg_owner *o)
 {
 	struct agg_entry *h = queue_pop(o), *first = NULL, *last = NULL;
 
+	agg_entry_unencode(h);
 	for (size_t i = 0; i < h->nc; i++) {
 		struct agg_entry *e = dml_xcalloc(1, sizeof(*e));
 
@@ -337,6 +349,9 @@ static void head_done(struct agg_owner *o, const Dml__Meta *m)
 {
 	struct agg_entry *h = queue_pop(o);
 
+	/* Refused: the workers' values go again elsewhere, not the residual's. */
+	if (m->type != DML__MSG_TYPE__ACK)
+		agg_entry_unencode(h);
 	for (size_t i = 0; i < h->nc; i++) {
 		if (m->type == DML__MSG_TYPE__ACK)
 			agg_reply_ack(h->c[i].sess, h->c[i].request_id);

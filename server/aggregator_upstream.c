@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "proto/dml_error.h"
+#include "proto/frame.h"
 #include "proto/log.h"
 #include "proto/util.h"
 #include "server/aggregator_internal.h"
@@ -60,6 +61,7 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *welcome, void *a
 			 dml_conn_peer(c), welcome->role);
 		return DML_EROLE;
 	}
+	o->codecs = dml_welcome_codecs(welcome);
 	return 0;
 }
 
@@ -202,6 +204,7 @@ void agg_owners_free(struct dml_agg *a)
 
 		agg_queue_free(o);
 		agg_pull_free(o);
+		agg_residuals_free(o);
 		if (o->reconnect)
 			event_free(o->reconnect);
 		free(o->addr);

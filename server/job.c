@@ -333,6 +333,7 @@ static void install_from(struct dml_server *s, const Dml__Meta *m, const Dml__Sh
 		dml_info("job %u: replaced by job %u", s->job.id, map->job);
 	snprintf(why, sizeof(why), "job %u was replaced on this server", s->job.id);
 	dml_server_held_fail_all(s, DML_ESTATE, why);
+	dml_server_delta_drop(s);
 	dml_server_peers_take_back(s, NULL);
 	dml_server_tables_free(s);
 	s->tables = tables;

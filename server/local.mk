@@ -4,7 +4,7 @@ noinst_HEADERS += server/server.h server/ssp.h \
 	server/server_store_internal.h
 
 bin_PROGRAMS += server/dml-server
-server_dml_server_SOURCES = server/main.c server/server.c server/requests.c server/replies.c \
+server_dml_server_SOURCES = server/main.c server/server.c server/requests.c server/replies.c server/pull_delta.c \
 	server/tables.c server/ssp.c server/server_conf.c \
 	server/server_metrics.c server/server_sched.c server/job.c server/remap.c server/migrate.c \
 	server/key_ranges.c server/server_store.c server/store_commit.c server/store_ckpt.c \
@@ -21,7 +21,7 @@ dist_man_MANS += server/dml-server.8
 noinst_HEADERS += server/aggregator_internal.h server/aggregator_conf.h
 bin_PROGRAMS += server/dml-aggregator
 server_dml_aggregator_SOURCES = server/aggregator_main.c server/aggregator.c \
-	server/aggregator_conf.c server/aggregator_queue.c server/aggregator_upstream.c \
+	server/aggregator_conf.c server/aggregator_codec.c server/aggregator_queue.c server/aggregator_upstream.c \
 	server/aggregator_pull.c server/aggregator_metrics.c server/aggregator_sched.c
 server_dml_aggregator_LDADD = proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
 

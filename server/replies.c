@@ -67,6 +67,20 @@ static void release_pin(const void *data, size_t len, void *token)
 	dml_table_unpin(token);
 }
 
+uint8_t *dml_server_coded(struct dml_server *s, size_t need)
+{
+	if (need > s->coded_cap) {
+		uint8_t *p = malloc(need);
+
+		if (!p)
+			return NULL;
+		free(s->coded);
+		s->coded = p;
+		s->coded_cap = need;
+	}
+	return s->coded;
+}
+
 /*
  * Put the reply's values in the codec the pull asked for (a new buffer of
  * the server's); 0, or an error already answered.
@@ -82,17 +96,10 @@ static int reply_encode(struct session *ss, const struct held_pull *h, const flo
 	/* The frame check let only codecs that carry every value through. */
 	(void)dml_dtype_codec(h->dtype, &c);
 	need = dml_codec_bound(&c, floats);
-	if (need > s->coded_cap) {
-		uint8_t *p = malloc(need);
-
-		if (!p) {
-			dml_server_reply_error(ss, h->request_id, DML_ENOMEM,
-					       "no memory for a %zu-byte reply", need);
-			return DML_ENOMEM;
-		}
-		free(s->coded);
-		s->coded = p;
-		s->coded_cap = need;
+	if (!dml_server_coded(s, need)) {
+		dml_server_reply_error(ss, h->request_id, DML_ENOMEM,
+				       "no memory for a %zu-byte reply", need);
+		return DML_ENOMEM;
 	}
 	rc = dml_codec_encode(&c, values, floats, NULL, s->coded, s->coded_cap, len);
 	if (rc) {
@@ -121,7 +128,9 @@ void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns)
 	float *out;
 	int rc;
 
-	if (h->dense && pin_worthy(te, floats) && h->dtype == DML__DTYPE__F32) {
+	int delta = h->delta.kind != DML_CODEC_NONE;
+
+	if (h->dense && pin_worthy(te, floats) && h->dtype == DML__DTYPE__F32 && !delta) {
 		/* Sent from the table itself, pinned (see table.h): a reply
 		 * stays a snapshot without a copy unless a push comes first. */
 		rc = dml_table_pin_range(te->table, h->begin, h->end, &values, &pin);
@@ -130,7 +139,7 @@ void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns)
 		 * beats the table copy a push under a pin would make.
 		 * dml_conn_send copies what the socket does not take at once. */
 		rc = dml_table_pin_range(te->table, h->begin, h->end, &values, &pin);
-		if (rc == 0 && h->dtype == DML__DTYPE__F32) {
+		if (rc == 0 && h->dtype == DML__DTYPE__F32 && !delta) {
 			dml_table_unpin(pin);
 			pin = NULL;
 		}
@@ -150,15 +159,18 @@ void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns)
 	}
 	bytes = values;
 	len = floats * sizeof(float);
-	if (h->dtype != DML__DTYPE__F32) {
+	m.dtype = h->dtype;
+	if (delta)
+		dml_server_delta_reply(ss, h, values, floats, &m, &bytes, &len);
+	else if (h->dtype != DML__DTYPE__F32)
 		rc = reply_encode(ss, h, values, floats, &bytes, &len);
-		if (pin) {
-			dml_table_unpin(pin);
-			pin = NULL;
-		}
-		if (rc)
-			return;
+	if (pin && (delta || h->dtype != DML__DTYPE__F32)) {
+		/* A full delta reply sends the values: copied by dml_conn_send. */
+		dml_table_unpin(pin);
+		pin = NULL;
 	}
+	if (rc)
+		return;
 	m.type = DML__MSG_TYPE__PULL_REPLY;
 	m.request_id = h->request_id;
 	m.sender = s->conf->node_id;
@@ -168,7 +180,6 @@ void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns)
 	m.key_begin = h->begin;
 	m.key_end = h->end;
 	m.num_keys = h->dense ? 0 : h->nkeys;
-	m.dtype = h->dtype;
 	m.min_clock = dml_ssp_min_clock(&s->ssp);
 	m.held_us = held_ns / 1000;
 	s->st.pulls++;

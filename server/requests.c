@@ -323,7 +323,12 @@ static int handle_pull(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		.te = te, .dense = m->dense, .begin = m->key_begin,
 		.end = m->key_end, .keys = (uint64_t *)keys,
 		.nkeys = m->dense ? 0 : m->num_keys, .dtype = m->dtype,
+		.base = m->held_version,
 	};
+	/* The frame check took only a lossy codec, on a dense pull. */
+	if (m->delta_codec && m->delta_codec[0] &&
+	    dml_codec_parse(m->delta_codec, &ask.delta, NULL, 0) != 0)
+		ask.delta.kind = DML_CODEC_NONE;
 	/* An aggregator's pull is its zone's workers': it waits as theirs do. */
 	if ((!ss->worker && !aggregator) || dml_ssp_ready(&s->ssp, m->clock)) {
 		dml_server_answer_pull(&ask, 0);

@@ -327,6 +327,7 @@ void dml_server_free(struct dml_server *s)
 	free(s->winfos);
 	free(s->scratch);
 	free(s->coded);
+	dml_server_delta_drop(s);
 	dml_metrics_free(s->metrics);
 	dml_ssp_destroy(&s->ssp);
 	dml_secret_free(s->secret, s->secret_len);

@@ -16,6 +16,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "proto/codec.h"
 #include "proto/conn.h"
 #include "proto/metrics.h"
 #include "proto/peers.h"
@@ -80,6 +81,8 @@ struct held_pull {
 	uint64_t *keys;
 	uint32_t nkeys;
 	Dml__DType dtype;          /* how the reply carries the values */
+	struct dml_codec delta;    /* a delta pull's codec (pull_delta.c); NONE: not one */
+	uint64_t base;             /* the version its puller holds */
 };
 
 /*
@@ -122,6 +125,8 @@ struct stats {
 	uint64_t pushes_partial;   /* summed pushes refused: some pushes applied already */
 	uint64_t budget_held;      /* pulls that waited for the output budget */
 	uint64_t output_stalled;   /* connections closed for unread replies */
+	uint64_t delta_pulls;      /* delta pulls answered with a delta */
+	uint64_t delta_resyncs;    /* ... and with the values themselves */
 	uint64_t requests[REQ_KINDS];
 };
 
@@ -164,6 +169,11 @@ struct dml_server {
 	size_t scratch_cap;
 	uint8_t *coded;            /* encoded pull replies */
 	size_t coded_cap;
+	struct {                   /* pull_delta.c: what delta pullers hold */
+		struct pull_copy *copies;
+		size_t ncopies;
+		uint64_t next;     /* the last version given */
+	} delta;
 	struct event *tick;
 	struct dml_sched_link *sched; /* registration with dml-sched, or NULL */
 	struct server_store *store;   /* the gradient log, or NULL (server_store.c) */
@@ -326,6 +336,24 @@ float *dml_server_scratch(struct dml_server *s, uint64_t floats);
  * used) from its table; held_ns: how long it waited for the staleness
  * bound, which the reply says. */
 void dml_server_answer_pull(const struct held_pull *h, uint64_t held_ns);
+
+/** s->coded grown to need bytes at least (replies.c); NULL: no memory. */
+uint8_t *dml_server_coded(struct dml_server *s, size_t need);
+
+/* ---- pull_delta.c ---- */
+
+struct pull_copy;
+
+/**
+ * The reply to a delta pull h (Meta.delta_codec) of values (floats of
+ * them): a delta against the version the puller holds, else the values;
+ * sets m's dtype, delta and base and the bytes to send (s->coded or values).
+ */
+void dml_server_delta_reply(struct session *ss, const struct held_pull *h,
+			    const float *values, uint64_t floats, Dml__Meta *m,
+			    const void **bytes, size_t *len);
+/** Forget every puller's copy (a new job, or shutdown). */
+void dml_server_delta_drop(struct dml_server *s);
 
 /** Take the step of a clock every worker ended, then answer every parked
  * pull the clocks now allow; a checkpoint may be due. */

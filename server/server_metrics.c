@@ -127,6 +127,9 @@ static const struct dml_metric_desc
 	m_partial = { "dml_server_pushes_partial_total",
 		      "Aggregator pushes refused (DML_EPARTIAL): some of the pushes they held "
 		      "were applied already", COUNTER, NULL, NULL, 0 },
+	m_delta = { "dml_server_pulls_delta_total", "Delta pulls answered, by how: "
+		    "delta (the change since the puller's version) or full (the values)",
+		    COUNTER, "reply", NULL, 0 },
 	m_preauth = { "dml_server_preauth_dropped_total",
 		      "Unauthenticated connections closed to make room (max_preauth)", COUNTER,
 		      NULL, NULL, 0 },
@@ -206,6 +209,8 @@ static int register_metrics(struct dml_metrics *m, void *arg)
 	bad |= dml_metrics_add_u64(m, &m_forwarded, NULL, &s->st.pushes_forwarded);
 	bad |= dml_metrics_add_u64(m, &m_contributors, NULL, &s->st.forwarded_contributors);
 	bad |= dml_metrics_add_u64(m, &m_partial, NULL, &s->st.pushes_partial);
+	bad |= dml_metrics_add_u64(m, &m_delta, "delta", &s->st.delta_pulls);
+	bad |= dml_metrics_add_u64(m, &m_delta, "full", &s->st.delta_resyncs);
 	bad |= dml_metrics_add_u64(m, &m_preauth, NULL, &s->peers.preauth_dropped);
 	bad |= dml_metrics_add_u64(m, &m_budget, NULL, &s->st.budget_held);
 	bad |= dml_metrics_add_u64(m, &m_stalled, NULL, &s->st.output_stalled);

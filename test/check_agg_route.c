@@ -12,7 +12,8 @@
  *   - a peer there whose handshake names another role (a server) is never
  *     used: it gets no request, the owner sums exactly;
  *   - through the stand-in: pushes and pulls carry Meta.owner (the
- *     server's host:port) and the owner's sequence numbers 1, 2, 3; the
+ *     server's host:port) and the owner's sequence numbers 1, 2, 3, pushes
+ *     Meta.forward_codec (the worker's codec for the owner's link); the
  *     stand-in gets no CLOCK; when it dies, after aggregator_timeout_ms
  *     every request on it goes to the owner with its seq and is applied
  *     once; and the worker's CLOCK reaches the owner only after those
@@ -74,6 +75,7 @@ static void log_capture(void)
 struct fake_frame {
 	int type;
 	char owner[64];
+	char forward_codec[16];
 	uint64_t seq;
 };
 
@@ -108,6 +110,8 @@ static int fake_on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *
 	fr->type = m->type;
 	fr->seq = m->seq;
 	snprintf(fr->owner, sizeof(fr->owner), "%s", m->owner ? m->owner : "");
+	snprintf(fr->forward_codec, sizeof(fr->forward_codec), "%s",
+		 m->forward_codec ? m->forward_codec : "");
 	return 0;
 }
 
@@ -236,8 +240,10 @@ static void rig_down(struct rig *r)
 	dml_test_env_free(r->env);
 }
 
-/* A worker of the rig's server whose aggregator is 127.0.0.1:agg_port. */
-static dml_t *worker(struct rig *r, uint32_t id, uint16_t agg_port, dml_t *share)
+/* A worker of the rig's server whose aggregator is 127.0.0.1:agg_port,
+ * pushing in codec (NULL: floats). */
+static dml_t *worker(struct rig *r, uint32_t id, uint16_t agg_port, dml_t *share,
+		     const char *codec)
 {
 	char addr[32];
 	dml_opts_t *o;
@@ -249,6 +255,8 @@ static dml_t *worker(struct rig *r, uint32_t id, uint16_t agg_port, dml_t *share
 		ck_assert_int_eq(dml_opts_set(o, "aggregator", addr), 0);
 		ck_assert_int_eq(dml_opts_set(o, "aggregator_timeout_ms", "1000"), 0);
 	}
+	if (codec)
+		ck_assert_int_eq(dml_opts_set(o, "codec", codec), 0);
 	ck_assert_int_eq(dml_connect_shared(o, share, &d), 0);
 	dml_opts_free(o);
 	return d;
@@ -365,7 +373,7 @@ START_TEST(test_no_aggregator_goes_direct)
 	port = f.port;
 	if (_i == 0)
 		fake_kill(&f);      /* the port is closed again */
-	d = worker(&r, 1, port, NULL);
+	d = worker(&r, 1, port, NULL, NULL);
 	pushes_go_direct(&r, &f, d, 5);
 }
 END_TEST
@@ -379,7 +387,7 @@ START_TEST(test_not_an_aggregator_unused)
 	log_capture();
 	rig_up(&r, -1, 0);
 	fake_start(r.env, &f, DML__ROLE__SERVER);
-	d = worker(&r, 1, f.port, NULL);
+	d = worker(&r, 1, f.port, NULL, NULL);
 	turn_until(&f, d, refused, "the role refusal");
 	pushes_go_direct(&r, &f, d, 3);
 }
@@ -397,8 +405,8 @@ START_TEST(test_through_then_fallback)
 	log_capture();
 	rig_up(&r, 0, 2);     /* BSP, two workers */
 	fake_start(r.env, &f, DML__ROLE__AGGREGATOR);
-	w1 = worker(&r, 1, f.port, NULL);
-	w2 = worker(&r, 2, 0, w1);    /* one loop: w1's waits turn w2's links too */
+	w1 = worker(&r, 1, f.port, NULL, "fp16");
+	w2 = worker(&r, 2, 0, w1, NULL);    /* one loop: w1's waits turn w2's links too */
 	turn_until(&f, w1, usable, "the aggregator link");
 
 	/* Three pushes and a pull, all held by the stand-in. */
@@ -412,6 +420,8 @@ START_TEST(test_through_then_fallback)
 		ck_assert_int_eq(f.frames[i].type, i < 3 ? DML__MSG_TYPE__PUSH
 					       : DML__MSG_TYPE__PULL);
 		ck_assert_str_eq(f.frames[i].owner, owner);
+		/* The owner's link takes fp16: the aggregator is to sum into it. */
+		ck_assert_str_eq(f.frames[i].forward_codec, i < 3 ? "fp16" : "");
 		if (i < 3)
 			ck_assert_uint_eq(f.frames[i].seq, i + 1);
 	}
@@ -503,8 +513,8 @@ START_TEST(test_real_aggregator)
 	ck_assert_int_eq(dml_test_port_file_read(port_file, &metrics), 0);
 	free(port_file);
 	ck_assert(agg_metric_wait(metrics, "dml_aggregator_owners_connected", 1) == 1);
-	w[0] = worker(&r, 1, dml_test_server_port(agg), NULL);
-	w[1] = worker(&r, 2, dml_test_server_port(agg), w[0]);
+	w[0] = worker(&r, 1, dml_test_server_port(agg), NULL, NULL);
+	w[1] = worker(&r, 2, dml_test_server_port(agg), w[0], NULL);
 	deadline = dml_now_ns() + WAIT_MS * 1000000ull;
 	while (!dml_aggregator_usable(w[0]) || !dml_aggregator_usable(w[1])) {
 		ck_assert_msg(dml_now_ns() < deadline, "the aggregator links never came up");

@@ -14,7 +14,12 @@
  *   - the owner's connection dropped before its answer: the aggregator
  *     dials again and sends the same push first;
  *   - an upstream pull asks the dtype the worker asked (fp16); a reply of
- *     another range is refused with DML_ESHAPE, a good one served.
+ *     another range is refused with DML_ESHAPE, a good one served;
+ *   - a sum goes in the workers' Meta.forward_codec, keeping the residual
+ *     of a lossy one for the next sum, put back when the sum is split;
+ *   - a pull naming topk upstream makes delta pulls, one at a time;
+ *   - a clocked job's entry (Meta.pace) waits for the zone's workers past
+ *     window_ms, an asynchronous one's does not.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -84,6 +89,30 @@ static uint64_t expect_forward(struct fixture *f, size_t n, const uint32_t *ws,
 
 #define PUSHES_IN "dml_aggregator_pushes_in_total"
 
+static void end_two_workers(struct fixture *f, int w1, int w2)
+{
+	close(w1);
+	close(w2);
+	fixture_end(f);
+}
+
+/* The owner acknowledges rid: both workers' requests get their ACKs. */
+static void owner_acks_both(struct fixture *f, uint64_t rid, int w1, uint64_t r1, int w2,
+			    uint64_t r2)
+{
+	owner_answer(f, rid, 0);
+	expect_reply(w1, r1, 0);
+	expect_reply(w2, r2, 0);
+}
+
+/* A fake owner with extra aggregator keys, and workers 1 and 2 connected. */
+static void start_two_workers(struct fixture *f, const char *extra, int *w1, int *w2)
+{
+	fixture_start(f, OWNER_FAKE, extra);
+	*w1 = worker_connect(f, 1);
+	*w2 = worker_connect(f, 2);
+}
+
 static const uint32_t both[] = { 1, 2 }, only1[] = { 1 }, only2[] = { 2 };
 
 /*
@@ -110,9 +139,7 @@ START_TEST(test_forwarded_push_split_retry_relay)
 	uint64_t rid, s73[] = { 7, 3 }, s84[] = { 8, 4 }, s95[] = { 9, 5 };
 	int w1, w2;
 
-	fixture_start(&f, OWNER_FAKE, "window_ms = 60000\n");
-	w1 = worker_connect(&f, 1);
-	w2 = worker_connect(&f, 2);
+	start_two_workers(&f, "window_ms = 60000\n", &w1, &w2);
 	rid = push_both(&f, w1, w2, s73, 1);
 	owner_answer(&f, rid, DML_EPARTIAL);
 	/* One by one, in the entry's order, each meeting its own answer. */
@@ -128,18 +155,14 @@ START_TEST(test_forwarded_push_split_retry_relay)
 	rid = push_both(&f, w1, w2, s84, 3);
 	owner_answer(&f, rid, DML_EAGAIN);
 	rid = expect_forward(&f, 2, both, s84, 3);
-	owner_answer(&f, rid, 0);
-	expect_reply(w1, 18, 0);
-	expect_reply(w2, 24, 0);
+	owner_acks_both(&f, rid, w1, 18, w2, 24);
 	wait_agg_metric(&f, "dml_aggregator_retries_total", 1);
 
 	rid = push_both(&f, w1, w2, s95, 5);
 	owner_answer(&f, rid, DML_ESHAPE);
 	expect_reply(w1, 19, DML_ESHAPE);
 	expect_reply(w2, 25, DML_ESHAPE);
-	close(w1);
-	close(w2);
-	fixture_end(&f);
+	end_two_workers(&f, w1, w2);
 }
 END_TEST
 
@@ -150,9 +173,7 @@ START_TEST(test_rule2_and_resend_on_reconnect)
 	uint64_t rid, s11[] = { 1, 1 }, s2[] = { 2 };
 	int w1, w2;
 
-	fixture_start(&f, OWNER_FAKE, "window_ms = 300\n");
-	w1 = worker_connect(&f, 1);
-	w2 = worker_connect(&f, 2);
+	start_two_workers(&f, "window_ms = 300\n", &w1, &w2);
 	fill(a, 1);
 	fill(a10, 10);
 	fill(b, 2);
@@ -166,15 +187,11 @@ START_TEST(test_rule2_and_resend_on_reconnect)
 	close(f.fake);
 	fake_owner_accept(&f);
 	rid = expect_forward(&f, 2, both, s11, 3);
-	owner_answer(&f, rid, 0);
-	expect_reply(w1, 11, 0);
-	expect_reply(w2, 21, 0);
+	owner_acks_both(&f, rid, w1, 11, w2, 21);
 	rid = expect_forward(&f, 1, only1, s2, 10);
 	owner_answer(&f, rid, 0);
 	expect_reply(w1, 12, 0);
-	close(w1);
-	close(w2);
-	fixture_end(&f);
+	end_two_workers(&f, w1, w2);
 }
 END_TEST
 
@@ -232,9 +249,234 @@ START_TEST(test_pull_upstream_codec_and_bad_reply)
 }
 END_TEST
 
+/* A worker's push at clock 1 naming codec (NULL: none) and pace. */
+static void send_coded_push(int fd, uint64_t rid, uint64_t seq, const char *owner,
+			    const float *v, const char *codec, uint32_t pace)
+{
+	Dml__Meta m;
+
+	dense_meta(&m, DML__MSG_TYPE__PUSH, rid, 1, owner);
+	m.seq = seq;
+	m.forward_codec = (char *)codec;
+	m.pace = pace;
+	raw_frame_send(fd, &m, v, KEYS * sizeof(float));
+}
+
+/* The next forwarded push: n contributors, in dtype, decoding to want. */
+static uint64_t expect_coded(struct fixture *f, size_t n, Dml__DType dtype,
+			     const float *want)
+{
+	struct dml_codec c;
+	float got[KEYS];
+	uint8_t *pl;
+	Dml__Meta *m = raw_frame_read(f->fake, &pl);
+	uint64_t rid = m->request_id;
+
+	ck_assert_int_eq(m->type, DML__MSG_TYPE__PUSH);
+	ck_assert_uint_eq(m->n_contributors, n);
+	ck_assert_int_eq(m->dtype, dtype);
+	ck_assert_int_eq(dml_dtype_codec(m->dtype, &c), 0);
+	ck_assert_int_eq(dml_codec_decode(&c, pl, m->payload_bytes, KEYS, got), 0);
+	for (int k = 0; k < KEYS; k++)
+		ck_assert_msg(got[k] == want[k], "value %d is %g, not %g", k, got[k], want[k]);
+	dml_meta_free(m);
+	free(pl);
+	return rid;
+}
+
+/* Workers 1 and 2 push a and b in codec (seq s, requests 10 + s, 20 + s). */
+static void push_coded_both(struct fixture *f, int w1, int w2, uint64_t s, const float *a,
+			    const float *b, const char *codec, double n_in)
+{
+	send_coded_push(w1, 10 + s, s, f->owner_addr, a, codec, DML_PACE_UNKNOWN);
+	wait_agg_metric(f, PUSHES_IN, n_in);
+	send_coded_push(w2, 20 + s, s, f->owner_addr, b, codec, DML_PACE_UNKNOWN);
+}
+
+/*
+ * Workers naming Meta.forward_codec topk:0.25 (2 of 8 values): the sum goes
+ * in it, and what it left out goes with the next sum (error feedback), in
+ * whatever codec that one takes. A split puts the residual back first:
+ * each worker's push then starts from it as it was before the sum.
+ */
+START_TEST(test_forward_codec_keeps_the_residual)
+{
+	struct fixture f;
+	float a[KEYS], b[KEYS], zero[KEYS] = { 0 };
+	/* The sum 3 (k + 1): its top two; a alone; b plus a's leftover. */
+	const float sum_top[KEYS] = { 0, 0, 0, 0, 0, 0, 21, 24 };
+	const float a_top[KEYS] = { 0, 0, 0, 0, 0, 0, 7, 8 };
+	const float b_top[KEYS] = { 0, 0, 0, 0, 0, 18, 0, 16 };
+	/* Left then: 3, 6, 9, 12, 15, 0, 14, 0; the top two go next. */
+	const float next_top[KEYS] = { 0, 0, 0, 0, 15, 0, 14, 0 };
+	/* Then b in fp16 carries the rest: exact in half precision. */
+	const float b_rest[KEYS] = { 5, 10, 15, 20, 10, 12, 14, 16 };
+	uint64_t rid;
+	int w1, w2;
+
+	start_two_workers(&f, "window_ms = 60000\n", &w1, &w2);
+	fill(a, 1);
+	fill(b, 2);
+	push_coded_both(&f, w1, w2, 1, a, b, "topk:0.25", 1);
+	rid = expect_coded(&f, 2, DML__DTYPE__TOPK, sum_top);
+	owner_answer(&f, rid, DML_EPARTIAL);
+	rid = expect_coded(&f, 1, DML__DTYPE__TOPK, a_top);
+	owner_answer(&f, rid, 0);
+	expect_reply(w1, 11, 0);
+	rid = expect_coded(&f, 1, DML__DTYPE__TOPK, b_top);
+	owner_answer(&f, rid, 0);
+	expect_reply(w2, 21, 0);
+
+	push_coded_both(&f, w1, w2, 2, zero, zero, "topk:0.25", 3);
+	rid = expect_coded(&f, 2, DML__DTYPE__TOPK, next_top);
+	owner_acks_both(&f, rid, w1, 12, w2, 22);
+
+	push_coded_both(&f, w1, w2, 3, zero, b, "fp16", 5);
+	rid = expect_coded(&f, 2, DML__DTYPE__F16, b_rest);
+	owner_acks_both(&f, rid, w1, 13, w2, 23);
+	/* Five sums encoded (the split one too), 8 floats each. */
+	wait_agg_metric(&f, "dml_aggregator_forward_value_bytes_total", 5 * KEYS * 4);
+	end_two_workers(&f, w1, w2);
+}
+END_TEST
+
+/* A worker's dense pull at clock, asking F32, naming topk:0.25 upstream. */
+static void send_delta_pull(int fd, uint64_t rid, uint64_t clock, const char *owner)
+{
+	Dml__Meta m;
+
+	dense_meta(&m, DML__MSG_TYPE__PULL, rid, clock, owner);
+	m.forward_codec = (char *)"topk:0.25";
+	raw_frame_send(fd, &m, NULL, 0);
+}
+
+/* The next upstream frame: a delta pull at clock naming held. */
+static uint64_t expect_delta_pull(struct fixture *f, uint64_t clock, uint64_t held)
+{
+	Dml__Meta *u = owner_read(f, NULL);
+	uint64_t rid = u->request_id;
+
+	ck_assert_int_eq(u->type, DML__MSG_TYPE__PULL);
+	ck_assert_str_eq(u->delta_codec, "topk:0.25");
+	ck_assert_int_eq(u->dtype, DML__DTYPE__F32);
+	ck_assert_uint_eq(u->clock, clock);
+	ck_assert_uint_eq(u->held_version, held);
+	dml_meta_free(u);
+	return rid;
+}
+
+/* The owner answers rid: v as floats, or (delta) in topk:0.25; version. */
+static void owner_pull_reply(struct fixture *f, uint64_t rid, const float *v, int delta,
+			     uint64_t version)
+{
+	struct dml_codec topk = { .kind = DML_CODEC_TOPK, .topk_fraction = 0.25f };
+	uint8_t buf[64];
+	size_t len = KEYS * sizeof(float);
+	Dml__Meta m;
+
+	dense_meta(&m, DML__MSG_TYPE__PULL_REPLY, rid, 0, "");
+	m.held_version = version;
+	m.delta = delta;
+	if (delta) {
+		ck_assert_int_eq(dml_codec_encode(&topk, v, KEYS, NULL, buf, sizeof(buf), &len), 0);
+		m.dtype = DML__DTYPE__TOPK;
+	}
+	raw_frame_send(f->fake, &m, delta ? (const void *)buf : (const void *)v, (uint32_t)len);
+}
+
+/* The worker's reply to rid: F32 values equal to want. */
+static void expect_pulled(int fd, uint64_t rid, const float *want)
+{
+	uint8_t *pl;
+	Dml__Meta *m = raw_frame_read(fd, &pl);
+	float got[KEYS];
+
+	ck_assert_int_eq(m->type, DML__MSG_TYPE__PULL_REPLY);
+	ck_assert_uint_eq(m->request_id, rid);
+	ck_assert_int_eq(m->dtype, DML__DTYPE__F32);
+	ck_assert(!m->delta && m->held_version == 0);
+	memcpy(got, pl, sizeof(got));
+	for (int k = 0; k < KEYS; k++)
+		ck_assert_msg(got[k] == want[k], "value %d is %g, not %g", k, got[k], want[k]);
+	dml_meta_free(m);
+	free(pl);
+}
+
+/*
+ * A worker naming topk:0.25 upstream: the aggregator's pulls of that slot
+ * are delta pulls, one at a time, each naming the version the last reply
+ * brought; a delta is added to what the slot holds, a full reply replaces
+ * it; the worker gets plain values in the dtype it asked.
+ */
+START_TEST(test_delta_pulls_one_at_a_time)
+{
+	struct fixture f;
+	float v[KEYS], v2[KEYS];
+	const float change[KEYS] = { 10, 0, 0, 0, 0, 0, 0, -20 };
+	const float after[KEYS] = { 11, 2, 3, 4, 5, 6, 7, -12 };
+	uint64_t rid;
+	int w1;
+
+	fixture_start(&f, OWNER_FAKE, NULL);
+	w1 = worker_connect(&f, 1);
+	fill(v, 1);
+	fill(v2, 2);
+	send_delta_pull(w1, 41, 1, f.owner_addr);
+	rid = expect_delta_pull(&f, 1, 0);
+	owner_pull_reply(&f, rid, v, 0, 70);
+	expect_pulled(w1, 41, v);
+
+	send_delta_pull(w1, 42, 2, f.owner_addr);
+	rid = expect_delta_pull(&f, 2, 70);
+	/* A later clock waits for the pull in flight: it must name what that
+	 * one brings. */
+	send_delta_pull(w1, 43, 3, f.owner_addr);
+	expect_silence(f.fake);
+	owner_pull_reply(&f, rid, change, 1, 71);
+	expect_pulled(w1, 42, after);
+	rid = expect_delta_pull(&f, 3, 71);
+	owner_pull_reply(&f, rid, v2, 0, 72);
+	expect_pulled(w1, 43, v2);
+	close(w1);
+	fixture_end(&f);
+}
+END_TEST
+
+/*
+ * window_ms 10, clock_window_ms 60 s: a clocked job's entry waits for the
+ * zone's other worker (one forward holding both); an asynchronous one's
+ * goes alone once its 10 ms are up.
+ */
+START_TEST(test_clocked_entries_wait_for_the_zone)
+{
+	struct fixture f;
+	float a[KEYS], b[KEYS];
+	uint64_t rid, s11[] = { 1, 1 }, s2[] = { 2 };
+	int w1, w2;
+
+	start_two_workers(&f, "window_ms = 10\nclock_window_ms = 60000\n", &w1, &w2);
+	fill(a, 1);
+	fill(b, 2);
+	send_coded_push(w1, 11, 1, f.owner_addr, a, NULL, DML_PACE_CLOCKED);
+	wait_agg_metric(&f, PUSHES_IN, 1);
+	expect_silence(f.fake);
+	send_coded_push(w2, 21, 1, f.owner_addr, b, NULL, DML_PACE_CLOCKED);
+	rid = expect_forward(&f, 2, both, s11, 3);
+	owner_acks_both(&f, rid, w1, 11, w2, 21);
+	send_coded_push(w1, 12, 2, f.owner_addr, a, NULL, DML_PACE_ASYNC);
+	rid = expect_forward(&f, 1, only1, s2, 1);
+	owner_answer(&f, rid, 0);
+	expect_reply(w1, 12, 0);
+	end_two_workers(&f, w1, w2);
+}
+END_TEST
+
 void add_fake_owner_tests(TCase *tc)
 {
 	tcase_add_test(tc, test_forwarded_push_split_retry_relay);
 	tcase_add_test(tc, test_rule2_and_resend_on_reconnect);
 	tcase_add_test(tc, test_pull_upstream_codec_and_bad_reply);
+	tcase_add_test(tc, test_forward_codec_keeps_the_residual);
+	tcase_add_test(tc, test_delta_pulls_one_at_a_time);
+	tcase_add_test(tc, test_clocked_entries_wait_for_the_zone);
 }

@@ -5,7 +5,9 @@
 # each other row either ran or shows why its job was refused; when flat
 # routing (b) ran, its link carried at least half of what two workers
 # pushing and pulling the whole model every clock move; when the zone
-# aggregators (c) or fp16 (d) ran too, they carried less than (b). Needs root, iproute2
+# aggregators (c) or fp16 (d) ran too, they carried less than (b); and (d)
+# and (e1) (int8 pushes, topk:0.1 delta pulls), through the aggregators,
+# less than (c). Needs root, iproute2
 # and Fashion-MNIST; skips otherwise. Exit status: 0 pass, 1 fail, 77 skip.
 set -u
 
@@ -32,7 +34,7 @@ tmp=$(mktemp -d -t dml-bench-zones.XXXXXX) || fail "mktemp"
 trap 'rm -rf "$tmp"' EXIT
 out=$tmp/out
 "$builddir/tools/dml-bench" zones --build "$builddir" --epochs 0.3 --wan 1gbit \
-	--lossy int8 --rounds 1 >"$out" 2>&1
+	--lossy int8 --lossy-pull topk:0.1 --rounds 1 >"$out" 2>&1
 rc=$?
 [ $rc = 0 ] || fail "dml-bench zones: exit $rc: $(tail -n 30 "$out")"
 if grep -q "SKIP:" "$out"; then
@@ -68,5 +70,13 @@ d=$(row_bytes "(d)")
 if [ -n "$b" ] && [ -n "$d" ]; then
 	[ "$d" -lt "$b" ] || fail "(d) with fp16 carried $d bytes per example, (b) $b"
 fi
+# The aggregators send their zone's sums across in the codec: less than floats.
+e=$(row_bytes "(e1)")
+for x in "(d) $d" "(e1) $e"; do
+	set -- $x
+	if [ -n "$c" ] && [ -n "${2:-}" ]; then
+		[ "$2" -lt "$c" ] || fail "$1 carried $2 bytes per example, (c) at full precision $c"
+	fi
+done
 echo "PASS: dml-bench zones: (a) ran; (b) ${b:-refused}, (c) ${c:-refused}," \
-	"(d) ${d:-refused} bytes per example"
+	"(d) ${d:-refused}, (e1) ${e:-refused} bytes per example"

@@ -18,7 +18,12 @@
  *     sequence back: a sum whose second worker's mark came only from a
  *     sequence-only record is a duplicate;
  *   - under BSP (bsp_step = clock) a forwarded push waits for its clock's
- *     step, and an aggregator's pull waits for the staleness bound.
+ *     step, and an aggregator's pull waits for the staleness bound;
+ *   - delta pulls (Meta.delta_codec topk:0.25, two of eight values): held
+ *     version 0 gets the values (F32) and a version; that version the
+ *     change since, its largest two values, and a new one; what a reply
+ *     left out comes with the next; a version not the latest (a lost
+ *     reply), or another puller naming it, gets the values again.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -29,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "proto/codec.h"
 #include "proto/dml_error.h"
 #include "proto/frame.h"
 #include "test/check_run.h"
@@ -355,6 +361,123 @@ START_TEST(test_forwarded_bsp)
 }
 END_TEST
 
+/*
+ * A delta pull of the whole table in topk:0.25 on fd naming held; the
+ * reply's values decoded into out, whether it is a delta into *delta; the
+ * version it brings back.
+ */
+static uint64_t pull(struct rig *r, int fd, uint64_t held, float *out, int *delta)
+{
+	Dml__Meta m = DML__META__INIT, *rep;
+	struct dml_codec c;
+	uint8_t *pl;
+	uint64_t version;
+
+	m.type = DML__MSG_TYPE__PULL;
+	m.request_id = ++r->next_id;
+	m.value_width = WIDTH;
+	m.dense = 1;
+	m.key_end = KEYS;
+	m.delta_codec = (char *)"topk:0.25";
+	m.held_version = held;
+	raw_frame_send(fd, &m, NULL, 0);
+	rep = raw_frame_read(fd, &pl);
+	ck_assert_msg(rep->type == DML__MSG_TYPE__PULL_REPLY, "%s",
+		      rep->error ? rep->error->message : "not a reply");
+	ck_assert_uint_eq(rep->request_id, m.request_id);
+	ck_assert_int_eq(rep->dtype, rep->delta ? DML__DTYPE__TOPK : DML__DTYPE__F32);
+	ck_assert_int_eq(dml_dtype_codec(rep->dtype, &c), 0);
+	ck_assert_int_eq(dml_codec_decode(&c, pl, rep->payload_bytes, N, out), 0);
+	*delta = rep->delta;
+	version = rep->held_version;
+	ck_assert_uint_ne(version, 0);
+	dml_meta_free(rep);
+	free(pl);
+	return version;
+}
+
+static void expect_values(const float *got, const float *want)
+{
+	for (int k = 0; k < N; k++)
+		ck_assert_msg(got[k] == want[k], "value %d is %g, not %g", k, got[k], want[k]);
+}
+
+/* Worker 1 pushes v negated: sgd at lr 1 from zeros makes the rows +v. */
+static void push_rows(struct rig *r, const float *v)
+{
+	float neg[N];
+	dml_handle_t h;
+
+	for (int i = 0; i < N; i++)
+		neg[i] = -v[i];
+	ck_assert_int_eq(dml_push_range(r->w[0], 0, 0, KEYS, neg, &h), 0);
+	ck_assert_int_eq(dml_wait(r->w[0], h), 0);
+}
+
+START_TEST(test_delta_pulls)
+{
+	const float first[N] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	const float change[N] = { 10, 1, 1, 1, 1, 1, 1, -20 };
+	const float big_two[N] = { 10, 0, 0, 0, 0, 0, 0, -20 };
+	const float now[N] = { 11, 3, 4, 5, 6, 7, 8, -12 };
+	float got[N], held[N];
+	uint64_t v1, v2, v3, v4;
+	int delta, ones = 0, b;
+	struct rig r;
+
+	rig_up(&r, -1);
+	ck_assert_int_eq(dml_test_raw_connect(dml_test_server_port(r.srv), &b), 0);
+	dml_meta_free(raw_frame_handshake(r.env, b, DML__ROLE__AGGREGATOR, AGG_ID + 1, 9, 0, 0));
+	push_rows(&r, first);
+	v1 = pull(&r, r.agg, 0, got, &delta);
+	ck_assert_int_eq(delta, 0);
+	expect_values(got, first);
+	memcpy(held, got, sizeof(held));
+
+	/* The change since v1, its two largest values only. */
+	push_rows(&r, change);
+	v2 = pull(&r, r.agg, v1, got, &delta);
+	ck_assert_int_eq(delta, 1);
+	ck_assert_uint_ne(v2, v1);
+	expect_values(got, big_two);
+	for (int k = 0; k < N; k++)
+		held[k] += got[k];
+
+	/* What that reply left out (six ones) comes next, two at a time. */
+	v3 = pull(&r, r.agg, v2, got, &delta);
+	ck_assert_int_eq(delta, 1);
+	for (int k = 0; k < N; k++) {
+		ck_assert(got[k] == 0 || (got[k] == 1 && k > 0 && k < N - 1));
+		ones += got[k] == 1;
+		held[k] += got[k];
+	}
+	ck_assert_int_eq(ones, 2);
+	/* Four ones are still to come: the server's copy is what was sent. */
+	ones = 0;
+	for (int k = 0; k < N; k++) {
+		ck_assert(now[k] - held[k] == 0 || now[k] - held[k] == 1);
+		ones += now[k] - held[k] == 1;
+	}
+	ck_assert_int_eq(ones, 4);
+
+	/* v2 again (as if v3's reply was lost): the values, whole. */
+	v4 = pull(&r, r.agg, v2, got, &delta);
+	ck_assert_int_eq(delta, 0);
+	ck_assert_uint_ne(v4, v3);
+	expect_values(got, now);
+
+	/* Another puller naming a's version has no copy of its own yet. */
+	(void)pull(&r, b, v4, got, &delta);
+	ck_assert_int_eq(delta, 0);
+	expect_values(got, now);
+
+	ck_assert_double_eq(metric(&r, "dml_server_pulls_delta_total{reply=\"delta\"}"), 2);
+	ck_assert_double_eq(metric(&r, "dml_server_pulls_delta_total{reply=\"full\"}"), 3);
+	close(b);
+	rig_down(&r);
+}
+END_TEST
+
 static Suite *forwarded_suite(void)
 {
 	Suite *s = suite_create("forwarded");
@@ -363,6 +486,7 @@ static Suite *forwarded_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_forwarded_pushes);
 	tcase_add_test(tc, test_forwarded_bsp);
+	tcase_add_test(tc, test_delta_pulls);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -575,7 +575,8 @@ START_TEST(test_dtypes)
 }
 END_TEST
 
-/* Meta.contributors and Meta.owner: where they may appear, how many, how long. */
+/* Meta.contributors, Meta.owner and Meta.forward_codec: where they may
+ * appear, how many, how long, which codecs. */
 START_TEST(test_forward_fields)
 {
 	static const struct {
@@ -584,21 +585,31 @@ START_TEST(test_forward_fields)
 		uint32_t worker, seq;   /* the last one's */
 		size_t owner_len;
 		int want;
+		const char *codec;      /* Meta.forward_codec */
 	} cases[] = {
-		{ DML__MSG_TYPE__PUSH, 1, 1, 1, 0, 0 },
-		{ DML__MSG_TYPE__PUSH, 2, 2, 9, 0, 0 },
-		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS, 5, 5, 0, 0 },
-		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS + 1, 5, 5, 0, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__PUSH, 2, 0, 9, 0, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__PUSH, 2, 2, 0, 0, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__PULL, 1, 1, 1, 0, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__MIGRATE, 1, 1, 1, 0, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0 },
-		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN, 0 },
-		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 14, DML_EFRAME_DECODE },
-		{ DML__MSG_TYPE__MIGRATE, 0, 0, 0, 14, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PUSH, 1, 1, 1, 0, 0, NULL },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 9, 0, 0, NULL },
+		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS, 5, 5, 0, 0, NULL },
+		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS + 1, 5, 5, 0, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PUSH, 2, 0, 9, 0, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 0, 0, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PULL, 1, 1, 1, 0, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__MIGRATE, 1, 1, 1, 0, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, NULL },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN, 0, NULL },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 14, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__MIGRATE, 0, 0, 0, 14, DML_EFRAME_DECODE, NULL },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, "topk:0.01" },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, "" },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, DML_EFRAME_DECODE, "gzip" },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, DML_EFRAME_DECODE,
+		  "topk:0.0100000000000000000000000" },   /* 32 bytes */
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16" },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, 14, 0, "topk:0.05" },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16" },
+		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16" },
 	};
 	struct dml_frame_limits lim;
 
@@ -632,6 +643,7 @@ START_TEST(test_forward_fields)
 		m.n_contributors = n;
 		m.contributors = cp;
 		m.owner = owner;
+		m.forward_codec = (char *)cases[i].codec;
 		if (cases[i].type == DML__MSG_TYPE__MIGRATE) {
 			m.dense = 1;
 			m.key_end = 1;
@@ -648,6 +660,49 @@ START_TEST(test_forward_fields)
 		built_free(&b);
 		free(c);
 		free(cp);
+	}
+}
+END_TEST
+
+/* Meta.pace, Meta.delta_codec, Meta.held_version and Meta.delta: where. */
+START_TEST(test_pace_and_delta_fields)
+{
+	static const struct {
+		Dml__MsgType type;
+		uint32_t pace;
+		const char *delta_codec;
+		uint64_t held;
+		int delta, want;
+	} cases[] = {
+		{ DML__MSG_TYPE__PUSH, DML_PACE_CLOCKED, NULL, 0, 0, 0 },
+		{ DML__MSG_TYPE__PUSH, DML_PACE_ASYNC + 1, NULL, 0, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PULL, DML_PACE_ASYNC, NULL, 0, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PULL, 0, "topk:0.05", 5, 0, 0 },
+		{ DML__MSG_TYPE__PULL, 0, "int8", 0, 0, 0 },
+		{ DML__MSG_TYPE__PULL, 0, "none", 0, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PULL, 0, NULL, 5, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PUSH, 0, "fp16", 0, 0, DML_EFRAME_DECODE },
+		{ DML__MSG_TYPE__PULL_REPLY, 0, NULL, 5, 1, 0 },
+		{ DML__MSG_TYPE__PUSH, 0, NULL, 0, 1, DML_EFRAME_DECODE },
+	};
+	float value = 1;
+
+	for (size_t i = 0; i < DML_ARRAY_LEN(cases); i++) {
+		struct built b;
+		Dml__Meta m;
+		int rc;
+
+		meta_data(&m, cases[i].type, 1);
+		m.dense = 1;
+		m.key_end = 1;
+		m.pace = cases[i].pace;
+		m.delta_codec = (char *)cases[i].delta_codec;
+		m.held_version = cases[i].held;
+		m.delta = cases[i].delta;
+		b = build_frame(&m, &value, cases[i].type == DML__MSG_TYPE__PULL ? 0 : 4);
+		rc = parse_default(&b);
+		ck_assert_msg(rc == cases[i].want, "case %zu: %d, want %d", i, rc, cases[i].want);
+		built_free(&b);
 	}
 }
 END_TEST
@@ -675,4 +730,5 @@ void frame_tests_malformed(TCase *tc)
 	tcase_add_test(tc, test_pull_reply_over_limit);
 	tcase_add_test(tc, test_dtypes);
 	tcase_add_test(tc, test_forward_fields);
+	tcase_add_test(tc, test_pace_and_delta_fields);
 }

@@ -219,10 +219,13 @@ START_TEST(codec_keys)
 	ck_assert(lc.push.kind == DML_CODEC_NONE && lc.pull.kind == DML_CODEC_NONE);
 	ck_assert_int_eq(dml_table_spec_codecs(&bare, 1, &lc, err, ERRLEN), 0);
 	ck_assert(lc.push.kind == DML_CODEC_FP16 && lc.pull.kind == DML_CODEC_FP16);
+	/* topk pulls: across zones only (a zone aggregator's delta pulls). */
 	bare.pull_codec_cross_zone = "topk:0.5";
-	ck_assert_int_eq(dml_table_spec_codecs(&bare, 1, &lc, err, ERRLEN), DML_EINVAL);
-	ck_assert_msg(strstr(err, "table 0: pull_codec_cross_zone: topk drops values"), "%s",
-		      err);
+	ck_assert_int_eq(dml_table_spec_codecs(&bare, 1, &lc, err, ERRLEN), 0);
+	ck_assert_int_eq(lc.pull.kind, DML_CODEC_TOPK);
+	bare.pull_codec = "topk:0.5";
+	ck_assert_int_eq(dml_table_spec_codecs(&bare, 0, &lc, err, ERRLEN), DML_EINVAL);
+	ck_assert_msg(strstr(err, "table 0: pull_codec: topk drops values"), "%s", err);
 }
 END_TEST
 

@@ -152,6 +152,7 @@ test_check_forwarded_SOURCES = test/check_forwarded.c test/raw_frame.c test/raw_
 test_check_forwarded_CFLAGS = $(TEST_CFLAGS)
 test_check_forwarded_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
+
 check_PROGRAMS += test/check_exactly_once
 TESTS += test/check_exactly_once
 test_check_exactly_once_SOURCES = test/check_exactly_once.c $(HARNESS_SOURCES)

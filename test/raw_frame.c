@@ -119,6 +119,9 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 	return w;
 }
 
+static Dml__DType every_dtype[] = { DML__DTYPE__F32, DML__DTYPE__F16, DML__DTYPE__INT8,
+				    DML__DTYPE__BF16, DML__DTYPE__TOPK };
+
 Dml__Meta *raw_frame_accept(struct dml_test_env *env, int fd, uint32_t role,
 			    uint32_t node_id)
 {
@@ -140,6 +143,8 @@ Dml__Meta *raw_frame_accept(struct dml_test_env *env, int fd, uint32_t role,
 					 h->proof.data, h->proof.len), 0);
 	dml_auth_proof(secret, secret_len, DML_AUTH_SERVER, h->nonce.data, nonce, h->role,
 		       h->node_id, h->cluster, proof);
+	wel.codecs = every_dtype;
+	wel.n_codecs = sizeof(every_dtype) / sizeof(every_dtype[0]);
 	send_handshake(fd, DML__MSG_TYPE__WELCOME, &wel, role, node_id, nonce, proof);
 	dml_secret_free(secret, secret_len);
 	return hello;

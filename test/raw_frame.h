@@ -27,8 +27,8 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 
 /**
  * The acceptor's side on fd, an accepted connection: CHALLENGE, the peer's
- * HELLO (its proof checked), WELCOME as (role, node_id) of cluster "dml".
- * Returns the HELLO (free it with dml_meta_free).
+ * HELLO (its proof checked), WELCOME as (role, node_id) of cluster "dml",
+ * offering every dtype (as a dml-server does). Returns the HELLO (free it with dml_meta_free).
  */
 Dml__Meta *raw_frame_accept(struct dml_test_env *env, int fd, uint32_t role,
 			    uint32_t node_id);

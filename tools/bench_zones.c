@@ -13,11 +13,10 @@
  *   (e) aggregators with each lossy codec of --lossy on cross-zone pushes
  *       (error feedback), --lossy-pull on pulls; the best one counts.
  *
- * (c) runs a dml-aggregator in every zone after the first (dml-local
- * --aggregators). Aggregators forward pushes at full precision (a codec on
- * their pushes needs error feedback of their own: not built yet), so (d)
- * and (e) run flat routing with their codec on the cross-zone links, which
- * the output says. A configuration differs from the others only in
+ * (c), (d) and (e) run a dml-aggregator in every zone after the first
+ * (dml-local --aggregators): the zone's workers push in floats to it, and it
+ * sends the zone's sum across in the table's cross-zone codec, with error
+ * feedback of its own. A configuration differs from the others only in
  * the strings of its row in zones_confs (the codec keys of every [table]).
  * A job file refused (by the job parser or the scheduler) shows as
  * "FAIL: refused: REASON" and the other configurations go on.
@@ -68,12 +67,6 @@
 #define ZONES_GOAL_ACC_POINTS 0.5      /* below (a) */
 #define ZONES_GOAL_TIME_VS_LAN 1.25
 #define ZONES_GOAL_TIME_VS_FLAT 0.2
-
-/*
- * Aggregators forward pushes as floats: a lossy codec on their pushes
- * needs a residual of their own. Until they have one, (d) and (e) run flat.
- */
-static const int zones_aggregator_codecs_built = 0;
 
 struct zones_opts {
 	const char *job, *build, *zones, *wan, *lossy, *lossy_pull;
@@ -146,10 +139,10 @@ void bench_zones_usage(FILE *out)
 	bench_opts_help(&zones_table, out);
 	fprintf(out,
 		"\n"
-		"(c) runs a dml-aggregator in every zone after the first (dml-local\n"
-		"--aggregators). Aggregators forward pushes at full precision, so (d)\n"
-		"and (e) run flat routing with their codec on the cross-zone links (the\n"
-		"job file's codec_cross_zone and pull_codec_cross_zone of every table).\n"
+		"(c) to (e) run a dml-aggregator in every zone after the first\n"
+		"(dml-local --aggregators); it sends its zone's summed pushes across in\n"
+		"the job file's codec_cross_zone of every table (error feedback at the\n"
+		"aggregator), pulls in pull_codec_cross_zone.\n"
 		"A configuration whose job file is refused shows \"FAIL: refused\" and\n"
 		"the others go on. The link is a rate limit only (no added latency).\n"
 		"Needs root and iproute2 (as dml-local --zones): without them it prints\n"
@@ -163,25 +156,25 @@ void bench_zones_usage(FILE *out)
 enum zones_route {
 	ZONES_ONE_ZONE,   /* no cross-zone link at all */
 	ZONES_FLAT,       /* every worker straight to the owners */
-	ZONES_AGG_ONLY,   /* aggregators */
-	ZONES_AGG_OR_FLAT /* aggregators; flat until they carry push codecs */
+	ZONES_AGGREGATORS /* each zone's workers through its aggregator */
 };
 
 /* One row of the benchmark: its strings are all that tells it apart. */
 static const struct zones_conf {
 	const char *label, *what;
 	enum zones_route route;
+	int compressed;   /* (d), (e): the codec rows the targets compare */
 	/* codec_cross_zone and pull_codec_cross_zone of every table; NULL:
 	 * the job's own; "" for codec: each of --lossy, "" for pull_codec:
 	 * --lossy-pull */
 	const char *codec, *pull_codec;
 } zones_confs[] = {
-	{ "(a)", "LAN: every node in one zone", ZONES_ONE_ZONE, NULL, NULL },
-	{ "(b)", "flat across the zones, full precision", ZONES_FLAT, "none", "none" },
-	{ "(c)", "zone aggregators, full precision", ZONES_AGG_ONLY, "none", "none" },
-	{ "(d)", "aggregators + fp16 pushes and pulls", ZONES_AGG_OR_FLAT, "fp16",
+	{ "(a)", "LAN: every node in one zone", ZONES_ONE_ZONE, 0, NULL, NULL },
+	{ "(b)", "flat across the zones, full precision", ZONES_FLAT, 0, "none", "none" },
+	{ "(c)", "zone aggregators, full precision", ZONES_AGGREGATORS, 0, "none", "none" },
+	{ "(d)", "aggregators + fp16 pushes and pulls", ZONES_AGGREGATORS, 1, "fp16",
 	  "fp16" },
-	{ "(e)", "aggregators + lossy pushes", ZONES_AGG_OR_FLAT, "", "" },
+	{ "(e)", "aggregators + lossy pushes", ZONES_AGGREGATORS, 1, "", "" },
 };
 
 /* One configuration's runs and their medians. */
@@ -266,10 +259,7 @@ static int zones_runs_make(const struct zones_opts *o, struct zones_run *runs, s
 				snprintf(r->label, sizeof(r->label), "(e%u)", ++k);
 			else
 				snprintf(r->label, sizeof(r->label), "%s", c->label);
-			if (c->route == ZONES_AGG_OR_FLAT && !zones_aggregator_codecs_built)
-				snprintf(r->what, sizeof(r->what), "flat + %s pushes, %s pulls",
-					 r->codec, r->pull_codec);
-			else if (lossy)
+			if (lossy)
 				snprintf(r->what, sizeof(r->what), "aggregators + %s pushes, %s "
 					 "pulls", r->codec, r->pull_codec);
 			else
@@ -358,8 +348,7 @@ static int zones_measure(const struct zones_opts *o, unsigned workers, struct zo
 		cfg.zones = o->zones;
 		cfg.wan = o->wan;
 	}
-	cfg.aggregators = r->conf->route == ZONES_AGG_ONLY ||
-			  (r->conf->route == ZONES_AGG_OR_FLAT && zones_aggregator_codecs_built);
+	cfg.aggregators = r->conf->route == ZONES_AGGREGATORS;
 	printf("%s %s, round %u/%u ...", r->label, r->what, round + 1, o->rounds);
 	fflush(stdout);
 	rc = bench_train_cluster_run(&cfg, &fig);
@@ -478,7 +467,7 @@ static const struct zones_run *zones_best_codec(const struct zones_run *runs, si
 		for (size_t i = 0; i < n; i++) {
 			const struct zones_run *r = &runs[i];
 
-			if (r->conf->route != ZONES_AGG_OR_FLAT || !r->ran || isnan(r->m_bytes_ex))
+			if (!r->conf->compressed || !r->ran || isnan(r->m_bytes_ex))
 				continue;
 			if (accurate && !((a->m_acc - r->m_acc) * 100 <= ZONES_GOAL_ACC_POINTS))
 				continue;
@@ -497,7 +486,7 @@ static double zones_best_time(const struct zones_run *runs, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		const struct zones_run *r = &runs[i];
 
-		if (r->conf->route != ZONES_AGG_ONLY && r->conf->route != ZONES_AGG_OR_FLAT)
+		if (r->conf->route != ZONES_AGGREGATORS)
 			continue;
 		if (!isnan(r->m_time) && (isnan(best) || r->m_time < best))
 			best = r->m_time;
@@ -546,10 +535,6 @@ static void zones_print(const struct zones_opts *o, const struct zones_run *runs
 	if (best)
 		printf("* the best lossy codec of (e): %s (the fastest to the target, else the\n"
 		       "  most accurate)\n", best->codec);
-	if (!zones_aggregator_codecs_built)
-		printf("aggregators forward pushes as floats: (d) and (e) run flat routing\n"
-		       "(every worker straight to the owners) with their codec on the\n"
-		       "cross-zone links.\n");
 	zones_print_targets(runs, n);
 }
 

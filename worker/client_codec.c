@@ -23,7 +23,6 @@
  * residual for good: such a push goes as floats and the server decides),
  * or let a reply in a codec the pull did not ask for through.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,83 +31,16 @@
 #include "proto/finite.h"
 #include "proto/frame.h"
 #include "proto/log.h"
+#include "proto/residual.h"
 #include "proto/util.h"
 #include "worker/client_internal.h"
-
-/* What a table's lossy pushes did not send yet: dense tables hold a row per
- * key, sparse ones a row per key pushed, found through an open-addressing
- * hash of key -> row + 1 (0: empty slot). */
-struct residual {
-	float *rows;
-	uint64_t *slot_key;
-	uint32_t *slot_row;
-	size_t nslots, nrows, cap_rows;
-};
-
-static void residual_free(struct residual *r)
-{
-	if (!r)
-		return;
-	free(r->rows);
-	free(r->slot_key);
-	free(r->slot_row);
-	free(r);
-}
-
-static size_t slot_of(uint64_t key, size_t nslots)
-{
-	return (size_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (nslots - 1);
-}
-
-static void residual_rehash(struct residual *r, size_t nslots)
-{
-	uint64_t *keys = dml_xcalloc(nslots, sizeof(*keys));
-	uint32_t *rows = dml_xcalloc(nslots, sizeof(*rows));
-
-	for (size_t i = 0; i < r->nslots; i++) {
-		size_t s;
-
-		if (!r->slot_row[i])
-			continue;
-		for (s = slot_of(r->slot_key[i], nslots); rows[s]; s = (s + 1) & (nslots - 1))
-			;
-		keys[s] = r->slot_key[i];
-		rows[s] = r->slot_row[i];
-	}
-	free(r->slot_key);
-	free(r->slot_row);
-	r->slot_key = keys;
-	r->slot_row = rows;
-	r->nslots = nslots;
-}
-
-/* Where a sparse table's key's residual row starts in rows (floats), made
- * (zero) when new. An offset: rows moves as it grows. */
-static size_t residual_row(struct residual *r, uint64_t key, uint32_t width)
-{
-	size_t s;
-
-	if ((r->nrows + 1) * 2 > r->nslots)
-		residual_rehash(r, r->nslots ? r->nslots * 2 : 64);
-	for (s = slot_of(key, r->nslots); r->slot_row[s]; s = (s + 1) & (r->nslots - 1))
-		if (r->slot_key[s] == key)
-			return (size_t)(r->slot_row[s] - 1) * width;
-	if (r->nrows == r->cap_rows) {
-		r->cap_rows = r->cap_rows ? r->cap_rows * 2 : 64;
-		r->rows = dml_xrealloc(r->rows, r->cap_rows * width * sizeof(float));
-	}
-	memset(r->rows + r->nrows * width, 0, width * sizeof(float));
-	r->slot_key[s] = key;
-	r->slot_row[s] = (uint32_t)++r->nrows;
-	return (r->nrows - 1) * width;
-}
 
 /* ---- which codec ---------------------------------------------------------- */
 
 void dml_client_codecs_free(struct client_codecs *cs)
 {
 	for (uint32_t i = 0; i < cs->n; i++)
-		residual_free(cs->t[i].res);
+		dml_residual_free(cs->t[i].res);
 	free(cs->t);
 	cs->t = NULL;
 	cs->n = 0;
@@ -118,6 +50,7 @@ int dml_client_codecs_from_spec(const Dml__JobSpec *spec, struct client_codecs *
 				char *err, size_t errlen)
 {
 	out->n = (uint32_t)spec->n_tables;
+	out->pace = spec->staleness < 0 ? DML_PACE_ASYNC : DML_PACE_CLOCKED;
 	out->t = dml_xcalloc(out->n ? out->n : 1, sizeof(*out->t));
 	for (uint32_t i = 0; i < out->n; i++) {
 		const Dml__TableSpec *ts = spec->tables[i];
@@ -196,82 +129,50 @@ void dml_client_count_values(struct dml *d, const struct link *l, size_t floats,
 	b[1] += sent;
 }
 
+/* The job's codec for p's kind on a link of l's class, NULL without one. */
+static const struct dml_codec *class_codec(struct client_table_codec *tc, const struct part *p,
+					   const struct link *l)
+{
+	if (!tc || tc->width != p->width)
+		return NULL;
+	return p->kind == PART_PUSH ? &tc->link[l->cross_zone].push
+				    : &tc->link[l->cross_zone].pull;
+}
+
 /*
- * The codec for p sent over link l, none where a peer on its way does not
- * take it. A push is coded for l's class. A pull through the aggregator
- * asks its owner's class (the aggregator asks the owner for the same
- * dtype: that is what crosses), so both must take it.
+ * The codec for p sent over link l, none where l's peer does not take it.
+ * Through the aggregator, the owner's class codec goes along in
+ * Meta.forward_codec (dml_client_forward_codec): the aggregator sums a
+ * zone's pushes and codes the sum, or pulls in it, for what crosses. A
+ * topk pull codec means delta pulls, which only an aggregator makes: a pull
+ * that goes straight asks fp16.
  */
 static struct dml_codec part_codec(struct dml *d, const struct part *p, const struct link *l,
 				   struct client_table_codec **tcp)
 {
 	struct client_table_codec *tc = table_codec(d, p);
-	const struct link *cl = p->kind == PART_PULL && p->owner ? p->owner : l;
-	struct dml_codec none = { .kind = DML_CODEC_NONE };
-	const struct dml_codec *c;
-	uint32_t bit;
+	const struct dml_codec *cc = class_codec(tc, p, l);
+	struct dml_codec c = { .kind = DML_CODEC_NONE };
 
 	*tcp = tc;
-	if (!tc || tc->width != p->width)
-		return none;
-	c = p->kind == PART_PUSH ? &tc->link[cl->cross_zone].push
-				 : &tc->link[cl->cross_zone].pull;
-	bit = 1u << dml_codec_dtype(c->kind);
-	if (!(cl->codecs & bit) || !(l->codecs & bit))
-		return none;
-	return *c;
+	if (cc)
+		c = *cc;
+	if (p->kind == PART_PULL && c.kind == DML_CODEC_TOPK)
+		c.kind = DML_CODEC_FP16;
+	if (!(l->codecs & (1u << dml_codec_dtype(c.kind))))
+		c.kind = DML_CODEC_NONE;
+	return c;
 }
 
 double dml_client_residual_norm(const struct dml *d, uint32_t table)
 {
-	for (uint32_t i = 0; i < d->codecs.n; i++) {
-		const struct client_table_codec *tc = &d->codecs.t[i];
-		const struct residual *r = tc->res;
-		size_t n;
-		double sum = 0;
-
-		if (tc->table != table || !r || !r->rows)
-			continue;
-		n = (tc->dense ? (size_t)tc->keys : r->nrows) * tc->width;
-		for (size_t k = 0; k < n; k++)
-			sum += (double)r->rows[k] * r->rows[k];
-		return sqrt(sum);
-	}
+	for (uint32_t i = 0; i < d->codecs.n; i++)
+		if (d->codecs.t[i].table == table && d->codecs.t[i].res)
+			return dml_residual_l2(d->codecs.t[i].res);
 	return 0;
 }
 
 /* ---- pushes ---------------------------------------------------------------- */
-
-/*
- * The residual rows of a sparse push, gathered in order (at[i]: where key
- * i's row is). A key that comes twice takes its row once (later copies
- * start from zero) and every copy's leftover is added back, so that
- * duplicates count once.
- */
-static float *gather(struct client_table_codec *tc, const struct part *p, size_t *at)
-{
-	struct residual *r = tc->res;
-	size_t w = p->width;
-	float *tmp = dml_xmalloc((size_t)p->nkeys * w * sizeof(float));
-
-	for (uint32_t i = 0; i < p->nkeys; i++)
-		at[i] = tc->dense ? (size_t)p->keys[i] * w : residual_row(r, p->keys[i], p->width);
-	for (uint32_t i = 0; i < p->nkeys; i++) {
-		memcpy(tmp + i * w, r->rows + at[i], w * sizeof(float));
-		memset(r->rows + at[i], 0, w * sizeof(float));
-	}
-	return tmp;
-}
-
-static void scatter(struct residual *r, const struct part *p, const size_t *at,
-		    const float *tmp)
-{
-	size_t w = p->width;
-
-	for (uint32_t i = 0; i < p->nkeys; i++)
-		for (size_t j = 0; j < w; j++)
-			r->rows[at[i] + j] += tmp[i * w + j];
-}
 
 static int encode_push(struct part *p, size_t n, const struct dml_codec *c,
 		       struct client_table_codec *tc)
@@ -287,19 +188,18 @@ static int encode_push(struct part *p, size_t n, const struct dml_codec *c,
 		if (p->keys[i] >= tc->keys)
 			return 0;       /* the server refuses it: no residual for it */
 	if (!tc->res)
-		tc->res = dml_xcalloc(1, sizeof(*tc->res));
-	if (tc->dense && !tc->res->rows)
-		tc->res->rows = dml_xcalloc((size_t)tc->keys * tc->width, sizeof(float));
+		tc->res = dml_residual_new(tc->width, tc->dense ? tc->keys : 0);
 	if (p->dense) {
-		res = tc->res->rows + (size_t)p->begin * p->width;
+		res = dml_residual_slice(tc->res, p->begin);
 	} else {
+		/* A key pushed twice takes its residual once; both leftovers go back. */
 		at = dml_xmalloc(p->nkeys * sizeof(*at));
-		res = tmp = gather(tc, p, at);
+		res = tmp = dml_residual_take(tc->res, p->keys, 0, p->nkeys, at);
 	}
 	p->coded = dml_xmalloc(cap ? cap : 1);
 	rc = dml_codec_encode(c, p->vals, n, res, p->coded, cap, &len);
 	if (at)
-		scatter(tc->res, p, at, tmp);
+		dml_residual_give(tc->res, at, p->nkeys, tmp);
 	free(at);
 	free(tmp);
 	if (rc) {
@@ -365,6 +265,20 @@ int dml_client_part_codec_fits(struct dml *d, const struct part *p, const struct
 	Dml__DType now = p->kind == PART_PULL || p->coded ? p->dtype : DML__DTYPE__F32;
 
 	return p->kind == PART_BYE || dml_codec_dtype(c.kind) == now;
+}
+
+const char *dml_client_forward_codec(struct dml *d, const struct part *p, char *buf,
+				     size_t len)
+{
+	const struct dml_codec *c;
+
+	if (p->kind == PART_BYE || !p->owner)
+		return NULL;
+	c = class_codec(table_codec(d, p), p, p->owner);
+	if (!c || c->kind == DML_CODEC_NONE ||
+	    !(p->owner->codecs & (1u << dml_codec_dtype(c->kind))))
+		return NULL;
+	return dml_codec_format(c, buf, len);
 }
 
 /* ---- pull replies ---------------------------------------------------------- */

@@ -165,12 +165,13 @@ struct client_table_codec {
 	int dense;
 	uint64_t keys;
 	struct dml_link_codecs link[2];  /* [0] within a zone, [1] across zones */
-	struct residual *res;            /* NULL until a lossy push */
+	struct dml_residual *res;        /* NULL until a lossy push */
 };
 
 struct client_codecs {
 	struct client_table_codec *t;
 	uint32_t n;
+	uint32_t pace;                   /* the job's Meta.pace (DML_PACE_*) */
 };
 
 /* An event loop and the handles on it (dml_connect_shared). */
@@ -281,6 +282,11 @@ int dml_client_part_encode(struct dml *d, struct part *p);
 int dml_client_part_uncode(struct part *p);
 /* Would p travel over link l in the dtype it has now (F32 if not coded)? */
 int dml_client_part_codec_fits(struct dml *d, const struct part *p, const struct link *l);
+/* A push or pull through the aggregator: the codec it is to send the zone's
+ * sum in, or pull in (its owner's link class), formatted in buf; NULL for
+ * floats. */
+const char *dml_client_forward_codec(struct dml *d, const struct part *p, char *buf,
+				     size_t len);
 /* A PULL_REPLY in p's reply codec into p's output; DML_ESHAPE if bad. */
 int dml_client_reply_decode(struct part *p, const Dml__Meta *m, const uint8_t *payload,
 			    size_t len);

@@ -20,6 +20,7 @@
 #include "proto/auth.h"
 #include "worker/client_internal.h"
 #include "proto/conn.h"
+#include "proto/frame.h"
 #include "worker/dml.h"
 #include "proto/log.h"
 #include "shard/shardmap.h"
@@ -42,10 +43,7 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *w, void *arg)
 	/* Both zones named and different: the cross-zone codecs apply. */
 	l->cross_zone = d->conf.zone[0] && w->zone && w->zone[0] &&
 			strcmp(d->conf.zone, w->zone) != 0;
-	l->codecs = 1u << DML__DTYPE__F32;
-	for (size_t i = 0; i < w->n_codecs; i++)
-		if ((unsigned)w->codecs[i] < 32)
-			l->codecs |= 1u << w->codecs[i];
+	l->codecs = dml_welcome_codecs(w);
 	if (l->aggregator)
 		return dml_client_agg_welcome(l, w);
 	if (d->conf.scheduler[0]) {

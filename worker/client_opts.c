@@ -96,8 +96,9 @@ static const struct dml_conf_option options[] = {
 	  dml_conf_check_pull_codec, "without a scheduler: how pull replies travel from a "
 	  "server of this zone (none, fp16, bf16, int8)" },
 	{ "client", "pull_codec_cross_zone", DML_CONF_STRING, O(pull_codec[1]), "fp16", 0, 0,
-	  NULL, dml_conf_check_pull_codec, "without a scheduler: how pull replies travel "
-	  "from a server of another zone" },
+	  NULL, dml_conf_check_codec, "without a scheduler: how pull replies travel "
+	  "from a server of another zone (topk:FRACTION: delta pulls through the "
+	  "aggregator, fp16 straight)" },
 	{ "client", "aggregator", DML_CONF_STRING, O(aggregator), "", 0, 0, NULL, check_peer,
 	  "host:port of this zone's dml-aggregator: pushes and pulls go through it while "
 	  "it is up, control frames (HELLO, CLOCK, BYE) straight to the servers (empty: "

@@ -201,7 +201,8 @@ int dml_client_part_send(struct dml *d, struct part *p)
 {
 	Dml__Meta m = DML__META__INIT;
 	struct iovec iov[2];
-	char owner[300];
+	char owner[300], forward[32];
+	const char *fc;
 	int n = 0, rc;
 
 	if (p->sends == 0 && (rc = dml_client_part_encode(d, p)) != 0)
@@ -220,12 +221,16 @@ int dml_client_part_send(struct dml *d, struct part *p)
 	if (p->owner) {
 		owner_address(p->owner, owner, sizeof(owner));
 		m.owner = owner;
+		if ((fc = dml_client_forward_codec(d, p, forward, sizeof(forward))) != NULL)
+			m.forward_codec = (char *)fc;
 	}
 	switch (p->kind) {
 	case PART_PUSH:
 		m.type = DML__MSG_TYPE__PUSH;
 		m.seq = p->seq;
 		m.weight = p->weight;
+		if (p->owner)
+			m.pace = d->codecs.pace;  /* how long its aggregator waits */
 		if (!p->dense) {
 			iov[n].iov_base = (void *)p->keys;
 			iov[n++].iov_len = p->nkeys * sizeof(uint64_t);
