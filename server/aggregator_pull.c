@@ -6,8 +6,8 @@
  * one owner, held as floats with the requester clock c0 it was fetched for:
  * it answers any pull of clock c <= c0 (the owner answered for c0, so the
  * values meet any lower bound too). A pull the cache cannot answer joins
- * an upstream pull in flight for its slot whose clock is at least its own,
- * else one more goes, in the codec the workers name in Meta.forward_codec
+ * an upstream pull in flight for its slot of the same clock, else one more
+ * goes, in the codec the workers name in Meta.forward_codec
  * (libdml names its owner's cross-zone pull codec: what crosses the slow
  * link; without one, the dtype the worker asks). Workers get the values in
  * the dtype they ask. Sparse pulls, and dense ones past the slot limit, go
@@ -18,7 +18,8 @@
  * version the owner named, and each reply is the change since then (or the
  * values again, when the versions part). One delta pull per slot is in
  * flight at a time, so that each names the version the last one brought;
- * pulls for later clocks wait in one deferred pull that goes next.
+ * a pull for a later clock waits in one deferred pull that goes next, any
+ * other goes as a plain pull whose reply is relayed (fp16).
  *
  * Must never: answer a pull with values fetched for a lower clock than its
  * own, trust an owner's reply's shape (checked against the slot before it
@@ -211,30 +212,22 @@ static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
 	return p;
 }
 
-/* The deferred pull of a delta slot, or NULL; *busy: one is in flight. */
-static struct agg_pull *slot_deferred(struct agg_owner *o, const struct agg_cache *c,
-				      int *busy)
+/* A delta slot's pull in flight and its deferred one (NULL: none). */
+static void slot_pulls(struct agg_owner *o, const struct agg_cache *c,
+		       struct agg_pull **flight, struct agg_pull **deferred)
 {
-	struct agg_pull *d = NULL;
-
-	*busy = 0;
+	*flight = *deferred = NULL;
 	for (struct agg_pull *p = o->pulls; p; p = p->next)
-		if (p->cache == c) {
-			if (p->deferred)
-				d = p;
-			else
-				*busy = 1;
-		}
-	return d;
+		if (p->cache == c)
+			*(p->deferred ? deferred : flight) = p;
 }
 
 void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Meta *m,
 		      const uint8_t *payload, size_t len)
 {
 	struct dml_codec up = upstream_codec(o, m);
-	struct agg_pull *d;
+	struct agg_pull *flight, *deferred;
 	struct agg_cache *c;
-	int busy = 0;
 
 	if (m->scan) {
 		agg_reply_error(s, m->request_id, DML_EINVAL, "pull of table %u: scans go to "
@@ -253,19 +246,30 @@ void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Met
 		reply_values(&w, c, c->values, c->nvalues, c->min_clock, c->held_us);
 		return;
 	}
+	/*
+	 * Only a pull of the same clock is joined: the owner holds one of a
+	 * later clock longer (the staleness bound counts from its clock), and
+	 * a worker waiting on it may be waiting on its own zone's pushes
+	 * (libdml holds a CLOCK until they are acknowledged): a cycle.
+	 */
 	for (struct agg_pull *p = o->pulls; p; p = p->next)
-		if (p->cache == c && !p->deferred && p->meta->clock >= m->clock) {
+		if (p->cache == c && p->meta->clock == m->clock) {
 			waiter_add(p, s, m);
 			return;
 		}
-	if (c->delta && (d = slot_deferred(o, c, &busy)) != NULL) {
-		/* The next delta pull asks for the latest clock any waiter wants. */
-		if (d->meta->clock < m->clock)
-			d->meta->clock = m->clock;
-		waiter_add(d, s, m);
+	if (!c->delta) {
+		pull_new(o, s, m, c, &up, 0, NULL, 0);
 		return;
 	}
-	pull_new(o, s, m, c, &up, c->delta && busy, NULL, 0);
+	/* Delta pulls one at a time; a later clock may wait for an earlier
+	 * one, an earlier clock (or one more) goes as a plain pull. */
+	slot_pulls(o, c, &flight, &deferred);
+	if (!flight)
+		pull_new(o, s, m, c, &up, 0, NULL, 0);
+	else if (!deferred && flight->meta->clock < m->clock)
+		pull_new(o, s, m, c, &up, 1, NULL, 0);
+	else
+		pull_new(o, s, m, NULL, &up, 0, NULL, 0);
 }
 
 static void pull_unlink_free(struct agg_owner *o, struct agg_pull *p)
@@ -393,9 +397,8 @@ static void reply_cached(const struct agg_owner *o, struct agg_pull *p, const Dm
 int agg_pull_answer(struct agg_owner *o, const Dml__Meta *m, const uint8_t *payload,
 		    size_t len)
 {
-	struct agg_pull *p, *d;
+	struct agg_pull *p, *flight, *deferred;
 	struct agg_cache *c;
-	int busy;
 
 	for (p = o->pulls; p; p = p->next)
 		if (p->meta->request_id == m->request_id)
@@ -414,9 +417,12 @@ int agg_pull_answer(struct agg_owner *o, const Dml__Meta *m, const uint8_t *payl
 	}
 	pull_unlink_free(o, p);
 	/* The slot's next delta pull names the version this one brought. */
-	if (c && c->delta && (d = slot_deferred(o, c, &busy)) != NULL) {
-		d->deferred = 0;
-		pull_send(o, d);
+	if (c && c->delta) {
+		slot_pulls(o, c, &flight, &deferred);
+		if (deferred) {
+			deferred->deferred = 0;
+			pull_send(o, deferred);
+		}
 	}
 	return 1;
 }

@@ -17,7 +17,8 @@
  *     another range is refused with DML_ESHAPE, a good one served;
  *   - a sum goes in the workers' Meta.forward_codec, keeping the residual
  *     of a lossy one for the next sum, put back when the sum is split;
- *   - a pull naming topk upstream makes delta pulls, one at a time;
+ *   - a pull naming topk upstream makes delta pulls, one at a time; a pull
+ *     of an earlier clock never waits for a later clock's upstream pull;
  *   - a clocked job's entry (Meta.pace) waits for the zone's workers past
  *     window_ms, an asynchronous one's does not.
  */
@@ -471,6 +472,58 @@ START_TEST(test_clocked_entries_wait_for_the_zone)
 }
 END_TEST
 
+/*
+ * A pull of an earlier clock never waits for a later clock's upstream pull
+ * (the owner holds that one longer: with libdml holding the worker's CLOCK
+ * for its zone's pushes, a cycle): plain slot or delta slot, it goes up
+ * on its own, the delta slot's as a plain fp16 pull relayed as floats.
+ */
+START_TEST(test_earlier_clock_goes_alone)
+{
+	struct fixture f;
+	float v[KEYS];
+	uint16_t half[KEYS];
+	Dml__Meta m, *u4;
+	uint64_t rid5;
+	int w1, w2;
+
+	start_two_workers(&f, NULL, &w1, &w2);
+	fill(v, 3);
+	for (int k = 0; k < KEYS; k++)
+		half[k] = dml_float_to_half(v[k]);
+	dense_meta(&m, DML__MSG_TYPE__PULL, 51, 5, f.owner_addr);
+	raw_frame_send(w1, &m, NULL, 0);
+	u4 = owner_read(&f, NULL);
+	rid5 = u4->request_id;
+	dml_meta_free(u4);
+	dense_meta(&m, DML__MSG_TYPE__PULL, 52, 4, f.owner_addr);
+	raw_frame_send(w2, &m, NULL, 0);
+	u4 = owner_read(&f, NULL);
+	ck_assert_uint_eq(u4->clock, 4);
+	owner_pull_reply(&f, u4->request_id, v, 0, 0);
+	expect_pulled(w2, 52, v);
+	owner_pull_reply(&f, rid5, v, 0, 0);
+	expect_pulled(w1, 51, v);
+	dml_meta_free(u4);
+
+	send_delta_pull(w1, 53, 7, f.owner_addr);
+	rid5 = expect_delta_pull(&f, 7, 0);
+	send_delta_pull(w2, 54, 6, f.owner_addr);
+	u4 = owner_read(&f, NULL);
+	ck_assert_uint_eq(u4->clock, 6);
+	ck_assert(!u4->delta_codec || !u4->delta_codec[0]);
+	ck_assert_int_eq(u4->dtype, DML__DTYPE__F16);
+	dense_meta(&m, DML__MSG_TYPE__PULL_REPLY, u4->request_id, 0, "");
+	m.dtype = DML__DTYPE__F16;
+	raw_frame_send(f.fake, &m, half, sizeof(half));
+	expect_pulled(w2, 54, v);
+	owner_pull_reply(&f, rid5, v, 0, 80);
+	expect_pulled(w1, 53, v);
+	dml_meta_free(u4);
+	end_two_workers(&f, w1, w2);
+}
+END_TEST
+
 void add_fake_owner_tests(TCase *tc)
 {
 	tcase_add_test(tc, test_forwarded_push_split_retry_relay);
@@ -479,4 +532,5 @@ void add_fake_owner_tests(TCase *tc)
 	tcase_add_test(tc, test_forward_codec_keeps_the_residual);
 	tcase_add_test(tc, test_delta_pulls_one_at_a_time);
 	tcase_add_test(tc, test_clocked_entries_wait_for_the_zone);
+	tcase_add_test(tc, test_earlier_clock_goes_alone);
 }
