@@ -77,6 +77,8 @@ struct dml_sched_link {
 	int logged_err;            /* failure last logged; not logged again */
 	dml_sched_link_frame_fn handler;
 	void *handler_arg;
+	dml_sched_link_beat_fn beat;
+	void *beat_arg;
 };
 
 static const char *role_name(uint32_t role)
@@ -145,12 +147,19 @@ static void link_retry_later(struct dml_sched_link *l, int err)
 static int send_simple(struct dml_sched_link *l, Dml__MsgType type, uint64_t *id)
 {
 	Dml__Meta m = DML__META__INIT;
+	Dml__NodeInfo beat = DML__NODE_INFO__INIT;
 
 	m.type = type;
 	m.request_id = ++l->next_request;
 	m.sender = l->self->node_id;
 	if (type == DML__MSG_TYPE__REGISTER)
 		m.node = l->self;
+	if (type == DML__MSG_TYPE__HEARTBEAT && l->beat) {
+		beat.role = l->self->role;
+		beat.node_id = l->self->node_id;
+		l->beat(&beat, l->beat_arg);
+		m.node = &beat;
+	}
 	if (id)
 		*id = m.request_id;
 	return dml_conn_send(l->conn, &m, NULL, 0, DML_SEND_COPY);
@@ -410,6 +419,14 @@ void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_f
 		return;
 	l->handler = fn;
 	l->handler_arg = arg;
+}
+
+void dml_sched_link_set_beat(struct dml_sched_link *l, dml_sched_link_beat_fn fn, void *arg)
+{
+	if (!l)
+		return;
+	l->beat = fn;
+	l->beat_arg = arg;
 }
 
 int dml_sched_advertised(const char *advertise, const char *listen, uint16_t bound_port,

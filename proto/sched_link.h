@@ -27,6 +27,13 @@
 struct dml_sched_link;
 
 /**
+ * Fills what a heartbeat carries beyond liveness: info (role and node_id
+ * set) goes as Meta.node; what it points to must live until the call
+ * returns to the link (the heartbeat is sent before the next one).
+ */
+typedef void (*dml_sched_link_beat_fn)(Dml__NodeInfo *info, void *arg);
+
+/**
  * Start registering with the scheduler at host:port. The first connection
  * attempt is made from the loop, so this returns at once.
  *
@@ -61,6 +68,9 @@ typedef void (*dml_sched_link_frame_fn)(struct dml_sched_link *l, const Dml__Met
 /** Set (or clear, with NULL) the frame handler. */
 void dml_sched_link_set_handler(struct dml_sched_link *l, dml_sched_link_frame_fn fn,
 				void *arg);
+
+/** Have every heartbeat carry what fn fills (NULL: none). */
+void dml_sched_link_set_beat(struct dml_sched_link *l, dml_sched_link_beat_fn fn, void *arg);
 
 /* Room for a registered address: a host name and ":port", brackets too. */
 #define DML_ADDRESS_MAX 300

@@ -348,6 +348,32 @@ int dml_nodes_heartbeat(struct dml_nodes *t, uint32_t role, uint32_t node_id,
 	return 0;
 }
 
+int dml_nodes_set_aggregator(struct dml_nodes *t, uint32_t node_id,
+			     const Dml__AggregatorStats *st)
+{
+	struct dml_node *n = t ? find(t, DML__ROLE__AGGREGATOR, node_id) : NULL;
+
+	if (!n)
+		return DML_ENOTFOUND;
+	n->agg = *st;
+	n->agg.base.n_unknown_fields = 0;      /* what it points to is the frame's */
+	n->agg.base.unknown_fields = NULL;
+	n->agg_reported = 1;
+	return 0;
+}
+
+const struct dml_node *dml_nodes_aggregator_at(const struct dml_nodes *t,
+					       const char *address)
+{
+	for (size_t i = 0; t && i < dml_nodes_count(t); i++) {
+		const struct dml_node *n = dml_nodes_at(t, i);
+
+		if (n->role == DML__ROLE__AGGREGATOR && strcmp(n->address, address) == 0)
+			return n;
+	}
+	return NULL;
+}
+
 int dml_nodes_disconnect(struct dml_nodes *t, uint32_t role, uint32_t node_id,
 			 uint64_t now_ms)
 {

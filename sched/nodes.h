@@ -69,6 +69,9 @@ struct dml_node {
 	uint64_t registered_ms;    /* time of the last registration */
 	uint64_t last_heartbeat_ms; /* time of the last heartbeat or registration */
 	uint64_t changed_ms;       /* time of the last transition */
+	/* aggregators: the counters of the last heartbeat (no pointers in it) */
+	Dml__AggregatorStats agg;
+	int agg_reported;
 };
 
 struct dml_nodes;
@@ -161,6 +164,14 @@ void dml_nodes_tick(struct dml_nodes *t, uint64_t now_ms, size_t *changed);
 
 /** Number of nodes in the table. */
 size_t dml_nodes_count(const struct dml_nodes *t);
+
+/** An aggregator's counters, as its heartbeat carried them. 0 or DML_ENOTFOUND. */
+int dml_nodes_set_aggregator(struct dml_nodes *t, uint32_t node_id,
+			     const Dml__AggregatorStats *st);
+
+/** The aggregator node registered at address ("host:port"), or NULL. */
+const struct dml_node *dml_nodes_aggregator_at(const struct dml_nodes *t,
+					       const char *address);
 
 /** The i-th node in (role, node_id) order, or NULL when i >= count. */
 const struct dml_node *dml_nodes_at(const struct dml_nodes *t, size_t i);

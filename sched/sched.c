@@ -238,6 +238,10 @@ static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
 
 	if (ss->registered) {
 		rc = dml_nodes_heartbeat(ss->sched->nodes, ss->role, ss->node_id, now_ms());
+		if (rc == 0 && ss->role == DML__ROLE__AGGREGATOR && m->node &&
+		    m->node->aggregator)
+			(void)dml_nodes_set_aggregator(ss->sched->nodes, ss->node_id,
+						       m->node->aggregator);
 		if (rc) {
 			dml_sched_reply_error(ss, m->request_id, DML_ESTATE,
 					      "not alive here: register again");
@@ -248,7 +252,7 @@ static void handle_heartbeat(struct session *ss, const Dml__Meta *m)
 }
 
 void dml_sched_node_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
-			 Dml__Profile *p)
+			 Dml__Profile *p, Dml__AggregatorStats *a)
 {
 	dml__node_info__init(info);
 	dml__profile__init(p);
@@ -269,6 +273,10 @@ void dml_sched_node_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *
 	p->examples_per_s = n->profile.examples_per_s;
 	p->link_mbps = n->profile.link_mbps;
 	info->profile = p;
+	if (a && n->agg_reported) {
+		*a = n->agg;
+		info->aggregator = a;
+	}
 }
 
 static void handle_nodes(struct session *ss, const Dml__Meta *req)
@@ -279,11 +287,13 @@ static void handle_nodes(struct session *ss, const Dml__Meta *req)
 	Dml__NodeInfo *infos = dml_xcalloc(n + 1, sizeof(*infos));
 	Dml__NodeInfo **ptrs = dml_xcalloc(n + 1, sizeof(*ptrs));
 	Dml__Profile *profiles = dml_xcalloc(n + 1, sizeof(*profiles));
+	Dml__AggregatorStats *aggs = dml_xcalloc(n + 1, sizeof(*aggs));
 	Dml__Meta m = DML__META__INIT;
 	uint64_t now = now_ms();
 
 	for (size_t i = 0; i < n; i++) {
-		dml_sched_node_info(dml_nodes_at(s->nodes, i), now, &infos[i], &profiles[i]);
+		dml_sched_node_info(dml_nodes_at(s->nodes, i), now, &infos[i], &profiles[i],
+				    &aggs[i]);
 		ptrs[i] = &infos[i];
 	}
 	m.type = DML__MSG_TYPE__NODES_REPLY;
@@ -299,6 +309,7 @@ static void handle_nodes(struct session *ss, const Dml__Meta *req)
 	free(infos);
 	free(ptrs);
 	free(profiles);
+	free(aggs);
 }
 
 static void handle_bye(struct session *ss, const Dml__Meta *m)

@@ -213,10 +213,11 @@ uint64_t dml_sched_now_ms(void);
 
 /**
  * The node as NODES_REPLY lists it (last_heartbeat_ms as an age at now);
- * info and p borrow n's strings.
+ * info and p borrow n's strings; an aggregator's counters go in a (NULL:
+ * left out).
  */
 void dml_sched_node_info(const struct dml_node *n, uint64_t now, Dml__NodeInfo *info,
-			 Dml__Profile *p);
+			 Dml__Profile *p, Dml__AggregatorStats *a);
 
 /** The session that owns the registered node (role, node_id), or NULL. */
 struct session *dml_sched_owner(struct dml_sched *s, uint32_t role, uint32_t node_id);

@@ -102,6 +102,31 @@ static Dml__ZoneRate *zone_rate(Dml__JobStatus *st, const char *zone)
 	return z;
 }
 
+/* The aggregator at address, with its counters, in st->aggregators once. */
+static void status_add_aggregator(struct dml_sched *s, Dml__JobStatus *st,
+				  const char *address, uint64_t now)
+{
+	const struct dml_node *n = dml_nodes_aggregator_at(s->nodes, address);
+	Dml__NodeInfo info;
+	Dml__Profile p;
+	Dml__AggregatorStats a;
+	Dml__NodeInfo *copy;
+
+	if (!n)
+		return;
+	for (size_t k = 0; k < st->n_aggregators; k++)
+		if (st->aggregators[k]->node_id == n->node_id)
+			return;
+	dml_sched_node_info(n, now, &info, &p, &a);
+	info.profile = NULL;
+	copy = dml_msg_copy(&info.base);
+	if (!copy)
+		return;
+	st->aggregators = dml_xrealloc(st->aggregators,
+				       (st->n_aggregators + 1) * sizeof(*st->aggregators));
+	st->aggregators[st->n_aggregators++] = copy;
+}
+
 /* JobStatus as JOBS_REPLY shows it: the job table's, with the node table's
  * word on live workers and their zones (each zone's rate summed), and the
  * scheduler's on maps and on the aggregators workers route through.
@@ -130,8 +155,10 @@ static Dml__JobStatus *status_build(struct dml_sched *s, struct dml_job *job, ui
 		if (n && n->zone[0])
 			ws->zone = dml_xstrdup(n->zone);
 		via = dml_sched_route(s, job, ws->worker);
-		if (via[0])
+		if (via[0]) {
 			ws->aggregator = dml_xstrdup(via);
+			status_add_aggregator(s, st, via, now);
+		}
 		if (ws->state != DML__NODE_STATE__DEAD) {
 			Dml__ZoneRate *z = zone_rate(st, n ? n->zone : "");
 

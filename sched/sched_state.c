@@ -83,7 +83,7 @@ void dml_sched_state_node(struct dml_sched *s, const struct dml_node *n)
 
 	if (!s->state || s->state_failed)
 		return;
-	dml_sched_node_info(n, dml_sched_now_ms(), &info, &p);
+	dml_sched_node_info(n, dml_sched_now_ms(), &info, &p, NULL);
 	put(s, DML_SCHED_DB_NODES, node_key(n->role, n->node_id), &info.base);
 }
 

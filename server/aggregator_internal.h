@@ -169,6 +169,7 @@ struct dml_agg {
 	struct dml_metrics *metrics;
 	struct dml_histogram *fanin;
 	struct dml_sched_link *sched;       /* NULL without a scheduler */
+	Dml__AggregatorStats beat_stats;    /* what the last heartbeat carried */
 	int stopping;
 };
 
@@ -242,6 +243,8 @@ void agg_pull_free(struct agg_owner *o);
 
 /* aggregator_metrics.c */
 int agg_metrics_start(struct dml_agg *a);
+/** Bytes of whole frames in and out, workers and owners, since it started. */
+void agg_traffic(const struct dml_agg *a, uint64_t *in, uint64_t *out);
 
 /* aggregator_sched.c: registration with dml-sched (a no-op without one). */
 int agg_sched_start(struct dml_agg *a);

@@ -48,20 +48,26 @@ static const struct {
 	    "servers", COUNTER, NULL, NULL, 0 }, ST(refused) },
 };
 
-static void collect_traffic(struct dml_metrics_scrape *sc, void *arg)
+void agg_traffic(const struct dml_agg *a, uint64_t *in, uint64_t *out)
 {
-	const struct dml_agg *a = arg;
-	uint64_t in = a->st.bytes_in_closed, out = a->st.bytes_out_closed;
-
+	*in = a->st.bytes_in_closed;
+	*out = a->st.bytes_out_closed;
 	for (const struct dml_peer *x = a->peers.head; x; x = x->next) {
-		in += dml_conn_bytes_in(x->conn);
-		out += dml_conn_bytes_out(x->conn);
+		*in += dml_conn_bytes_in(x->conn);
+		*out += dml_conn_bytes_out(x->conn);
 	}
 	for (size_t i = 0; i < a->nowners; i++)
 		if (a->owners[i].conn) {
-			in += dml_conn_bytes_in(a->owners[i].conn);
-			out += dml_conn_bytes_out(a->owners[i].conn);
+			*in += dml_conn_bytes_in(a->owners[i].conn);
+			*out += dml_conn_bytes_out(a->owners[i].conn);
 		}
+}
+
+static void collect_traffic(struct dml_metrics_scrape *sc, void *arg)
+{
+	uint64_t in, out;
+
+	agg_traffic(arg, &in, &out);
 	dml_metrics_emit(sc, "in", (double)in);
 	dml_metrics_emit(sc, "out", (double)out);
 }

@@ -3,7 +3,8 @@
  * id, zone and the address its zone's workers dial. The scheduler routes
  * the workers of a job that spans zones through the aggregator of their
  * zone (Assignment.aggregator) while it is registered, and straight to the
- * servers once it is gone. Nothing else comes from the scheduler.
+ * servers once it is gone. Its heartbeats carry its counters (dmlctl shows
+ * them). Nothing else comes from the scheduler.
  *
  * Must never: hold up serving because the scheduler is slow or gone (the
  * link retries on its own; workers already routed here keep coming).
@@ -14,6 +15,23 @@
 #include "proto/log.h"
 #include "proto/sched_link.h"
 #include "server/aggregator_internal.h"
+
+/* The counters each heartbeat carries. */
+static void beat(Dml__NodeInfo *info, void *arg)
+{
+	struct dml_agg *a = arg;
+	Dml__AggregatorStats *b = &a->beat_stats;
+
+	dml__aggregator_stats__init(b);
+	b->pushes_in = a->st.pushes_in;
+	b->pushes_forwarded = a->st.pushes_forwarded;
+	b->pulls_in = a->st.pulls_in;
+	b->pulls_forwarded = a->st.pulls_forwarded;
+	b->value_bytes = a->st.forward_value_bytes;
+	b->sent_bytes = a->st.forward_sent_bytes;
+	agg_traffic(a, &b->bytes_in, &b->bytes_out);
+	info->aggregator = b;
+}
 
 int agg_sched_start(struct dml_agg *a)
 {
@@ -34,6 +52,7 @@ int agg_sched_start(struct dml_agg *a)
 				  &a->sched);
 	if (rc)
 		return rc;
+	dml_sched_link_set_beat(a->sched, beat, a);
 	dml_info("registering with scheduler %s as %s (zone '%s')", c->scheduler, address,
 		 c->zone);
 	return 0;

@@ -6,9 +6,10 @@
 # namespace). With the aggregator the link carries at most 0.7 x the flat
 # bytes each way (zone B's two pushes of a clock go across as one, and its
 # two pulls as one), the aggregator forwarded pushes that summed both
-# workers, and sent fewer pulls up than it got. Then the aggregator is
-# killed in the middle of a job: zone B's workers go straight to the
-# server and the job completes. Needs root and iproute2; skips otherwise.
+# workers, and sent fewer pulls up than it got; the scheduler has its
+# counters (dmlctl --json nodes) and dmlctl status shows them. Then the
+# aggregator is killed in the middle of a job: zone B's workers go straight
+# to the server and the job completes. Needs root and iproute2; skips otherwise.
 # Exit status: 0 pass, 1 fail, 77 skip.
 set -u
 
@@ -93,6 +94,11 @@ ip netns exec "$ns" bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" &&
 	"$(agg_metric dml_aggregator_pulls_in_total)" ] ||
 	fail "no pull was shared: $(grep ^dml_aggregator "$tmp/metrics.out")"
 
+# The scheduler has its counters from its heartbeats.
+"${dmlctl[@]}" --json nodes >"$tmp/nodes.json" 2>&1 || fail "nodes: $(cat "$tmp/nodes.json")"
+grep -q '"aggregator":{"pushes_in":[1-9][0-9]*,"pushes_forwarded":[1-9]' "$tmp/nodes.json" ||
+	fail "no aggregator counters in nodes: $(cat "$tmp/nodes.json")"
+
 # Kill the aggregator in the middle of a job: its workers go straight to
 # the server, and the job completes.
 long=3000
@@ -117,6 +123,10 @@ for ((i = 0; i < 6000 && c < 5; i++)); do
 	esac
 done
 [ "$c" -ge 5 ] || fail "the job did not reach clock 5: $(cat "$tmp/status.out")"
+# The status shows what the aggregator its zone B workers route through
+# summed and sent (its heartbeats' counters, the earlier job's included).
+grep -q "^  aggregator:   B #2 fan-in [0-9.]*; sums .* as floats, .* sent" "$tmp/status.out" ||
+	fail "status shows no aggregator counters: $(cat "$tmp/status.out")"
 kill -KILL "$(cat "$run/aggregator2.pid")" || fail "cannot kill the aggregator"
 at=$c
 for ((i = 0; i < 6000; i++)); do

@@ -168,6 +168,26 @@ static void json_profile(struct ctl_json *j, const char *key, const Dml__Profile
 	ctl_json_close(j, '}');
 }
 
+/* An aggregator's counters (AggregatorStats), null when it sent none. */
+static void json_aggregator(struct ctl_json *j, const char *key,
+			    const Dml__AggregatorStats *a)
+{
+	if (!a) {
+		json_null(j, key);
+		return;
+	}
+	ctl_json_open(j, key, '{');
+	ctl_json_u64(j, "pushes_in", a->pushes_in);
+	ctl_json_u64(j, "pushes_forwarded", a->pushes_forwarded);
+	ctl_json_u64(j, "pulls_in", a->pulls_in);
+	ctl_json_u64(j, "pulls_forwarded", a->pulls_forwarded);
+	ctl_json_u64(j, "value_bytes", a->value_bytes);
+	ctl_json_u64(j, "sent_bytes", a->sent_bytes);
+	ctl_json_u64(j, "bytes_in", a->bytes_in);
+	ctl_json_u64(j, "bytes_out", a->bytes_out);
+	ctl_json_close(j, '}');
+}
+
 void ctl_print_nodes_json(FILE *out, const Dml__Meta *r)
 {
 	struct ctl_json j = { out, 0 };
@@ -194,6 +214,7 @@ void ctl_print_nodes_json(FILE *out, const Dml__Meta *r)
 			json_null(&j, "shard");
 		}
 		json_profile(&j, "profile", n->profile);
+		json_aggregator(&j, "aggregator", n->aggregator);
 		ctl_json_close(&j, '}');
 	}
 	ctl_json_close(&j, ']');
@@ -374,6 +395,18 @@ void ctl_json_job_status(struct ctl_json *j, const char *key, const Dml__JobStat
 		ctl_json_str(j, "zone", st->zones[i]->zone);
 		ctl_json_u64(j, "workers", st->zones[i]->workers);
 		ctl_json_num(j, "examples_per_s", st->zones[i]->examples_per_s);
+		ctl_json_close(j, '}');
+	}
+	ctl_json_close(j, ']');
+	ctl_json_open(j, "aggregators", '[');
+	for (size_t i = 0; i < st->n_aggregators; i++) {
+		const Dml__NodeInfo *n = st->aggregators[i];
+
+		ctl_json_open(j, NULL, '{');
+		ctl_json_u64(j, "id", n->node_id);
+		ctl_json_str(j, "zone", n->zone);
+		ctl_json_str(j, "address", n->address);
+		json_aggregator(j, "counters", n->aggregator);
 		ctl_json_close(j, '}');
 	}
 	ctl_json_close(j, ']');

@@ -1,8 +1,9 @@
 /*
  * dmlctl's view of a job's traffic and zones (dmlctl.h): what its workers'
  * values cost within a zone and across zones, as 32-bit floats and as the
- * codecs sent them; what error feedback holds back per table; and how fast
- * each zone trains. status JOB and top print it under the job's progress.
+ * codecs sent them; what error feedback holds back per table; what the zone
+ * aggregators its workers route through summed and sent; and how fast each
+ * zone trains. status JOB and top print it under the job's progress.
  *
  * Must never: copy a byte a peer sent to the output unescaped (zone names
  * are cleaned), or divide by a count that may be 0.
@@ -30,13 +31,11 @@ static void fmt_bytes(uint64_t n, char *buf, size_t len)
 		snprintf(buf, len, "%.3g %s", v, unit[u]);
 }
 
-/* "within zone:  1.23 MB as floats, 617 kB sent (2.00x)", or "none". */
-static void print_class(FILE *out, const char *indent, const char *name, uint64_t floats,
-			uint64_t sent)
+/* "1.23 MB as floats, 617 kB sent (2.00x)", or "none"; a line's end. */
+static void print_sizes(FILE *out, uint64_t floats, uint64_t sent)
 {
 	char f[32], s[32];
 
-	fprintf(out, "%s%-14s", indent, name);
 	if (!floats && !sent) {
 		fputs("none\n", out);
 		return;
@@ -47,6 +46,35 @@ static void print_class(FILE *out, const char *indent, const char *name, uint64_
 	if (sent)
 		fprintf(out, " (%.2fx)", (double)floats / (double)sent);
 	fputc('\n', out);
+}
+
+/* "within zone:  1.23 MB as floats, 617 kB sent (2.00x)". */
+static void print_class(FILE *out, const char *indent, const char *name, uint64_t floats,
+			uint64_t sent)
+{
+	fprintf(out, "%s%-14s", indent, name);
+	print_sizes(out, floats, sent);
+}
+
+/*
+ * "aggregator:   B #2 fan-in 2.00; sums 265 MB as floats, 35 MB sent
+ * (7.56x); pulls 1300 in, 650 up" (its counters since it started).
+ */
+static void print_aggregator(FILE *out, const char *indent, const Dml__NodeInfo *n)
+{
+	const Dml__AggregatorStats *a = n->aggregator;
+	char z[96];
+
+	fprintf(out, "%s%-14s%s #%u", indent, "aggregator:",
+		n->zone[0] ? ctl_clean(n->zone, z, sizeof(z)) : "(none)", n->node_id);
+	if (!a || !a->pushes_forwarded) {
+		fputs(a ? " no pushes yet\n" : " no counters yet\n", out);
+		return;
+	}
+	fprintf(out, " fan-in %.2f; sums ", (double)a->pushes_in / (double)a->pushes_forwarded);
+	print_sizes(out, a->value_bytes, a->sent_bytes);
+	fprintf(out, "%s%-14s%llu pulls in, %llu up\n", indent, "",
+		(unsigned long long)a->pulls_in, (unsigned long long)a->pulls_forwarded);
 }
 
 static int any_zone(const Dml__JobStatus *st)
@@ -76,6 +104,8 @@ void ctl_print_job_links(FILE *out, const Dml__JobStatus *st, const char *indent
 				lt->residual_norms[i]);
 		fputc('\n', out);
 	}
+	for (size_t i = 0; i < st->n_aggregators; i++)
+		print_aggregator(out, indent, st->aggregators[i]);
 	if (!any_zone(st))
 		return;
 	fprintf(out, "%s%-14s", indent, "zones:");
