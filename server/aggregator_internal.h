@@ -46,6 +46,8 @@ struct agg_session {
 	uint64_t incarnation;
 	int ready;
 	int held;                 /* a push waits for room (max_pending) */
+	int pushed;               /* max_clock is set: */
+	uint64_t max_clock;       /* the latest clock its pushes named */
 };
 
 /* One worker's push inside an entry. */
@@ -80,6 +82,7 @@ struct agg_entry {
 	uint64_t upstream_rid;    /* request id of the forwarded PUSH, 0: not sent */
 	struct event *window;     /* closes it window_ms after it opened */
 	struct dml_codec codec;   /* Meta.forward_codec of its pushes */
+	int clocked;              /* Meta.pace said its job is clocked */
 	/* Once first sent, until answered (aggregator_codec.c): */
 	uint8_t *payload;         /* keys, then the sum as it goes */
 	size_t payload_len;

@@ -68,14 +68,33 @@ static void window_cb(evutil_socket_t fd, short what, void *arg)
 	agg_queue_pump(e->owner);
 }
 
-/* Rule 3: every worker connected now contributed to e. */
-static int entry_complete(const struct agg_entry *e, size_t sessions)
+static int entry_holds(const struct agg_entry *e, const struct agg_session *s)
 {
-	size_t live = 0;
-
 	for (size_t i = 0; i < e->nc; i++)
-		live += e->c[i].sess != NULL;
-	return sessions > 0 && live >= sessions;
+		if (e->c[i].sess == s)
+			return 1;
+	return 0;
+}
+
+/*
+ * Rule 3: every worker connected now contributed to e, or, for a clocked
+ * job's entry, pushed a later clock since (its pushes go in clock order: it
+ * will not push e's clock any more).
+ */
+static int entry_complete(const struct dml_agg *a, const struct agg_entry *e)
+{
+	size_t ready = 0, done = 0;
+
+	for (const struct dml_peer *x = a->peers.head; x; x = x->next) {
+		const struct agg_session *s = (const struct agg_session *)x;
+
+		if (!s->ready)
+			continue;
+		ready++;
+		done += entry_holds(e, s) ||
+			(e->clocked && s->pushed && s->max_clock > e->clock);
+	}
+	return ready > 0 && done == ready;
 }
 
 /* Meta.forward_codec, which the frame check parsed; "" reads as floats. */
@@ -106,6 +125,7 @@ static struct agg_entry *entry_new(struct agg_owner *o, const Dml__Meta *m,
 	e->clock = m->clock;
 	e->nvalues = nvalues;
 	e->codec = forward_codec(m);
+	e->clocked = m->pace == DML_PACE_CLOCKED;
 	if (keys) {
 		e->keys = dml_xmalloc((size_t)m->num_keys * sizeof(uint64_t));
 		memcpy(e->keys, keys, (size_t)m->num_keys * sizeof(uint64_t));
@@ -193,8 +213,14 @@ int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *
 		}
 	}
 	entry_add(a, e, &c);
-	if (entry_complete(e, a->nsessions))
+	if (entry_complete(a, e))
 		entry_close(e);
+	if (!s->pushed || m->clock > s->max_clock) {
+		/* Entries of earlier clocks it did not join may be complete now. */
+		s->pushed = 1;
+		s->max_clock = m->clock;
+		agg_queue_sessions_changed(a);
+	}
 	agg_queue_pump(o);
 	return 0;
 }
@@ -396,7 +422,7 @@ void agg_queue_sessions_changed(struct dml_agg *a)
 		struct agg_owner *o = &a->owners[i];
 
 		for (struct agg_entry *e = o->head; e; e = e->next)
-			if (!e->closed && entry_complete(e, a->nsessions))
+			if (!e->closed && entry_complete(a, e))
 				entry_close(e);
 		agg_queue_pump(o);
 	}

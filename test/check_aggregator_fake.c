@@ -250,13 +250,13 @@ START_TEST(test_pull_upstream_codec_and_bad_reply)
 }
 END_TEST
 
-/* A worker's push at clock 1 naming codec (NULL: none) and pace. */
-static void send_coded_push(int fd, uint64_t rid, uint64_t seq, const char *owner,
-			    const float *v, const char *codec, uint32_t pace)
+/* A worker's push at clock naming codec (NULL: none) and pace. */
+static void send_push_at(int fd, uint64_t rid, uint64_t seq, uint64_t clock,
+			 const char *owner, const float *v, const char *codec, uint32_t pace)
 {
 	Dml__Meta m;
 
-	dense_meta(&m, DML__MSG_TYPE__PUSH, rid, 1, owner);
+	dense_meta(&m, DML__MSG_TYPE__PUSH, rid, clock, owner);
 	m.seq = seq;
 	m.forward_codec = (char *)codec;
 	m.pace = pace;
@@ -289,9 +289,9 @@ static uint64_t expect_coded(struct fixture *f, size_t n, Dml__DType dtype,
 static void push_coded_both(struct fixture *f, int w1, int w2, uint64_t s, const float *a,
 			    const float *b, const char *codec, double n_in)
 {
-	send_coded_push(w1, 10 + s, s, f->owner_addr, a, codec, DML_PACE_UNKNOWN);
+	send_push_at(w1, 10 + s, s, 1, f->owner_addr, a, codec, DML_PACE_UNKNOWN);
 	wait_agg_metric(f, PUSHES_IN, n_in);
-	send_coded_push(w2, 20 + s, s, f->owner_addr, b, codec, DML_PACE_UNKNOWN);
+	send_push_at(w2, 20 + s, s, 1, f->owner_addr, b, codec, DML_PACE_UNKNOWN);
 }
 
 /*
@@ -445,12 +445,14 @@ END_TEST
 
 /*
  * window_ms 10, clock_window_ms 60 s: a clocked job's entry waits for the
- * zone's other worker (one forward holding both); an asynchronous one's
- * goes alone once its 10 ms are up.
+ * zone's other worker (one forward holding both), or until that worker
+ * pushed a later clock; an asynchronous one's goes alone once its 10 ms
+ * are up.
  */
 START_TEST(test_clocked_entries_wait_for_the_zone)
 {
 	struct fixture f;
+	Dml__Meta *u;
 	float a[KEYS], b[KEYS];
 	uint64_t rid, s11[] = { 1, 1 }, s2[] = { 2 };
 	int w1, w2;
@@ -458,16 +460,29 @@ START_TEST(test_clocked_entries_wait_for_the_zone)
 	start_two_workers(&f, "window_ms = 10\nclock_window_ms = 60000\n", &w1, &w2);
 	fill(a, 1);
 	fill(b, 2);
-	send_coded_push(w1, 11, 1, f.owner_addr, a, NULL, DML_PACE_CLOCKED);
+	send_push_at(w1, 11, 1, 1, f.owner_addr, a, NULL, DML_PACE_CLOCKED);
 	wait_agg_metric(&f, PUSHES_IN, 1);
 	expect_silence(f.fake);
-	send_coded_push(w2, 21, 1, f.owner_addr, b, NULL, DML_PACE_CLOCKED);
+	send_push_at(w2, 21, 1, 1, f.owner_addr, b, NULL, DML_PACE_CLOCKED);
 	rid = expect_forward(&f, 2, both, s11, 3);
 	owner_acks_both(&f, rid, w1, 11, w2, 21);
-	send_coded_push(w1, 12, 2, f.owner_addr, a, NULL, DML_PACE_ASYNC);
+	send_push_at(w1, 12, 2, 1, f.owner_addr, a, NULL, DML_PACE_ASYNC);
 	rid = expect_forward(&f, 1, only1, s2, 1);
 	owner_answer(&f, rid, 0);
 	expect_reply(w1, 12, 0);
+	/* Worker 2 pushes clock 3 without clock 2: it will not push clock 2
+	 * any more, so worker 1's clock-2 entry goes at once, alone. */
+	send_push_at(w1, 13, 3, 2, f.owner_addr, a, NULL, DML_PACE_CLOCKED);
+	wait_agg_metric(&f, PUSHES_IN, 4);
+	expect_silence(f.fake);
+	send_push_at(w2, 22, 2, 3, f.owner_addr, b, NULL, DML_PACE_CLOCKED);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->clock, 2);
+	ck_assert_uint_eq(u->n_contributors, 1);
+	ck_assert_uint_eq(u->contributors[0]->worker, 1);
+	owner_answer(&f, u->request_id, 0);
+	expect_reply(w1, 13, 0);
+	dml_meta_free(u);
 	end_two_workers(&f, w1, w2);
 }
 END_TEST

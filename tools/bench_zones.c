@@ -11,7 +11,8 @@
  *   (c) zone aggregators, full precision;
  *   (d) aggregators with fp16 pushes and pulls across zones;
  *   (e) aggregators with each lossy codec of --lossy on cross-zone pushes
- *       (error feedback), --lossy-pull on pulls; the best one counts.
+ *       (error feedback), --lossy-pull on pulls (topk: delta pulls); the
+ *       best one counts.
  *
  * (c), (d) and (e) run a dml-aggregator in every zone after the first
  * (dml-local --aggregators): the zone's workers push in floats to it, and it
@@ -96,7 +97,8 @@ static const struct bench_opt zones_opt_rows[] = {
 		  "int8,topk:0.01; at most " BENCH_STR(ZONES_LOSSY_MAX) ")" },
 	{ .name = "lossy-pull", .arg = "NAME", .parse = bench_opt_string,
 	  .offset = Z_FIELD(lossy_pull),
-	  .help = "(e)'s cross-zone pull codec (default fp16)" },
+	  .help = "(e)'s cross-zone pull codec (default topk:0.05:\n"
+		  "delta pulls through the aggregators)" },
 	{ .name = "target", .arg = "ACC", .parse = bench_opt_double, .offset = Z_FIELD(target),
 	  .min = 1e-6, .max = 1, .help = "test accuracy to reach (default 0.87)" },
 	{ .name = "smooth", .arg = "E", .parse = bench_opt_double, .offset = Z_FIELD(smooth),
@@ -544,7 +546,7 @@ int bench_zones_main(int argc, char **argv)
 {
 	struct zones_opts o = {
 		.zones = "A:2,B:2", .wan = "100mbit", .lossy = "int8,topk:0.01",
-		.lossy_pull = "fp16", .servers = 1, .rounds = 1,
+		.lossy_pull = "topk:0.05", .servers = 1, .rounds = 1,
 		.epochs = ZONES_DEFAULT_EPOCHS, .target = 0.87, .smooth = 0.5,
 		.max_seconds = 900,
 	};

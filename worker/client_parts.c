@@ -217,7 +217,9 @@ int dml_client_part_send(struct dml *d, struct part *p)
 	m.key_begin = p->begin;
 	m.key_end = p->end;
 	m.num_keys = p->dense ? 0 : p->nkeys;
-	m.clock = d->clock;
+	/* A push through the aggregator keeps the clock it was issued at: the
+	 * aggregator sums the zone's pushes by it, whenever this one is sent. */
+	m.clock = p->clock_held ? p->epoch : d->clock;
 	if (p->owner) {
 		owner_address(p->owner, owner, sizeof(owner));
 		m.owner = owner;
