@@ -76,10 +76,21 @@ static int entry_holds(const struct agg_entry *e, const struct agg_session *s)
 	return 0;
 }
 
+/* s has a push in an entry after e: by rule 2 it can never join e. */
+static int holds_later(const struct agg_entry *e, const struct agg_session *s)
+{
+	for (const struct agg_entry *x = e->next; x; x = x->next)
+		if (entry_holds(x, s))
+			return 1;
+	return 0;
+}
+
 /*
- * Rule 3: every worker connected now contributed to e, or, for a clocked
- * job's entry, pushed a later clock since (its pushes go in clock order: it
- * will not push e's clock any more).
+ * Rule 3: every worker connected now contributed to e, or cannot any more:
+ * it has a push queued after e (rule 2 keeps it out of e), or, for a
+ * clocked job's entry, it pushed a later clock (its pushes come in clock
+ * order). Waiting for one that cannot come would hold the queue, and every
+ * worker behind it, for the whole window, clock after clock.
  */
 static int entry_complete(const struct dml_agg *a, const struct agg_entry *e)
 {
@@ -91,7 +102,7 @@ static int entry_complete(const struct dml_agg *a, const struct agg_entry *e)
 		if (!s->ready)
 			continue;
 		ready++;
-		done += entry_holds(e, s) ||
+		done += entry_holds(e, s) || holds_later(e, s) ||
 			(e->clocked && s->pushed && s->max_clock > e->clock);
 	}
 	return ready > 0 && done == ready;
@@ -213,15 +224,13 @@ int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *
 		}
 	}
 	entry_add(a, e, &c);
-	if (entry_complete(a, e))
-		entry_close(e);
 	if (!s->pushed || m->clock > s->max_clock) {
-		/* Entries of earlier clocks it did not join may be complete now. */
 		s->pushed = 1;
 		s->max_clock = m->clock;
-		agg_queue_sessions_changed(a);
 	}
-	agg_queue_pump(o);
+	/* Entries before this one it did not join, and entries of earlier
+	 * clocks, may be complete now. */
+	agg_queue_sessions_changed(a);
 	return 0;
 }
 

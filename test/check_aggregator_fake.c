@@ -20,7 +20,8 @@
  *   - a pull naming topk upstream makes delta pulls, one at a time; a pull
  *     of an earlier clock never waits for a later clock's upstream pull;
  *   - a clocked job's entry (Meta.pace) waits for the zone's workers past
- *     window_ms, an asynchronous one's does not.
+ *     window_ms, an asynchronous one's does not; no entry waits for a
+ *     worker that pushed a later clock or has a push queued after it.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -539,6 +540,53 @@ START_TEST(test_earlier_clock_goes_alone)
 }
 END_TEST
 
+/* Worker fd pushes keys [0, end) at clock 1, seq, request rid. */
+static void push_range(int fd, uint64_t rid, uint64_t seq, uint64_t end, const char *owner)
+{
+	float v[KEYS];
+	Dml__Meta m;
+
+	fill(v, 1);
+	dense_meta(&m, DML__MSG_TYPE__PUSH, rid, 1, owner);
+	m.seq = seq;
+	m.key_end = end;
+	raw_frame_send(fd, &m, v, (uint32_t)(end * sizeof(float)));
+}
+
+/*
+ * An entry a worker can no longer join (rule 2: it has a push queued after
+ * it) does not wait for it: worker 1 pushes keys [0, 4) then [0, 8);
+ * worker 2 pushes [0, 8) first, joining the second entry; the first goes at
+ * once, alone, then the second with both.
+ */
+START_TEST(test_entry_nobody_can_join_goes)
+{
+	struct fixture f;
+	Dml__Meta *u;
+	int w1, w2;
+
+	start_two_workers(&f, "window_ms = 60000\n", &w1, &w2);
+	push_range(w1, 11, 1, KEYS / 2, f.owner_addr);
+	push_range(w1, 12, 2, KEYS, f.owner_addr);
+	wait_agg_metric(&f, PUSHES_IN, 2);
+	expect_silence(f.fake);
+	push_range(w2, 21, 1, KEYS, f.owner_addr);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->key_end, KEYS / 2);
+	ck_assert_uint_eq(u->n_contributors, 1);
+	ck_assert_uint_eq(u->contributors[0]->worker, 1);
+	owner_answer(&f, u->request_id, 0);
+	expect_reply(w1, 11, 0);
+	dml_meta_free(u);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->key_end, KEYS);
+	ck_assert_uint_eq(u->n_contributors, 2);
+	owner_acks_both(&f, u->request_id, w1, 12, w2, 21);
+	dml_meta_free(u);
+	end_two_workers(&f, w1, w2);
+}
+END_TEST
+
 void add_fake_owner_tests(TCase *tc)
 {
 	tcase_add_test(tc, test_forwarded_push_split_retry_relay);
@@ -548,4 +596,5 @@ void add_fake_owner_tests(TCase *tc)
 	tcase_add_test(tc, test_delta_pulls_one_at_a_time);
 	tcase_add_test(tc, test_clocked_entries_wait_for_the_zone);
 	tcase_add_test(tc, test_earlier_clock_goes_alone);
+	tcase_add_test(tc, test_entry_nobody_can_join_goes);
 }
