@@ -76,18 +76,57 @@ static int entry_holds(const struct agg_entry *e, const struct agg_session *s)
 	return 0;
 }
 
-/* s has a push in an entry after e: by rule 2 it can never join e. */
-static int holds_later(const struct agg_entry *e, const struct agg_session *s)
+static int entry_has_worker(const struct agg_entry *e, uint32_t worker)
 {
-	for (const struct agg_entry *x = e->next; x; x = x->next)
-		if (entry_holds(x, s))
+	for (size_t i = 0; i < e->nc; i++)
+		if (e->c[i].worker == worker)
 			return 1;
 	return 0;
 }
 
+/* The entry holding the worker's latest push here, or NULL. */
+static struct agg_entry *worker_last(struct agg_owner *o, uint32_t worker)
+{
+	struct agg_entry *last = NULL;
+
+	for (struct agg_entry *e = o->head; e; e = e->next)
+		if (entry_has_worker(e, worker))
+			last = e;
+	return last;
+}
+
+/* x, lying before last, may move to just after it: none of x's workers has
+ * a push in between. */
+static int entry_movable(const struct agg_entry *x, const struct agg_entry *last)
+{
+	for (const struct agg_entry *y = x->next; y; y = y->next) {
+		for (size_t i = 0; i < x->nc; i++)
+			if (entry_has_worker(y, x->c[i].worker))
+				return 0;
+		if (y == last)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * s has a push in an entry after e, and e cannot move after it: by rule 2
+ * s can never join e.
+ */
+static int cannot_join(const struct agg_entry *e, const struct agg_session *s)
+{
+	const struct agg_entry *last = NULL;
+
+	for (const struct agg_entry *x = e->next; x; x = x->next)
+		if (entry_holds(x, s))
+			last = x;
+	return last && !entry_movable(e, last);
+}
+
 /*
  * Rule 3: every worker connected now contributed to e, or cannot any more:
- * it has a push queued after e (rule 2 keeps it out of e), or, for a
+ * it has a push queued after e that e cannot move behind (rule 2 keeps it
+ * out of e), or, for a
  * clocked job's entry, it pushed a later clock (its pushes come in clock
  * order). Waiting for one that cannot come would hold the queue, and every
  * worker behind it, for the whole window, clock after clock.
@@ -102,7 +141,7 @@ static int entry_complete(const struct dml_agg *a, const struct agg_entry *e)
 		if (!s->ready)
 			continue;
 		ready++;
-		done += entry_holds(e, s) || holds_later(e, s) ||
+		done += entry_holds(e, s) || cannot_join(e, s) ||
 			(e->clocked && s->pushed && s->max_clock > e->clock);
 	}
 	return ready > 0 && done == ready;
@@ -164,15 +203,32 @@ static void entry_add(struct dml_agg *a, struct agg_entry *e, const struct agg_c
 }
 
 /* Position of the entry holding the worker's latest push here, or 0. */
-static uint64_t worker_last_pos(const struct agg_owner *o, uint32_t worker)
+/*
+ * Move open entry x, which lies before `last`, to just after it, if no
+ * worker in x has a push in between (x's workers keep their order, the
+ * others are not in x): a worker a push behind its zone peer may then
+ * join the peer's entry instead of splitting off an entry of its own,
+ * which would leave the two out of step for good. 1 if moved.
+ */
+static int entry_move_after(struct agg_owner *o, struct agg_entry *x, struct agg_entry *last)
 {
-	uint64_t last = 0;
+	struct agg_entry **pp, *y;
+	uint64_t pos = o->head ? o->head->pos : 0;
 
-	for (const struct agg_entry *e = o->head; e; e = e->next)
-		for (size_t i = 0; i < e->nc; i++)
-			if (e->c[i].worker == worker)
-				last = e->pos + 1;
-	return last;
+	if (!entry_movable(x, last))
+		return 0;
+	for (pp = &o->head; *pp != x; pp = &(*pp)->next)
+		;
+	*pp = x->next;
+	x->next = last->next;
+	last->next = x;
+	if (o->tail == last)
+		o->tail = x;
+	/* Positions rise along the queue again. */
+	for (y = o->head; y; y = y->next)
+		y->pos = pos++;
+	o->next_pos = pos;
+	return 1;
 }
 
 static int entry_matches(const struct agg_entry *e, const Dml__Meta *m,
@@ -203,14 +259,19 @@ int agg_queue_push(struct agg_owner *o, struct agg_session *s, const Dml__Meta *
 		return DML_EINVAL;
 	}
 	if (m->dense) {
-		uint64_t after = worker_last_pos(o, s->worker);
+		struct agg_entry *last = worker_last(o, s->worker);
 		struct dml_codec codec = forward_codec(m);
+		int behind = last != NULL;   /* x lies before (or is) last */
 
-		for (struct agg_entry *x = o->head; x; x = x->next)
-			if (x->pos + 1 > after && entry_matches(x, m, &codec)) {
+		for (struct agg_entry *x = o->head; x; x = x->next) {
+			if (entry_matches(x, m, &codec) &&
+			    (!behind || (x != last && entry_move_after(o, x, last)))) {
 				e = x;
 				break;
 			}
+			if (x == last)
+				behind = 0;
+		}
 	}
 	if (!e) {
 		e = entry_new(o, m, keys, nvalues);

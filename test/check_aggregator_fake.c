@@ -21,7 +21,8 @@
  *     of an earlier clock never waits for a later clock's upstream pull;
  *   - a clocked job's entry (Meta.pace) waits for the zone's workers past
  *     window_ms, an asynchronous one's does not; no entry waits for a
- *     worker that pushed a later clock or has a push queued after it.
+ *     worker that pushed a later clock or has a push queued after it; an
+ *     entry moves behind a worker's last push so that it may join it.
  */
 #include <check.h>
 #include <stdlib.h>
@@ -587,6 +588,40 @@ START_TEST(test_entry_nobody_can_join_goes)
 }
 END_TEST
 
+/*
+ * A worker a push behind its peer joins the peer's entry, moved after its
+ * own last one: worker 1 pushes keys [0, 4); worker 2 pushes [0, 8), then
+ * [0, 4), which joins worker 1's entry, now behind its own. [0, 8) goes
+ * first, alone (worker 1 has a push after it), then [0, 4) with both.
+ */
+START_TEST(test_entry_moves_for_a_worker_behind)
+{
+	struct fixture f;
+	Dml__Meta *u;
+	int w1, w2;
+
+	start_two_workers(&f, "window_ms = 60000\n", &w1, &w2);
+	push_range(w1, 11, 1, KEYS / 2, f.owner_addr);
+	wait_agg_metric(&f, PUSHES_IN, 1);
+	push_range(w2, 21, 1, KEYS, f.owner_addr);
+	wait_agg_metric(&f, PUSHES_IN, 2);
+	push_range(w2, 22, 2, KEYS / 2, f.owner_addr);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->key_end, KEYS);
+	ck_assert_uint_eq(u->n_contributors, 1);
+	ck_assert_uint_eq(u->contributors[0]->worker, 2);
+	owner_answer(&f, u->request_id, 0);
+	expect_reply(w2, 21, 0);
+	dml_meta_free(u);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->key_end, KEYS / 2);
+	ck_assert_uint_eq(u->n_contributors, 2);
+	owner_acks_both(&f, u->request_id, w1, 11, w2, 22);
+	dml_meta_free(u);
+	end_two_workers(&f, w1, w2);
+}
+END_TEST
+
 void add_fake_owner_tests(TCase *tc)
 {
 	tcase_add_test(tc, test_forwarded_push_split_retry_relay);
@@ -597,4 +632,5 @@ void add_fake_owner_tests(TCase *tc)
 	tcase_add_test(tc, test_clocked_entries_wait_for_the_zone);
 	tcase_add_test(tc, test_earlier_clock_goes_alone);
 	tcase_add_test(tc, test_entry_nobody_can_join_goes);
+	tcase_add_test(tc, test_entry_moves_for_a_worker_behind);
 }
