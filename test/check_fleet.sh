@@ -97,13 +97,14 @@ local_cluster_lsq lbbsp 2048 0.01 "staleness = 0" "batch_size = 512" \
 	"max_clocks = 1000000" "examples = 5000" "rebalance_hold_ms = 1000"
 # The first split may follow a measure taken while the tests beside this
 # one held the CPU; later ones correct it, so wait for the batch to fall.
+# The worker's row tells, not the event that split it: under a sanitizer at
+# 0.02 core worker 2 may stall and take its share back again and again, and
+# those events push the split's out of the newest shown.
 batch2=
 for ((i = 0; i < 120; i++)); do
 	"${dmlctl[@]}" status 2 >"$tmp/job.out" 2>&1
-	grep -q "split by the workers' first measured rates\|rebalanced by the workers' rates" \
-		"$tmp/job.out" &&
-		batch2=$(awk '$1 == 2 && $2 == "alive" { print $8 }' "$tmp/job.out") &&
-		[ -n "$batch2" ] && [ "$batch2" -lt 256 ] && break
+	batch2=$(awk '$1 == 2 && $2 == "alive" && $7 >= 1 { print $8 }' "$tmp/job.out")
+	[ -n "$batch2" ] && [ "$batch2" -lt 256 ] && break
 	sleep 0.5
 done
 parts2=$(awk '$1 == 2 && $2 == "alive" { print $7 }' "$tmp/job.out")
