@@ -6,13 +6,15 @@
  * Protocol (private to this file, both ends in this process): a request is a
  * 16-byte header (magic, request bytes, reply bytes, zero) and the request
  * bytes; the serving thread reads them all into its buffer and answers with
- * the reply bytes (an 8-byte ack for a push, the values for a pull).
+ * the reply bytes (an 8-byte ack for a push, the values for a pull), reading
+ * on while a reply waits for room in the socket.
  *
  * It must never do more work per request than a real transport has to (no
  * copies, no per-request allocation), or the baseline flatters dml; and it
  * must never depend on libdml.
  */
 #include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -57,6 +59,10 @@ struct raw_server {
 	int started;
 	int rc;
 	const struct raw_bufs *bufs;
+	uint8_t hdr[RAW_HDR_LEN];     /* the request header being read */
+	size_t hdr_got;
+	size_t body_left;             /* request bytes still to read after it */
+	uint64_t owed;                /* reply bytes owed to the client */
 };
 
 /* 0, or DML_ECONN when the peer closed before len bytes, DML_EIO on error. */
@@ -108,30 +114,90 @@ static int raw_write_full(int fd, struct iovec *iov, int n)
 	return 0;
 }
 
+/*
+ * Read the request stream: with block set, to the end of the next request;
+ * otherwise what the socket holds now. Each whole header adds its reply to
+ * what is owed. 0, DML_ECLOSED at a clean end of stream, or an error.
+ */
+static int raw_take(struct raw_server *s, int block)
+{
+	for (;;) {
+		int head = s->body_left == 0;
+		uint8_t *dst = head ? s->hdr + s->hdr_got : s->bufs->sink;
+		size_t want = head ? RAW_HDR_LEN - s->hdr_got
+				   : s->body_left < s->bufs->sink_len ? s->body_left
+								      : s->bufs->sink_len;
+		ssize_t got = recv(s->fd, dst, want, block ? MSG_WAITALL : MSG_DONTWAIT);
+		uint32_t req, reply;
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && !block && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (got < 0)
+			return errno == ECONNRESET ? DML_ECONN : DML_EIO;
+		if (got == 0)
+			return head && s->hdr_got == 0 ? DML_ECLOSED : DML_ECONN;
+		if (!head) {
+			s->body_left -= (size_t)got;
+			if (s->body_left == 0 && block)
+				return 0;
+			continue;
+		}
+		s->hdr_got += (size_t)got;
+		if (s->hdr_got < RAW_HDR_LEN)
+			continue;
+		s->hdr_got = 0;
+		req = dml_load_le32(s->hdr + 4);
+		reply = dml_load_le32(s->hdr + 8);
+		if (dml_load_le32(s->hdr) != RAW_MAGIC || req > s->bufs->sink_len || reply == 0 ||
+		    reply > s->bufs->sink_len)
+			return DML_EINVAL;
+		s->owed += reply;
+		s->body_left = req;
+		if (req == 0 && block)
+			return 0;
+	}
+}
+
+/*
+ * Send the replies owed. When the socket takes no more, the client may be
+ * blocked sending requests rather than reading: read those meanwhile, or a
+ * window of requests and replies larger than the socket buffers (a sparse
+ * pull over a Unix socket) leaves both ends waiting on each other for good.
+ */
+static int raw_pay(struct raw_server *s)
+{
+	while (s->owed > 0) {
+		size_t len = s->owed < s->bufs->sink_len ? s->owed : s->bufs->sink_len;
+		ssize_t put = send(s->fd, s->bufs->sink, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		struct pollfd p = { .fd = s->fd, .events = POLLIN | POLLOUT };
+		int rc;
+
+		if (put > 0) {
+			s->owed -= (size_t)put;
+			continue;
+		}
+		if (put < 0 && errno == EINTR)
+			continue;
+		if (put < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return errno == EPIPE || errno == ECONNRESET ? DML_ECONN : DML_EIO;
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return DML_EIO;
+		if ((p.revents & (POLLIN | POLLHUP | POLLERR)) && (rc = raw_take(s, 0)) != 0)
+			return rc;
+	}
+	return 0;
+}
+
 /* One request's worth of service; DML_ECLOSED at a clean end of stream. */
 static int raw_serve_one(struct raw_server *s)
 {
-	uint8_t hdr[RAW_HDR_LEN];
-	uint32_t req, reply;
-	struct iovec iov;
 	int rc;
 
-	rc = raw_read_full(s->fd, hdr, sizeof(hdr));
-	if (rc == DML_ECONN)
-		return DML_ECLOSED;
-	if (rc)
+	if (s->owed == 0 && (rc = raw_take(s, 1)) != 0)
 		return rc;
-	req = dml_load_le32(hdr + 4);
-	reply = dml_load_le32(hdr + 8);
-	if (dml_load_le32(hdr) != RAW_MAGIC || req > s->bufs->sink_len || reply == 0 ||
-	    reply > s->bufs->sink_len)
-		return DML_EINVAL;
-	rc = raw_read_full(s->fd, s->bufs->sink, req);
-	if (rc)
-		return rc;
-	iov.iov_base = s->bufs->sink;
-	iov.iov_len = reply;
-	return raw_write_full(s->fd, &iov, 1);
+	return raw_pay(s);
 }
 
 static void *raw_server_main(void *arg)
