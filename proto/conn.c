@@ -86,6 +86,8 @@ static void conn_free(struct dml_conn *c)
 		event_free(c->handshake_timer);
 	dml_meta_free(c->meta);
 	dml_meta_free(c->peer_meta);
+	/* After on_close and the owner's last look at a payload in place. */
+	dml_conn_ring_free(c);
 	free(c->rxbuf);
 	free(c);
 }
@@ -110,6 +112,8 @@ static void begin_close(struct dml_conn *c, int err)
 	bufferevent_disable(c->bev, EV_READ);
 	event_del(c->direct_ev);
 	event_del(c->resume_ev);
+	if (c->prelude_ev)
+		event_del(c->prelude_ev);
 	if (c->handshake_timer)
 		event_del(c->handshake_timer);
 }
@@ -420,4 +424,9 @@ uint64_t dml_conn_bytes_out(const struct dml_conn *c)
 uint64_t dml_conn_direct_bytes(const struct dml_conn *c)
 {
 	return c->direct_bytes;
+}
+
+uint64_t dml_conn_ring_bytes(const struct dml_conn *c)
+{
+	return c->ring_bytes;
 }

@@ -17,6 +17,9 @@
  * read straight from the socket into their destination (the owner's buffer,
  * or a reusable per-connection one), bypassing the bufferevent's input
  * buffer: all of the payload but what came in the read that carried its head.
+ * Over a Unix connection whose ends set up shared-memory rings at the
+ * handshake (conn_ring.c, shm_ring.h), such payloads skip the socket: the
+ * sender copies them into its ring and the receiver hands them over in place.
  * Output: sends first try a direct write when nothing is queued; what the
  * socket does not take is queued (copied, or referenced when the caller
  * promises the memory outlives the send). A peer whose queued output exceeds
@@ -220,5 +223,7 @@ uint64_t dml_conn_bytes_in(const struct dml_conn *c);
 uint64_t dml_conn_bytes_out(const struct dml_conn *c);
 /** Payload bytes read straight from the socket into their destination. */
 uint64_t dml_conn_direct_bytes(const struct dml_conn *c);
+/** Payload bytes, sent and received, that went through shared-memory rings. */
+uint64_t dml_conn_ring_bytes(const struct dml_conn *c);
 
 #endif

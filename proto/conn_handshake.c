@@ -131,9 +131,11 @@ int dml_conn_handle_handshake(struct dml_conn *c, Dml__Meta *meta, int *kept)
 		welcome.proof.len = DML_PROOF_LEN;
 		if (c->ops->on_hello && (rc = c->ops->on_hello(c, hs, &welcome, c->arg)) != 0)
 			return rc;
+		welcome.ring = c->shm.map != NULL;
 		if ((rc = send_handshake(c, DML__MSG_TYPE__WELCOME, &welcome)) != 0)
 			return rc;
 		*kept = 1;
+		dml_conn_ring_start(c, 1);
 		become_ready(c, meta);
 		return 0;
 	}
@@ -154,6 +156,8 @@ int dml_conn_handle_handshake(struct dml_conn *c, Dml__Meta *meta, int *kept)
 		hello.proof.data = proof;
 		hello.proof.len = DML_PROOF_LEN;
 		c->got_challenge = 1;
+		if (hs->ring)
+			dml_conn_ring_pass(c);
 		return send_handshake(c, DML__MSG_TYPE__HELLO, &hello);
 	}
 	if (meta->type != DML__MSG_TYPE__WELCOME)
@@ -168,6 +172,7 @@ int dml_conn_handle_handshake(struct dml_conn *c, Dml__Meta *meta, int *kept)
 	if (c->ops->on_welcome && (rc = c->ops->on_welcome(c, hs, c->arg)) != 0)
 		return rc;
 	*kept = 1;
+	dml_conn_ring_start(c, hs->ring);
 	become_ready(c, meta);
 	return 0;
 }
@@ -191,6 +196,7 @@ void dml_conn_start_handshake(struct dml_conn *c)
 
 		ch.nonce.data = c->my_nonce;
 		ch.nonce.len = DML_NONCE_LEN;
+		ch.ring = dml_conn_ring_offer(c);
 		if (send_handshake(c, DML__MSG_TYPE__CHALLENGE, &ch) != 0)
 			dml_conn_fail(c, DML_ENOMEM, 0);
 	}

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -18,6 +19,7 @@
 #include "proto/conn.h"
 #include "proto/dml.pb-c.h"
 #include "proto/frame.h"
+#include "proto/shm_ring.h"
 
 /* Payloads at least this large (the whole payload, however it arrives) are
  * read straight into their destination. */
@@ -69,6 +71,16 @@ struct dml_conn {
 	uint64_t bytes_in, bytes_out;
 	uint64_t wake_in0;            /* bytes_in when this wake-up began */
 	uint64_t direct_bytes;        /* payload bytes read straight into place */
+
+	/* Unix connections: shared-memory rings for large payloads (shm_ring.h) */
+	struct dml_shm shm;           /* mapped: passed (connector) or taken (acceptor) */
+	struct dml_shm_tx ring_tx;
+	struct dml_shm_rx ring_rx;
+	int ring_on;                  /* both ends agreed: rings in use */
+	int ring_frame;               /* the current frame's payload is in ring_rx */
+	uint64_t ring_end;            /* ... and frees it up to here once handled */
+	struct event *prelude_ev;     /* acceptor: waiting for the connector's prelude */
+	uint64_t ring_bytes;          /* payload bytes through the rings, both ways */
 };
 
 /* Moves c to state st and logs the change. */
@@ -94,6 +106,30 @@ void dml_conn_handshake_timeout_cb(evutil_socket_t fd, short what, void *arg);
 
 /* The socket is readable for a payload read straight into its destination. */
 void dml_conn_direct_read_cb(evutil_socket_t fd, short what, void *arg);
+
+/* ---- shared-memory rings (conn_ring.c) ---- */
+
+/* Acceptor sending CHALLENGE: 1 when it offers a ring (Unix connection);
+ * reading then waits for the connector's prelude. */
+int dml_conn_ring_offer(struct dml_conn *c);
+/* Connector given a CHALLENGE that offers a ring: create and pass one. */
+void dml_conn_ring_pass(struct dml_conn *c);
+/* Handshake done: start using the rings if both ends have them (the
+ * acceptor's WELCOME said so, peer_ring). */
+void dml_conn_ring_start(struct dml_conn *c, int peer_ring);
+/* A frame head of the peer's (raw, 16 bytes): when it carries the ring flag
+ * on a connection whose rings are on, clear it in raw and note it. */
+void dml_conn_ring_flagged(struct dml_conn *c, uint8_t *raw);
+/* The current ring frame's payload: into the owner's buffer or in place. */
+int dml_conn_ring_payload(struct dml_conn *c);
+/* The current frame was handled: its ring space is the sender's again. */
+void dml_conn_ring_done(struct dml_conn *c);
+/* Put a payload of len bytes (iov) in this end's ring: 1 with the meta's
+ * ring fields set, 0 when it goes on the wire. */
+int dml_conn_ring_put(struct dml_conn *c, Dml__Meta *meta, const struct iovec *iov,
+		      int iovcnt, size_t len);
+/* Unmap and drop the prelude event. */
+void dml_conn_ring_free(struct dml_conn *c);
 
 /* Handles the frames that arrived, up to the per-wake-up cap; replies to them
  * go out together. */

@@ -65,6 +65,7 @@ static int dispatch(struct dml_conn *c)
 			bufferevent_disable(c->bev, EV_READ);
 			return rc;
 		}
+		dml_conn_ring_done(c);
 		dml_meta_free(meta);
 	} else {
 		rc = dml_conn_handle_handshake(c, meta, &kept);
@@ -98,6 +99,8 @@ static int choose_dest(struct dml_conn *c)
 
 	c->dest = NULL;
 	c->got = 0;
+	if (c->ring_frame)
+		return dml_conn_ring_payload(c);
 	if (len == 0)
 		return 0;
 	if (c->state == DML_CONN_READY && c->ops->payload_dest)
@@ -130,6 +133,7 @@ static int read_head(struct dml_conn *c, struct evbuffer *in)
 		return 1;
 	}
 	evbuffer_copyout(in, raw, sizeof(raw));
+	dml_conn_ring_flagged(c, raw);
 	rc = dml_frame_header_decode(raw, &c->conf.limits, &c->hdr);
 	if (rc)
 		return rc;

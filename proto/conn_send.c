@@ -104,8 +104,8 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 	struct evbuffer *q = c->corked && evbuffer_get_length(out) == 0 ? c->cork : out;
 	uint8_t stack_head[HEAD_STACK_BYTES];
 	uint8_t *head = stack_head;
-	size_t head_cap = dml_frame_head_size(meta), head_len, payload = 0, done = 0;
-	int rc = 0;
+	size_t head_cap, head_len, payload = 0, wire, done = 0;
+	int rc = 0, ring, niov;
 
 	for (int i = 0; i < iovcnt; i++)
 		payload += iov[i].iov_len;
@@ -117,9 +117,21 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		rc = DML_EFRAME_PAYLOAD;
 		goto out;
 	}
+	/* A large payload goes through the shared-memory ring when there is
+	 * one with room: copied there now, and the frame on the wire is its
+	 * head alone. */
+	ring = c->state == DML_CONN_READY && dml_conn_ring_put(c, meta, iov, iovcnt, payload);
+	head_cap = dml_frame_head_size(meta);
 	if (head_cap > sizeof(stack_head))
 		head = dml_xmalloc(head_cap);
 	head_len = dml_frame_encode_head(meta, (uint32_t)payload, head, head_cap);
+	if (ring) {
+		meta->ring_offset = 0;
+		meta->ring_end = 0;
+		dml_store_le16(head + 6, DML_FRAME_FLAG_RING);
+	}
+	wire = ring ? 0 : payload;
+	niov = ring ? 0 : iovcnt;
 	if (head_len == 0) {
 		rc = DML_EINVAL;
 		goto out;
@@ -132,16 +144,16 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 	 * (dml_conn_cork_flush).
 	 */
 	if (c->state != DML_CONN_CONNECTING && evbuffer_get_length(out) == 0 &&
-	    evbuffer_get_length(c->cork) == 0 && (!c->corked || payload >= DIRECT_READ_MIN)) {
+	    evbuffer_get_length(c->cork) == 0 && (!c->corked || wire >= DIRECT_READ_MIN)) {
 		struct iovec v[9];
 		struct msghdr msg = { .msg_iov = v };
 		ssize_t n;
 
-		if (iovcnt <= 8) {
+		if (niov <= 8) {
 			v[0].iov_base = head;
 			v[0].iov_len = head_len;
-			memcpy(&v[1], iov, sizeof(*iov) * (size_t)iovcnt);
-			msg.msg_iovlen = (size_t)iovcnt + 1;
+			memcpy(&v[1], iov, sizeof(*iov) * (size_t)niov);
+			msg.msg_iovlen = (size_t)niov + 1;
 			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 			if (n > 0)
 				done = (size_t)n;
@@ -154,7 +166,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		goto out;
 	}
 	done = done > head_len ? done - head_len : 0;
-	for (int i = 0; i < iovcnt; i++) {
+	for (int i = 0; i < niov; i++) {
 		const uint8_t *p = iov[i].iov_base;
 		size_t len = iov[i].iov_len;
 		int r;
@@ -166,7 +178,7 @@ static int send_frame(struct dml_conn *c, Dml__Meta *meta, const struct iovec *i
 		p += done;
 		len -= done;
 		done = 0;
-		if (pin && i == iovcnt - 1) {
+		if (pin && i == niov - 1) {
 			r = evbuffer_add_reference(q, p, len, pin->fn, pin->token);
 			pinned = r == 0;
 		} else if (flags & DML_SEND_REF) {

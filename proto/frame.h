@@ -5,7 +5,7 @@
  * Wire layout of one frame (all little-endian):
  *   offset 0  u32 magic        DML_FRAME_MAGIC ("DML1")
  *   offset 4  u16 version      DML_PROTOCOL_VERSION
- *   offset 6  u16 flags        reserved, must be 0
+ *   offset 6  u16 flags        0, or DML_FRAME_FLAG_RING where allowed
  *   offset 8  u32 meta_len     bytes of packed Dml__Meta that follow (>= 1)
  *   offset 12 u32 payload_len  raw payload bytes after the metadata
  *
@@ -35,6 +35,13 @@
 #define DML_PACE_ASYNC 2
 /** Longest Meta.forward_codec ("topk:F") a frame may carry. */
 #define DML_MAX_CODEC_LEN 31
+/*
+ * Header flag: the payload is in the sender's shared-memory ring, not on
+ * the wire (proto/shm_ring.h). Only a Unix connection whose handshake set
+ * up rings allows it; the connection clears it before decoding, so
+ * dml_frame_header_decode() refuses it like any other flag.
+ */
+#define DML_FRAME_FLAG_RING 1u
 /** dml_frame_parse() result: a well-formed prefix, more bytes needed. */
 #define DML_FRAME_INCOMPLETE 1
 

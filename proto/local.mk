@@ -5,7 +5,7 @@ proto_libdmlproto_la_SOURCES = \
 	proto/error.c proto/log.c proto/util.c proto/frame.c proto/auth.c \
 	proto/conf.c proto/conf_value.c proto/conf_print.c proto/conf_check.c \
 	proto/conn.c proto/conn_send.c proto/conn_recv.c proto/conn_handshake.c \
-	proto/listen.c proto/local.c proto/peers.c proto/metrics.c proto/table_spec.c \
+	proto/conn_ring.c proto/shm_ring.c proto/listen.c proto/local.c proto/peers.c proto/metrics.c proto/table_spec.c \
 	proto/finite.c proto/codec.c proto/residual.c
 nodist_proto_libdmlproto_la_SOURCES = proto/dml.pb-c.c proto/dml.pb-c.h
 proto_libdmlproto_la_LIBADD = proto/libdmlcodec.la $(LIBEVENT_LIBS) $(PROTOBUF_C_LIBS) \
@@ -21,7 +21,7 @@ noinst_HEADERS += proto/log.h proto/util.h proto/vector_clones.h proto/frame.h \
 	proto/auth.h proto/conf.h proto/conf_internal.h proto/conn.h proto/conn_internal.h \
 	proto/listen.h proto/local.h proto/peers.h proto/metrics.h \
 	proto/table_spec.h proto/finite.h proto/codec.h proto/codec_internal.h \
-	proto/residual.h
+	proto/residual.h proto/shm_ring.h
 EXTRA_DIST += proto/dml.proto
 
 # protoc-c writes next to the .proto's relative path; run it from srcdir.

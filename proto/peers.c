@@ -91,6 +91,7 @@ void dml_peers_remove(struct dml_peers *ps, struct dml_peer *p)
 	if (p->next)
 		p->next->prev = p->prev;
 	ps->count--;
+	ps->ring_bytes_closed += dml_conn_ring_bytes(p->conn);
 	if (ps->stopping && ps->count == 0)
 		event_base_loopexit(ps->base, NULL);
 }
@@ -138,6 +139,16 @@ double dml_peers_metric_count(void *ps)
 	const struct dml_peers *peers = ps;
 
 	return (double)peers->count;
+}
+
+double dml_peers_metric_ring_bytes(void *ps)
+{
+	const struct dml_peers *peers = ps;
+	uint64_t n = peers->ring_bytes_closed;
+
+	for (const struct dml_peer *p = peers->head; p; p = p->next)
+		n += dml_conn_ring_bytes(p->conn);
+	return (double)n;
 }
 
 double dml_peers_metric_local(void *ps)

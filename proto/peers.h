@@ -27,6 +27,7 @@ struct dml_peers {
 	size_t max;                /* refuse connections beyond this */
 	size_t max_preauth;        /* most connections still in their handshake */
 	uint64_t preauth_dropped;  /* handshakes cut short to make room */
+	uint64_t ring_bytes_closed; /* dml_conn_ring_bytes of the connections gone */
 	size_t count;
 	struct dml_peer *head;
 	struct event *grace;
@@ -58,6 +59,8 @@ double dml_peers_metric_count(void *ps);
 
 /** Of those, the connections over a Unix socket (proto/local.h). */
 double dml_peers_metric_local(void *ps);
+/** Metric callback: payload bytes the peers' connections moved through rings (shm_ring.h). */
+double dml_peers_metric_ring_bytes(void *ps);
 
 /** Take p out of the set; call from the connection's on_close. */
 void dml_peers_remove(struct dml_peers *ps, struct dml_peer *p);

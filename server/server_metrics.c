@@ -151,6 +151,9 @@ static const struct dml_metric_desc
 	m_conns_unix = { "dml_server_connections_unix",
 			 "Of the connections open, those over the Unix socket (the rest: TCP)",
 			 GAUGE, NULL, NULL, 0 },
+	m_ring = { "dml_server_ring_bytes_total",
+		   "Payload bytes, received and sent, that went through the shared-memory "
+		   "rings of Unix connections instead of their sockets", COUNTER, NULL, NULL, 0 },
 	m_queued = { "dml_server_output_queued_bytes",
 		     "Reply bytes queued for peers, not yet taken by their sockets", GAUGE,
 		     NULL, NULL, 0 },
@@ -219,6 +222,7 @@ static int register_metrics(struct dml_metrics *m, void *arg)
 	bad |= dml_metrics_add_fn(m, &m_conns, NULL, dml_peers_metric_count,
 				  &s->peers);
 	bad |= dml_metrics_add_fn(m, &m_conns_unix, NULL, dml_peers_metric_local, &s->peers);
+	bad |= dml_metrics_add_fn(m, &m_ring, NULL, dml_peers_metric_ring_bytes, &s->peers);
 	bad |= dml_metrics_add_fn(m, &m_queued, NULL, metric_output_queued, s);
 	bad |= dml_metrics_add_fn(m, &m_live, NULL, metric_workers_live, s);
 	bad |= dml_metrics_add_fn(m, &m_min_clock, NULL, metric_min_clock, s);

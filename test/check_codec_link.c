@@ -54,15 +54,10 @@ struct rig {
 static void rig_up(struct rig *r)
 {
 	struct dml_test_server_conf conf = { .tables = tables, .staleness = -1 };
-	char port_file[4096], extra[4200];
 
 	ck_assert_int_eq(dml_test_env_new(&r->env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(r->env));
-	snprintf(extra, sizeof(extra), "zone = B\nmetrics_listen = 127.0.0.1:0\n"
-		 "metrics_port_file = %s\n", port_file);
-	conf.server_extra = extra;
-	ck_assert_int_eq(dml_test_server_start(r->env, &conf, &r->srv), 0);
-	ck_assert_int_eq(dml_test_port_file_read(port_file, &r->metrics), 0);
+	ck_assert_int_eq(dml_test_server_start_metered(r->env, &conf, "zone = B\n", &r->srv,
+						       &r->metrics), 0);
 }
 
 static void rig_down(struct rig *r)

@@ -112,19 +112,14 @@ static double unix_connections(uint16_t metrics_port)
 START_TEST(test_localhost_takes_the_unix_socket)
 {
 	struct dml_test_server_conf conf = { .staleness = -1, .tables = tables };
-	char port_file[4096], extra[sizeof(port_file) + 128];
 	struct dml_test_server *srv;
 	struct dml_test_env *env;
 	uint16_t mport;
 	dml_t *d;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	snprintf(port_file, sizeof(port_file), "%s/metrics.port", dml_test_env_dir(env));
-	snprintf(extra, sizeof(extra), "local_socket = yes\nmetrics_listen = 127.0.0.1:0\n"
-		 "metrics_port_file = %s\n", port_file);
-	conf.server_extra = extra;
-	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
-	ck_assert_int_eq(dml_test_port_file_read(port_file, &mport), 0);
+	ck_assert_int_eq(dml_test_server_start_metered(env, &conf, "local_socket = yes\n", &srv,
+						       &mport), 0);
 	ck_assert(name_listed(dml_test_server_port(srv)));
 	ck_assert(unix_connections(mport) == 0);
 

@@ -102,6 +102,14 @@ int dml_test_server_start(struct dml_test_env *env,
 			  const struct dml_test_server_conf *conf,
 			  struct dml_test_server **out);
 
+/**
+ * dml_test_server_start() with conf's server_extra replaced by extra (NULL:
+ * none) and a metrics endpoint on 127.0.0.1, its port to *metrics_port.
+ */
+int dml_test_server_start_metered(struct dml_test_env *env,
+				  const struct dml_test_server_conf *conf, const char *extra,
+				  struct dml_test_server **out, uint16_t *metrics_port);
+
 /** Port the server listens on. */
 uint16_t dml_test_server_port(const struct dml_test_server *s);
 /** Path of the server's log file. */

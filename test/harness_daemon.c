@@ -191,6 +191,25 @@ int dml_test_server_start(struct dml_test_env *env,
 	return rc;
 }
 
+int dml_test_server_start_metered(struct dml_test_env *env,
+				  const struct dml_test_server_conf *conf, const char *extra,
+				  struct dml_test_server **out, uint16_t *metrics_port)
+{
+	struct dml_test_server_conf c = *conf;
+	char *port_file = harness_str_printf("%s/metrics-%u.port", env->dir, env->seq);
+	char *text = harness_str_printf("%smetrics_listen = 127.0.0.1:0\nmetrics_port_file = %s\n",
+					extra ? extra : "", port_file);
+	int rc;
+
+	c.server_extra = text;
+	rc = dml_test_server_start(env, &c, out);
+	if (rc == 0)
+		rc = dml_test_port_file_read(port_file, metrics_port);
+	free(text);
+	free(port_file);
+	return rc;
+}
+
 uint16_t dml_test_server_port(const struct dml_test_server *s)
 {
 	return s->port;

@@ -309,6 +309,12 @@ test_check_local_SOURCES = test/check_local.c $(HARNESS_SOURCES)
 test_check_local_CFLAGS = $(TEST_CFLAGS)
 test_check_local_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
 
+check_PROGRAMS += test/check_ring
+TESTS += test/check_ring
+test_check_ring_SOURCES = test/check_ring.c test/raw_frame.c test/raw_frame.h $(HARNESS_SOURCES)
+test_check_ring_CFLAGS = $(TEST_CFLAGS)
+test_check_ring_LDADD = worker/libdml.la proto/libdmlproto.la $(TEST_LIBS)
+
 # End to end: job-wide checkpoints taken, listed, kept and deleted.
 check_PROGRAMS += test/check_checkpoints
 TESTS += test/check_checkpoints

@@ -96,6 +96,17 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 			       uint32_t node_id, uint64_t incarnation, uint32_t job,
 			       uint64_t clock)
 {
+	return raw_frame_handshake_prelude(env, fd, role, node_id, incarnation, job, clock,
+					   NULL, NULL);
+}
+
+Dml__Meta *raw_frame_handshake_prelude(struct dml_test_env *env, int fd, uint32_t role,
+				       uint32_t node_id, uint64_t incarnation, uint32_t job,
+				       uint64_t clock,
+				       void (*prelude)(int fd, const Dml__Handshake *challenge,
+						       void *arg),
+				       void *arg)
+{
 	Dml__Handshake hs = DML__HANDSHAKE__INIT;
 	Dml__Meta *ch, *w;
 	uint8_t nonce[DML_NONCE_LEN], proof[DML_PROOF_LEN], *secret, *pl;
@@ -111,6 +122,8 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 	hs.incarnation = incarnation;
 	hs.job = job;
 	hs.clock = clock;
+	if (prelude)
+		prelude(fd, ch->handshake, arg);
 	send_handshake(fd, DML__MSG_TYPE__HELLO, &hs, role, node_id, nonce, proof);
 	w = raw_frame_read(fd, &pl);
 	ck_assert_int_eq(w->type, DML__MSG_TYPE__WELCOME);

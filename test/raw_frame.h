@@ -26,6 +26,18 @@ Dml__Meta *raw_frame_handshake(struct dml_test_env *env, int fd, uint32_t role,
 			       uint64_t clock);
 
 /**
+ * raw_frame_handshake with a prelude: prelude(fd, the CHALLENGE's
+ * handshake, arg) runs between reading the CHALLENGE and sending the HELLO
+ * (a same-host client passing its ring, proto/shm_ring.h).
+ */
+Dml__Meta *raw_frame_handshake_prelude(struct dml_test_env *env, int fd, uint32_t role,
+				       uint32_t node_id, uint64_t incarnation, uint32_t job,
+				       uint64_t clock,
+				       void (*prelude)(int fd, const Dml__Handshake *challenge,
+						       void *arg),
+				       void *arg);
+
+/**
  * The acceptor's side on fd, an accepted connection: CHALLENGE, the peer's
  * HELLO (its proof checked), WELCOME as (role, node_id) of cluster "dml",
  * offering every dtype (as a dml-server does). Returns the HELLO (free it with dml_meta_free).
