@@ -173,13 +173,14 @@ int dml_conf_check_advertise(const char *scheduler, const char *advertise,
 #define DML_CONF_OPT_LOCAL_SOCKET(sec, off) \
 	{ sec, "local_socket", DML_CONF_BOOL, off, "no", 0, 0, NULL, NULL, \
 	  "also serve on an abstract Unix socket named after the address and port " \
-	  "listened on, and reach daemons of this host through theirs; no (the " \
-	  "default): TCP only" }
+	  "listened on, and reach daemons of this host through theirs, payloads of " \
+	  "64 KiB and more through shared memory; no (the default): TCP only" }
 /* local_socket of a process that only dials (libdml, dml-worker). */
 #define DML_CONF_OPT_LOCAL_DIAL(sec, off) \
 	{ sec, "local_socket", DML_CONF_BOOL, off, "no", 0, 0, NULL, NULL, \
 	  "reach servers and the scheduler on this host through their abstract Unix " \
-	  "socket when they have one; no (the default): TCP only" }
+	  "socket when they have one, payloads of 64 KiB and more through shared " \
+	  "memory; no (the default): TCP only" }
 /* [limits] handshake_timeout_ms of a daemon that accepts connections. */
 #define DML_CONF_OPT_HANDSHAKE_TIMEOUT(off) \
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, off, "5000", 1, 600000, NULL, NULL, \

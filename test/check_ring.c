@@ -460,10 +460,10 @@ START_TEST(test_hostile_rings)
 	p = (struct prelude){ { memfd }, 1 };
 	fd = hostile(&r, &p, 1);
 	for (uint32_t k = 0; k < KEYS; k++)
-		((float *)(s.map + 4096 + 100))[k] = (float)k;
+		((float *)(s.map + PAGE + 100))[k] = (float)k;
 	ring_push(fd, 3, 100, 100 + KEYS * sizeof(float));
 	answer(fd, 3, 0);
-	memcpy(&consumed, s.map + 64, sizeof(consumed));
+	memcpy(&consumed, s.map + 64, sizeof(consumed));   /* dml-server(8): byte 64 */
 	ck_assert_uint_eq(consumed, 100 + KEYS * sizeof(float));
 	close(fd);
 	close(memfd);
