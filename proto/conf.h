@@ -167,20 +167,22 @@ int dml_conf_check_advertise(const char *scheduler, const char *advertise,
 /*
  * local_socket of a daemon that listens: serve and dial on this host over
  * abstract Unix sockets (proto/local.h), large payloads through shared
- * memory (proto/shm_ring.h). Off by default: traffic takes the path an
- * operator expects unless told otherwise.
+ * memory (proto/shm_ring.h). On by default: a peer on the same host is
+ * the common case (a worker beside its server, dml-local) and the Unix path
+ * is the faster one for every size measured; a peer elsewhere, or in
+ * another network namespace, gets TCP as before.
  */
 #define DML_CONF_OPT_LOCAL_SOCKET(sec, off) \
-	{ sec, "local_socket", DML_CONF_BOOL, off, "no", 0, 0, NULL, NULL, \
+	{ sec, "local_socket", DML_CONF_BOOL, off, "yes", 0, 0, NULL, NULL, \
 	  "also serve on an abstract Unix socket named after the address and port " \
 	  "listened on, and reach daemons of this host through theirs, payloads of " \
-	  "64 KiB and more through shared memory; no (the default): TCP only" }
+	  "64 KiB and more through shared memory (the default); no: TCP only" }
 /* local_socket of a process that only dials (libdml, dml-worker). */
 #define DML_CONF_OPT_LOCAL_DIAL(sec, off) \
-	{ sec, "local_socket", DML_CONF_BOOL, off, "no", 0, 0, NULL, NULL, \
+	{ sec, "local_socket", DML_CONF_BOOL, off, "yes", 0, 0, NULL, NULL, \
 	  "reach servers and the scheduler on this host through their abstract Unix " \
 	  "socket when they have one, payloads of 64 KiB and more through shared " \
-	  "memory; no (the default): TCP only" }
+	  "memory (the default); no: TCP only" }
 /* [limits] handshake_timeout_ms of a daemon that accepts connections. */
 #define DML_CONF_OPT_HANDSHAKE_TIMEOUT(off) \
 	{ "limits", "handshake_timeout_ms", DML_CONF_U32, off, "5000", 1, 600000, NULL, NULL, \

@@ -88,11 +88,11 @@ timeout 120 "${dmlctl[@]}" submit "$tmp/job.conf" --wait >"$tmp/job.out" 2>&1 ||
 grep -q "done: every worker reached $clocks clocks" "$tmp/job.out" ||
 	fail "the job: $(tail -n 5 "$tmp/job.out")"
 
-# Worker 1 beside the server dialed TCP (local_socket is off by default),
-# worker 2 in its own namespace TCP on the link (which the limits below
-# count).
-grep -q "peer [0-9.]*:[0-9]*: worker 1 joined" "$run/server1.log" ||
-	fail "worker 1 did not join server 1 over TCP"
+# Worker 1 beside the server dialed its Unix socket (local_socket is on
+# by default), worker 2 in its own namespace TCP on the link (which the
+# limits below count).
+grep -q "peer unix:pid=[0-9]*: worker 1 joined" "$run/server1.log" ||
+	fail "worker 1 did not join server 1 over its Unix socket"
 grep -q "peer $(fleet_link_addr "$b" 2):[0-9]*: worker 2 joined" "$run/server1.log" ||
 	fail "worker 2 did not join server 1 over TCP from the link's far end"
 

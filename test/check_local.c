@@ -1,9 +1,9 @@
 /*
  * check_local.c - the same-host transport (proto/local.h): with
- * local_socket = yes at both ends, a client that dials a server on 127.0.0.1
- * reaches it through the server's abstract Unix socket; either end left at
- * its default (no) keeps to TCP; the name goes with the process and comes
- * back with it; two servers' names never meet.
+ * local_socket = yes at both ends (the default), a client that dials a
+ * server on 127.0.0.1 reaches it through the server's abstract Unix
+ * socket; either end that says no keeps to TCP; the name goes with the
+ * process and comes back with it; two servers' names never meet.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -142,17 +142,18 @@ START_TEST(test_either_end_can_keep_to_tcp)
 	struct dml_test_env *env;
 
 	ck_assert_int_eq(dml_test_env_new(&env), 0);
-	/* The server's default: no name, and clients dial TCP. */
+	/* The defaults: a name, and clients dial it. */
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &srv), 0);
-	ck_assert(!name_listed(dml_test_server_port(srv)));
-	round_trip(env, srv, 1, "yes", 0, 2, 2);
+	ck_assert(name_listed(dml_test_server_port(srv)));
+	round_trip(env, srv, 1, NULL, 1, 2, 2);
+	/* A client that says no dials TCP to a server that has a name. */
+	round_trip(env, srv, 2, "no", 0, 3, 5);
 
-	/* The client's default, and no: TCP to a server that has a name. */
-	conf.server_extra = "local_socket = yes\n";
+	/* A server that says no: no name, and clients dial TCP. */
+	conf.server_extra = "local_socket = no\n";
 	ck_assert_int_eq(dml_test_server_start(env, &conf, &other), 0);
-	ck_assert(name_listed(dml_test_server_port(other)));
-	round_trip(env, other, 2, NULL, 0, 3, 3);
-	round_trip(env, other, 3, "no", 0, 4, 7);
+	ck_assert(!name_listed(dml_test_server_port(other)));
+	round_trip(env, other, 3, "yes", 0, 4, 4);
 	dml_test_env_free(env);
 }
 END_TEST
