@@ -70,7 +70,7 @@
 #define ZONES_GOAL_TIME_VS_FLAT 0.2
 
 struct zones_opts {
-	const char *job, *build, *zones, *wan, *lossy, *lossy_pull;
+	const char *job, *build, *zones, *wan, *lossy, *lossy_pull, *configs;
 	unsigned servers, rounds;
 	double epochs, target, smooth, max_seconds;
 	int keep, verbose;
@@ -99,6 +99,10 @@ static const struct bench_opt zones_opt_rows[] = {
 	  .offset = Z_FIELD(lossy_pull),
 	  .help = "(e)'s cross-zone pull codec (default topk:0.05:\n"
 		  "delta pulls through the aggregators)" },
+	{ .name = "configs", .arg = "LIST", .parse = bench_opt_string,
+	  .offset = Z_FIELD(configs),
+	  .help = "the configurations to run, letters of a to e (default\n"
+		  "abcde); (a), the reference, always runs" },
 	{ .name = "target", .arg = "ACC", .parse = bench_opt_double, .offset = Z_FIELD(target),
 	  .min = 1e-6, .max = 1, .help = "test accuracy to reach (default 0.87)" },
 	{ .name = "smooth", .arg = "E", .parse = bench_opt_double, .offset = Z_FIELD(smooth),
@@ -238,11 +242,17 @@ static int zones_runs_make(const struct zones_opts *o, struct zones_run *runs, s
 {
 	const char *p = o->lossy;
 
+	if (o->configs[strspn(o->configs, "abcde")] != '\0')
+		return zones_usage_error("--configs", o->configs, "letters of a to e");
 	*n = 0;
 	for (size_t i = 0; i < DML_ARRAY_LEN(zones_confs); i++) {
 		const struct zones_conf *c = &zones_confs[i];
 		int lossy = zones_conf_lossy(c);
 		unsigned k = 0;
+
+		/* "(a)": letter a; the reference is runs[0] whatever the list */
+		if (i > 0 && !strchr(o->configs, c->label[1]))
+			continue;
 
 		do {
 			struct zones_run *r = &runs[*n];
@@ -430,6 +440,20 @@ static const struct zones_run *zones_best_lossy(const struct zones_run *runs, si
 	return best;
 }
 
+/* The run of configuration letter ('b' for "(b)"), or a run of no figures
+ * when --configs left it out. */
+static const struct zones_run *zones_find(const struct zones_run *runs, size_t n, char letter)
+{
+	static const struct zones_run none = {
+		.m_bytes_ex = NAN, .m_time = NAN, .m_acc = NAN, .m_epochs = NAN,
+	};
+
+	for (size_t i = 0; i < n; i++)
+		if (runs[i].conf->label[1] == letter)
+			return &runs[i];
+	return &none;
+}
+
 static void zones_print_row(const struct zones_run *r, const struct zones_run *a,
 			    const struct zones_run *b, const struct zones_run *best)
 {
@@ -498,7 +522,8 @@ static double zones_best_time(const struct zones_run *runs, size_t n)
 
 static void zones_print_targets(const struct zones_run *runs, size_t n)
 {
-	const struct zones_run *a = &runs[0], *b = &runs[1], *c = &runs[2];
+	const struct zones_run *a = &runs[0], *b = zones_find(runs, n, 'b');
+	const struct zones_run *c = zones_find(runs, n, 'c');
 	const struct zones_run *codec = zones_best_codec(runs, n, a);
 	double best = zones_best_time(runs, n);
 	char what[96];
@@ -530,7 +555,7 @@ static void zones_print(const struct zones_opts *o, const struct zones_run *runs
 	printf("%-6s %-58s %12s %7s %10s %7s %7s %8s %6s\n", "", "", "per example", "", "", "",
 	       "", "accuracy", "");
 	for (size_t i = 0; i < n; i++)
-		zones_print_row(&runs[i], &runs[0], &runs[1], best);
+		zones_print_row(&runs[i], &runs[0], zones_find(runs, n, 'b'), best);
 	printf("cross-zone: bytes the zone link carried both ways per training example\n"
 	       "(tc's counts, submission to the job's end). Medians of %u round%s.\n",
 	       o->rounds, o->rounds == 1 ? "" : "s");
@@ -546,7 +571,7 @@ int bench_zones_main(int argc, char **argv)
 {
 	struct zones_opts o = {
 		.zones = "A:2,B:2", .wan = "100mbit", .lossy = "int8,topk:0.01",
-		.lossy_pull = "topk:0.05", .servers = 1, .rounds = 1,
+		.lossy_pull = "topk:0.05", .configs = "abcde", .servers = 1, .rounds = 1,
 		.epochs = ZONES_DEFAULT_EPOCHS, .target = 0.87, .smooth = 0.5,
 		.max_seconds = 900,
 	};
