@@ -23,6 +23,7 @@ struct dml_agg_conf {
 	char *advertise;          /* where workers dial it; "" listen's host */
 	uint32_t window_ms;
 	uint32_t clock_window_ms; /* entries of clocked jobs (Meta.pace) */
+	int pull_ahead;           /* fetch clock k + 1 once k is answered */
 	int log_level;
 	char *metrics_listen;
 	char *metrics_port_file;

@@ -29,7 +29,7 @@
 /* Counters the request paths bump; read at scrape time. */
 struct dml_agg_stats {
 	uint64_t pushes_in, pushes_forwarded, pushes_resent_in;
-	uint64_t pulls_in, pulls_forwarded, cache_hits;
+	uint64_t pulls_in, pulls_forwarded, pulls_ahead, cache_hits;
 	uint64_t splits, retries, relayed_errors, refused;
 	uint64_t bytes_in_closed, bytes_out_closed;
 	uint64_t forward_value_bytes, forward_sent_bytes; /* sums' values: floats, sent */

@@ -29,6 +29,9 @@ static const struct {
 	    NULL, 0 }, ST(pulls_in) },
 	{ { "dml_aggregator_pulls_forwarded_total", "Pulls sent to owners", COUNTER, NULL,
 	    NULL, 0 }, ST(pulls_forwarded) },
+	{ { "dml_aggregator_pulls_ahead_total", "Pulls sent to owners for the clock after "
+	    "one just answered (pull_ahead), counted in pulls_forwarded too", COUNTER, NULL,
+	    NULL, 0 }, ST(pulls_ahead) },
 	{ { "dml_aggregator_cache_hits_total", "Pulls answered from the zone cache", COUNTER,
 	    NULL, NULL, 0 }, ST(cache_hits) },
 	{ { "dml_aggregator_splits_total", "Forwarded pushes refused whole (DML_EPARTIAL, "

@@ -21,6 +21,15 @@
  * a pull for a later clock waits in one deferred pull that goes next, any
  * other goes as a plain pull whose reply is relayed (fp16).
  *
+ * Pulling ahead (pull_ahead, on by default): once a worker's pull of clock
+ * k is answered from a slot, the slot's pull for k + 1 goes at once, with
+ * no one waiting on it, so that it crosses the slow link while the zone's
+ * workers compute step k; their pulls of k + 1 then join it or find it
+ * cached instead of paying the link's time on top of their step. The owner
+ * still answers it only within the staleness bound of clock k + 1. Only a
+ * worker's pull starts one (the reply of a pull ahead does not), so a zone
+ * whose workers stopped pulling costs nothing more.
+ *
  * Must never: answer a pull with values fetched for a lower clock than its
  * own, trust an owner's reply's shape (checked against the slot before it
  * is decoded), or add a delta to any version but the one it was asked for.
@@ -202,7 +211,6 @@ static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
 		memcpy(p->payload, payload, len);
 		p->payload_len = len;
 	}
-	waiter_add(p, s, m);
 	/* Kept in the order sent: a new connection sends them again so. */
 	for (pp = &o->pulls; *pp; pp = &(*pp)->next)
 		;
@@ -222,11 +230,36 @@ static void slot_pulls(struct agg_owner *o, const struct agg_cache *c,
 			*(p->deferred ? deferred : flight) = p;
 }
 
+/*
+ * Worker s's pull m of slot c was answered: pull clock m->clock + 1 ahead
+ * (see the top of this file) unless the slot holds it or a pull of it, or
+ * of a later clock, is on its way. A delta slot's goes after the one in
+ * flight, as a deferred pull does.
+ */
+static void pull_ahead(struct agg_owner *o, struct agg_session *s, const Dml__Meta *m,
+		       struct agg_cache *c)
+{
+	Dml__Meta next = *m;
+	struct agg_pull *flight, *deferred;
+
+	if (!s->agg->conf->pull_ahead || (c->valid && c->clock > m->clock))
+		return;
+	for (struct agg_pull *p = o->pulls; p; p = p->next)
+		if (p->cache == c && p->meta->clock > m->clock)
+			return;
+	next.clock = m->clock + 1;
+	slot_pulls(o, c, &flight, &deferred);
+	if (c->delta && deferred)
+		return;
+	pull_new(o, s, &next, c, &c->up, c->delta && flight, NULL, 0);
+	s->agg->st.pulls_ahead++;
+}
+
 void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Meta *m,
 		      const uint8_t *payload, size_t len)
 {
 	struct dml_codec up = upstream_codec(o, m);
-	struct agg_pull *flight, *deferred;
+	struct agg_pull *flight, *deferred, *p;
 	struct agg_cache *c;
 
 	if (m->scan) {
@@ -236,7 +269,7 @@ void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Met
 	}
 	c = m->dense ? cache_slot(o, m, &up) : NULL;
 	if (!c) {
-		pull_new(o, s, m, NULL, &up, 0, payload, len);
+		waiter_add(pull_new(o, s, m, NULL, &up, 0, payload, len), s, m);
 		return;
 	}
 	if (c->valid && m->clock <= c->clock) {
@@ -244,6 +277,7 @@ void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Met
 
 		s->agg->st.cache_hits++;
 		reply_values(&w, c, c->values, c->nvalues, c->min_clock, c->held_us);
+		pull_ahead(o, s, m, c);
 		return;
 	}
 	/*
@@ -252,24 +286,25 @@ void agg_pull_request(struct agg_owner *o, struct agg_session *s, const Dml__Met
 	 * a worker waiting on it may be waiting on its own zone's pushes
 	 * (libdml holds a CLOCK until they are acknowledged): a cycle.
 	 */
-	for (struct agg_pull *p = o->pulls; p; p = p->next)
+	for (p = o->pulls; p; p = p->next)
 		if (p->cache == c && p->meta->clock == m->clock) {
 			waiter_add(p, s, m);
 			return;
 		}
 	if (!c->delta) {
-		pull_new(o, s, m, c, &up, 0, NULL, 0);
+		waiter_add(pull_new(o, s, m, c, &up, 0, NULL, 0), s, m);
 		return;
 	}
 	/* Delta pulls one at a time; a later clock may wait for an earlier
 	 * one, an earlier clock (or one more) goes as a plain pull. */
 	slot_pulls(o, c, &flight, &deferred);
 	if (!flight)
-		pull_new(o, s, m, c, &up, 0, NULL, 0);
+		p = pull_new(o, s, m, c, &up, 0, NULL, 0);
 	else if (!deferred && flight->meta->clock < m->clock)
-		pull_new(o, s, m, c, &up, 1, NULL, 0);
+		p = pull_new(o, s, m, c, &up, 1, NULL, 0);
 	else
-		pull_new(o, s, m, NULL, &up, 0, NULL, 0);
+		p = pull_new(o, s, m, NULL, &up, 0, NULL, 0);
+	waiter_add(p, s, m);
 }
 
 static void pull_unlink_free(struct agg_owner *o, struct agg_pull *p)
@@ -365,7 +400,7 @@ static float *reply_decode(const struct agg_owner *o, struct agg_pull *p, const 
 	return NULL;
 }
 
-static void reply_cached(const struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m,
+static void reply_cached(struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m,
 			 const uint8_t *payload, size_t len)
 {
 	struct agg_cache *c = p->cache;
@@ -382,16 +417,22 @@ static void reply_cached(const struct agg_owner *o, struct agg_pull *p, const Dm
 	/* A delta slot holds what the owner thinks it holds, whatever the clock. */
 	if (!c->delta && c->valid && c->clock > p->meta->clock) {
 		free(v);     /* a newer reply is there already */
-		return;
+	} else {
+		free(c->values);
+		c->values = v;
+		c->nvalues = n;
+		c->valid = 1;
+		c->clock = p->meta->clock;
+		c->min_clock = m->min_clock;
+		c->held_us = m->held_us;
+		c->version = m->held_version;
 	}
-	free(c->values);
-	c->values = v;
-	c->nvalues = n;
-	c->valid = 1;
-	c->clock = p->meta->clock;
-	c->min_clock = m->min_clock;
-	c->held_us = m->held_us;
-	c->version = m->held_version;
+	/* Answered for a worker still there (a pull ahead has no waiter). */
+	for (size_t i = 0; i < p->nw; i++)
+		if (p->w[i].sess) {
+			pull_ahead(o, p->w[i].sess, p->meta, c);
+			break;
+		}
 }
 
 int agg_pull_answer(struct agg_owner *o, const Dml__Meta *m, const uint8_t *payload,

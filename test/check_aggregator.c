@@ -20,7 +20,9 @@
  *   - pulls: two workers pulling one range at one clock cost the owner one
  *     pull; a pull at a lower clock is served from the cache; one at a
  *     higher clock goes upstream again; pulls asking fp16 share an fp16
- *     upstream pull of their own and get fp16;
+ *     upstream pull of their own and get fp16; pulling ahead (the
+ *     default), clock k + 1 goes upstream once k is answered and the
+ *     worker's pull of k + 1 goes no further;
  *   - conf/aggregator.conf is read by the binary; a bad servers entry stops
  *     it with exit status 2 naming the entry;
  *   - against a fake owner (check_aggregator_fake.c): what a forwarded push
@@ -210,7 +212,9 @@ START_TEST(test_pulls_share_one_upstream_pull)
 	uint64_t pushes, u0, u;
 	int w1, w2;
 
-	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\n");
+	/* Pulls on demand only: each upstream pull below is one a test pull
+	 * asked for (test_pull_ahead_fetches_the_next_clock: the default). */
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\npull_ahead = no\n");
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);
 	fill(a, 1);
@@ -243,8 +247,45 @@ START_TEST(test_pulls_share_one_upstream_pull)
 	expect_values(got, 2);
 	owner_stats(&f, &pushes, &u);
 	ck_assert_uint_eq(u, u0 + 3);
+	wait_agg_metric(&f, "dml_aggregator_pulls_ahead_total", 0);
 	close(w1);
 	close(w2);
+	fixture_end(&f);
+}
+END_TEST
+
+/*
+ * pull_ahead (the default): once a worker's pull of clock k is answered,
+ * the pull of k + 1 goes with no one waiting on it; the worker's pull of
+ * k + 1 then joins it or finds it cached, and goes no further itself.
+ */
+START_TEST(test_pull_ahead_fetches_the_next_clock)
+{
+	struct fixture f;
+	float a[KEYS], got[KEYS];
+	int w1;
+
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\n");
+	w1 = worker_connect(&f, 1);
+	fill(a, 1);
+	send_push(w1, 1, 1, f.owner_addr, a);
+	expect_reply(w1, 1, 0);
+	pull_values(w1, 2, 3, f.owner_addr, DML__DTYPE__F32, got);
+	expect_values(got, 1);
+	/* Clock 3 upstream, then clock 4 ahead. */
+	wait_agg_metric(&f, "dml_aggregator_pulls_ahead_total", 1);
+	wait_agg_metric(&f, "dml_aggregator_pulls_forwarded_total", 2);
+	pull_values(w1, 3, 4, f.owner_addr, DML__DTYPE__F32, got);
+	expect_values(got, 1);
+	/* Clock 5 ahead, and nothing else: clock 4 was on its way already. */
+	wait_agg_metric(&f, "dml_aggregator_pulls_ahead_total", 2);
+	wait_agg_metric(&f, "dml_aggregator_pulls_forwarded_total", 3);
+	/* A pull of a clock already held is answered and sends nothing. */
+	pull_values(w1, 4, 2, f.owner_addr, DML__DTYPE__F32, got);
+	expect_values(got, 1);
+	wait_agg_metric(&f, "dml_aggregator_pulls_in_total", 3);
+	wait_agg_metric(&f, "dml_aggregator_pulls_forwarded_total", 3);
+	close(w1);
 	fixture_end(&f);
 }
 END_TEST
@@ -296,6 +337,7 @@ int main(void)
 	tcase_add_test(tc, test_window_forwards_a_lone_push);
 	tcase_add_test(tc, test_a_worker_leaving_closes_the_entry);
 	tcase_add_test(tc, test_pulls_share_one_upstream_pull);
+	tcase_add_test(tc, test_pull_ahead_fetches_the_next_clock);
 	tcase_add_test(tc, test_example_config_and_refusals);
 	add_fake_owner_tests(tc);
 	suite_add_tcase(s, tc);

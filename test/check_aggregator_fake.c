@@ -19,6 +19,7 @@
  *     of a lossy one for the next sum, put back when the sum is split;
  *   - a pull naming topk upstream makes delta pulls, one at a time; a pull
  *     of an earlier clock never waits for a later clock's upstream pull;
+ *     pulling ahead, the next clock's delta pull goes once a reply is in;
  *   - a clocked job's entry (Meta.pace) waits for the zone's workers past
  *     window_ms, an asynchronous one's does not; no entry waits for a
  *     worker that pushed a later clock or has a push queued after it; an
@@ -107,6 +108,10 @@ static void owner_acks_both(struct fixture *f, uint64_t rid, int w1, uint64_t r1
 	expect_reply(w1, r1, 0);
 	expect_reply(w2, r2, 0);
 }
+
+/* The tests that script every upstream pull turn pulling ahead off;
+ * test_delta_pull_ahead has it on (the default). */
+#define PULLS_ON_DEMAND "pull_ahead = no\n"
 
 /* A fake owner with extra aggregator keys, and workers 1 and 2 connected. */
 static void start_two_workers(struct fixture *f, const char *extra, int *w1, int *w2)
@@ -207,7 +212,7 @@ START_TEST(test_pull_upstream_codec_and_bad_reply)
 	uint8_t *pl;
 	int w1;
 
-	fixture_start(&f, OWNER_FAKE, NULL);
+	fixture_start(&f, OWNER_FAKE, PULLS_ON_DEMAND);
 	w1 = worker_connect(&f, 1);
 	dense_meta(&m, DML__MSG_TYPE__PULL, 31, 5, f.owner_addr);
 	m.dtype = DML__DTYPE__F16;
@@ -405,6 +410,10 @@ static void expect_pulled(int fd, uint64_t rid, const float *want)
 	free(pl);
 }
 
+/* A delta to the values of fill(v, 1), and what the slot holds then. */
+static const float change[KEYS] = { 10, 0, 0, 0, 0, 0, 0, -20 };
+static const float after[KEYS] = { 11, 2, 3, 4, 5, 6, 7, -12 };
+
 /*
  * A worker naming topk:0.25 upstream: the aggregator's pulls of that slot
  * are delta pulls, one at a time, each naming the version the last reply
@@ -415,12 +424,10 @@ START_TEST(test_delta_pulls_one_at_a_time)
 {
 	struct fixture f;
 	float v[KEYS], v2[KEYS];
-	const float change[KEYS] = { 10, 0, 0, 0, 0, 0, 0, -20 };
-	const float after[KEYS] = { 11, 2, 3, 4, 5, 6, 7, -12 };
 	uint64_t rid;
 	int w1;
 
-	fixture_start(&f, OWNER_FAKE, NULL);
+	fixture_start(&f, OWNER_FAKE, PULLS_ON_DEMAND);
 	w1 = worker_connect(&f, 1);
 	fill(v, 1);
 	fill(v2, 2);
@@ -440,6 +447,38 @@ START_TEST(test_delta_pulls_one_at_a_time)
 	rid = expect_delta_pull(&f, 3, 71);
 	owner_pull_reply(&f, rid, v2, 0, 72);
 	expect_pulled(w1, 43, v2);
+	close(w1);
+	fixture_end(&f);
+}
+END_TEST
+
+/*
+ * pull_ahead (the default) on a delta slot: once clock 1's reply is in, the
+ * pull of clock 2 goes with no one waiting on it, naming the version that
+ * reply brought; the worker's pull of clock 2 is answered with what it
+ * brought (joined or cached), and clock 3's goes ahead in turn.
+ */
+START_TEST(test_delta_pull_ahead)
+{
+	struct fixture f;
+	float v[KEYS];
+	uint64_t rid;
+	int w1;
+
+	fixture_start(&f, OWNER_FAKE, NULL);
+	w1 = worker_connect(&f, 1);
+	fill(v, 1);
+	send_delta_pull(w1, 41, 1, f.owner_addr);
+	rid = expect_delta_pull(&f, 1, 0);
+	owner_pull_reply(&f, rid, v, 0, 70);
+	expect_pulled(w1, 41, v);
+	rid = expect_delta_pull(&f, 2, 70);
+	owner_pull_reply(&f, rid, change, 1, 71);
+	send_delta_pull(w1, 42, 2, f.owner_addr);
+	expect_pulled(w1, 42, after);
+	rid = expect_delta_pull(&f, 3, 71);
+	wait_agg_metric(&f, "dml_aggregator_pulls_ahead_total", 2);
+	wait_agg_metric(&f, "dml_aggregator_pulls_forwarded_total", 3);
 	close(w1);
 	fixture_end(&f);
 }
@@ -504,7 +543,7 @@ START_TEST(test_earlier_clock_goes_alone)
 	uint64_t rid5;
 	int w1, w2;
 
-	start_two_workers(&f, NULL, &w1, &w2);
+	start_two_workers(&f, PULLS_ON_DEMAND, &w1, &w2);
 	fill(v, 3);
 	for (int k = 0; k < KEYS; k++)
 		half[k] = dml_float_to_half(v[k]);
@@ -629,6 +668,7 @@ void add_fake_owner_tests(TCase *tc)
 	tcase_add_test(tc, test_pull_upstream_codec_and_bad_reply);
 	tcase_add_test(tc, test_forward_codec_keeps_the_residual);
 	tcase_add_test(tc, test_delta_pulls_one_at_a_time);
+	tcase_add_test(tc, test_delta_pull_ahead);
 	tcase_add_test(tc, test_clocked_entries_wait_for_the_zone);
 	tcase_add_test(tc, test_earlier_clock_goes_alone);
 	tcase_add_test(tc, test_entry_nobody_can_join_goes);
