@@ -20,8 +20,8 @@
  *   - pulls: two workers pulling one range at one clock cost the owner one
  *     pull; a pull at a lower clock is served from the cache; one at a
  *     higher clock goes upstream again; pulls asking fp16 share an fp16
- *     upstream pull of their own and get fp16; pulling ahead (the
- *     default), clock k + 1 goes upstream once k is answered and the
+ *     upstream pull of their own and get fp16; pulling ahead
+ *     (pull_ahead = yes), clock k + 1 goes upstream once k is answered and the
  *     worker's pull of k + 1 goes no further;
  *   - conf/aggregator.conf is read by the binary; a bad servers entry stops
  *     it with exit status 2 naming the entry;
@@ -213,7 +213,8 @@ START_TEST(test_pulls_share_one_upstream_pull)
 	int w1, w2;
 
 	/* Pulls on demand only: each upstream pull below is one a test pull
-	 * asked for (test_pull_ahead_fetches_the_next_clock: the default). */
+	 * asked for (test_pull_ahead_fetches_the_next_clock turns pulling
+	 * ahead on). */
 	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\npull_ahead = no\n");
 	w1 = worker_connect(&f, 1);
 	w2 = worker_connect(&f, 2);
@@ -255,7 +256,7 @@ START_TEST(test_pulls_share_one_upstream_pull)
 END_TEST
 
 /*
- * pull_ahead (the default): once a worker's pull of clock k is answered,
+ * pull_ahead = yes: once a worker's pull of clock k is answered,
  * the pull of k + 1 goes with no one waiting on it; the worker's pull of
  * k + 1 then joins it or finds it cached, and goes no further itself.
  */
@@ -265,7 +266,7 @@ START_TEST(test_pull_ahead_fetches_the_next_clock)
 	float a[KEYS], got[KEYS];
 	int w1;
 
-	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\n");
+	fixture_start(&f, OWNER_DIRECT, "window_ms = 0\npull_ahead = yes\n");
 	w1 = worker_connect(&f, 1);
 	fill(a, 1);
 	send_push(w1, 1, 1, f.owner_addr, a);

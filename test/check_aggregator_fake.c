@@ -110,7 +110,7 @@ static void owner_acks_both(struct fixture *f, uint64_t rid, int w1, uint64_t r1
 }
 
 /* The tests that script every upstream pull turn pulling ahead off;
- * test_delta_pull_ahead has it on (the default). */
+ * test_delta_pull_ahead turns it on. */
 #define PULLS_ON_DEMAND "pull_ahead = no\n"
 
 /* A fake owner with extra aggregator keys, and workers 1 and 2 connected. */
@@ -453,7 +453,7 @@ START_TEST(test_delta_pulls_one_at_a_time)
 END_TEST
 
 /*
- * pull_ahead (the default) on a delta slot: once clock 1's reply is in, the
+ * pull_ahead = yes on a delta slot: once clock 1's reply is in, the
  * pull of clock 2 goes with no one waiting on it, naming the version that
  * reply brought; the worker's pull of clock 2 is answered with what it
  * brought (joined or cached), and clock 3's goes ahead in turn.
@@ -465,7 +465,7 @@ START_TEST(test_delta_pull_ahead)
 	uint64_t rid;
 	int w1;
 
-	fixture_start(&f, OWNER_FAKE, NULL);
+	fixture_start(&f, OWNER_FAKE, "pull_ahead = yes\n");
 	w1 = worker_connect(&f, 1);
 	fill(v, 1);
 	send_delta_pull(w1, 41, 1, f.owner_addr);
