@@ -3,8 +3,8 @@
  * tmpdir.h): mkdtemp under $TMPDIR, and its files and itself removed after.
  *
  * Must never remove anything outside the folder it made, nor go deeper
- * than one folder down: the tests write plain files, and stores make one
- * folder of their own (a server store's checkpoints).
+ * than two folders down: the tests write plain files, and a test's store
+ * is a folder that holds one of its own (a server store's ckpt/).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -31,8 +31,8 @@ static void tmpdir_setup(void)
 	}
 }
 
-/* Remove the files in dir and dir itself; with sub, its folders likewise. */
-static void remove_dir(const char *dir, int sub)
+/* Remove the files in dir and dir itself, and its folders likewise down to depth more. */
+static void remove_dir(const char *dir, int depth)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -44,8 +44,8 @@ static void remove_dir(const char *dir, int sub)
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
 		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		if (unlink(p) != 0 && sub)
-			remove_dir(p, 0);
+		if (unlink(p) != 0 && depth > 0)
+			remove_dir(p, depth - 1);
 	}
 	closedir(d);
 	rmdir(dir);
@@ -53,7 +53,7 @@ static void remove_dir(const char *dir, int sub)
 
 static void tmpdir_teardown(void)
 {
-	remove_dir(g_dir, 1);
+	remove_dir(g_dir, 2);
 	g_dir[0] = '\0';
 }
 

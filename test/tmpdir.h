@@ -3,8 +3,8 @@
  *
  * A suite gives a test case the folder as a Check fixture: it is made under
  * $TMPDIR (or P_tmpdir) before the tests and removed, with the files the
- * tests wrote into it, after them. Tests write plain files there and make
- * no folders in it.
+ * tests wrote into it, after them. Tests write plain files there, or a
+ * store's folder (which may hold one folder of its own), nothing deeper.
  *
  * Must never remove anything outside the folder it made.
  */
