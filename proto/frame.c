@@ -302,10 +302,11 @@ static bool codec_name_ok(const char *name, int lossy)
 }
 
 /*
- * Meta.contributors (an aggregator's summed push) only on a PUSH, at most
- * DML_MAX_CONTRIBUTORS, each naming a worker and a sequence number;
- * Meta.owner (a part routed through an aggregator) only on PUSH and PULL,
- * at most DML_MAX_OWNER_LEN bytes; Meta.forward_codec only with Meta.owner,
+ * Meta.contributors (an aggregator's summed push, or the clocks it
+ * delivers) only on a PUSH, each naming a worker and a sequence number, or
+ * a CLOCK, each naming a worker and a clock, no sequence number; at most
+ * DML_MAX_CONTRIBUTORS; Meta.owner (a part or a clock routed through an
+ * aggregator) only on PUSH, PULL and CLOCK, at most DML_MAX_OWNER_LEN bytes; Meta.forward_codec only with Meta.owner,
  * a codec dml_codec_parse reads; Meta.delta_codec (lossy) and Meta.held_version only
  * on a dense PULL asking F32 (held_version also on a PULL_REPLY), Meta.delta only on
  * a PULL_REPLY; Meta.pace only on a PUSH, one of DML_PACE_*.
@@ -313,13 +314,18 @@ static bool codec_name_ok(const char *name, int lossy)
 static bool forward_fields_ok(const Dml__Meta *m)
 {
 	bool routed = m->type == DML__MSG_TYPE__PUSH || m->type == DML__MSG_TYPE__PULL;
+	bool clock = m->type == DML__MSG_TYPE__CLOCK;
 
 	if (m->n_contributors &&
-	    (m->type != DML__MSG_TYPE__PUSH || m->n_contributors > DML_MAX_CONTRIBUTORS))
+	    ((!clock && m->type != DML__MSG_TYPE__PUSH) ||
+	     m->n_contributors > DML_MAX_CONTRIBUTORS))
 		return false;
-	for (size_t i = 0; i < m->n_contributors; i++)
-		if (!m->contributors[i] || !m->contributors[i]->worker || !m->contributors[i]->seq)
+	for (size_t i = 0; i < m->n_contributors; i++) {
+		const Dml__Contributor *c = m->contributors[i];
+
+		if (!c || !c->worker || (clock ? c->seq || !c->clock : !c->seq))
 			return false;
+	}
 	if (!codec_name_ok(m->forward_codec, 0) || !codec_name_ok(m->delta_codec, 1))
 		return false;
 	if (m->forward_codec && m->forward_codec[0] && (!routed || !m->owner || !m->owner[0]))
@@ -334,7 +340,8 @@ static bool forward_fields_ok(const Dml__Meta *m)
 	     !(m->delta_codec && m->delta_codec[0])) ||
 	    (m->delta && m->type != DML__MSG_TYPE__PULL_REPLY))
 		return false;
-	return !m->owner || !m->owner[0] || (routed && strlen(m->owner) <= DML_MAX_OWNER_LEN);
+	return !m->owner || !m->owner[0] ||
+	       ((routed || clock) && strlen(m->owner) <= DML_MAX_OWNER_LEN);
 }
 
 static int meta_check(const Dml__Meta *m, const struct dml_frame_header *hdr,

@@ -101,6 +101,7 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	welcome->zone = s->agg->conf->zone;
 	welcome->n_codecs = DML_ARRAY_LEN(agg_codecs);
 	welcome->codecs = agg_codecs;
+	welcome->relays_clocks = 1;
 	dml_info("peer %s: worker %u joined", dml_conn_peer(c), hello->node_id);
 	return 0;
 }
@@ -234,9 +235,14 @@ static int on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *paylo
 	case DML__MSG_TYPE__HEARTBEAT:
 		(void)dml_conn_send_plain(c, DML__MSG_TYPE__HEARTBEAT, m->request_id);
 		return 0;
-	case DML__MSG_TYPE__CLOCK:
-		/* Clocks go to the owners directly (they keep the clock set). */
+	case DML__MSG_TYPE__CLOCK: {
+		/* Without an owner: a worker that sends its clocks straight. */
+		struct agg_owner *o = m->owner && m->owner[0] ? request_owner(s, m) : NULL;
+
+		if (o && m->clock)
+			agg_clock_request(o, s, m->clock);
 		return 0;
+	}
 	case DML__MSG_TYPE__BYE:
 		agg_reply_ack(s, m->request_id);
 		dml_conn_close(c, 0);

@@ -64,10 +64,9 @@ static const struct dml_conf_option options[] = {
 	{ "aggregator", "clock_window_ms", DML_CONF_U32, A(clock_window_ms), "2000", 0, 600000,
 	  NULL, NULL, "as window_ms for a clocked job's entries (BSP, SSP): how long the "
 	  "zone's pushes of a clock wait for a worker that has not pushed it yet" },
-	{ "aggregator", "pull_ahead", DML_CONF_BOOL, A(pull_ahead), "no", 0, 0, NULL, NULL,
+	{ "aggregator", "pull_ahead", DML_CONF_BOOL, A(pull_ahead), "yes", 0, 0, NULL, NULL,
 	  "once a worker's pull of clock k is answered, fetch the range for clock k + 1 at "
-	  "once, so it crosses the link while the zone computes; no (the default): only on "
-	  "demand" },
+	  "once, so it crosses the link while the zone computes; no: only on demand" },
 	DML_CONF_OPT_LOG_LEVEL("aggregator", A(log_level)),
 	DML_CONF_OPT_METRICS("aggregator", A(metrics_listen), A(metrics_port_file)),
 	DML_CONF_OPT_LOCAL_SOCKET("aggregator", A(local_socket)),

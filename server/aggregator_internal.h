@@ -30,7 +30,9 @@
 struct dml_agg_stats {
 	uint64_t pushes_in, pushes_forwarded, pushes_resent_in;
 	uint64_t pulls_in, pulls_forwarded, pulls_ahead, cache_hits;
+	uint64_t clocks_in, clocks_alone;   /* workers' CLOCKs; sent on their own */
 	uint64_t splits, retries, relayed_errors, refused;
+	uint64_t let_pass;        /* open heads moved behind closed entries */
 	uint64_t bytes_in_closed, bytes_out_closed;
 	uint64_t forward_value_bytes, forward_sent_bytes; /* sums' values: floats, sent */
 };
@@ -59,6 +61,8 @@ struct agg_contrib {
 	struct agg_session *sess; /* who to ACK; NULL once gone */
 	uint64_t request_id;
 	float *values;            /* its own values (dense or sparse), owned */
+	uint64_t clock;           /* the worker's CLOCK after it (0: none) */
+	int clock_unsent;         /* it came once the push was on its way */
 };
 
 /*
@@ -101,6 +105,7 @@ struct agg_waiter {
 };
 
 struct agg_cache;
+struct agg_clock;
 struct agg_residual;
 struct dml_residual;
 
@@ -150,6 +155,8 @@ struct agg_owner {
 	struct agg_pull *pulls;   /* sent or waiting for the connection */
 	struct agg_cache *caches;
 	struct agg_residual *residuals; /* error feedback of lossy sums */
+	struct agg_clock *clocks; /* clocks sent on their own (aggregator_clocks.c) */
+	size_t nclocks;
 	uint32_t codecs;          /* dtypes its WELCOME offers, bit per dtype */
 	uint64_t next_rid;
 };
@@ -221,6 +228,15 @@ void agg_entry_payload_free(struct agg_entry *e);
 /** Metrics collector: the L2 norm of each (job, table)'s residuals, all owners. */
 void agg_residuals_collect(struct dml_metrics_scrape *sc, void *arg);
 void agg_residuals_free(struct agg_owner *o);
+
+/* aggregator_clocks.c */
+/** Worker s's CLOCK for owner o: with its last push queued there, or alone. */
+void agg_clock_request(struct agg_owner *o, struct agg_session *s, uint64_t clock);
+/** e was answered (applied or not): its clocks not delivered with it go alone. */
+void agg_clocks_answered(struct agg_owner *o, const struct agg_entry *e, int applied);
+/** A new connection to o: the clocks sent alone go again. */
+void agg_clocks_resend(struct agg_owner *o);
+void agg_clocks_free(struct agg_owner *o);
 
 /* aggregator_upstream.c */
 int agg_owners_start(struct dml_agg *a);

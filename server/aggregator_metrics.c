@@ -34,9 +34,18 @@ static const struct {
 	    NULL, 0 }, ST(pulls_ahead) },
 	{ { "dml_aggregator_cache_hits_total", "Pulls answered from the zone cache", COUNTER,
 	    NULL, NULL, 0 }, ST(cache_hits) },
+	{ { "dml_aggregator_clocks_in_total", "Workers' CLOCKs received for an owner, "
+	    "delivered with their last push or on their own", COUNTER, NULL, NULL, 0 },
+	  ST(clocks_in) },
+	{ { "dml_aggregator_clocks_alone_total", "Workers' clocks sent to owners in a "
+	    "CLOCK of the aggregator's own (no push of theirs left to ride on)", COUNTER,
+	    NULL, NULL, 0 }, ST(clocks_alone) },
 	{ { "dml_aggregator_splits_total", "Forwarded pushes refused whole (DML_EPARTIAL, "
 	    "DML_ESTATE) and split into one push per worker", COUNTER, NULL, NULL, 0 },
 	  ST(splits) },
+	{ { "dml_aggregator_entries_let_pass_total", "Open entries at the head of an "
+	    "owner's queue moved behind a closed one, so that a worker's earlier push "
+	    "does not wait for the window", COUNTER, NULL, NULL, 0 }, ST(let_pass) },
 	{ { "dml_aggregator_retries_total", "Forwarded pushes sent again after DML_EAGAIN",
 	    COUNTER, NULL, NULL, 0 }, ST(retries) },
 	{ { "dml_aggregator_errors_relayed_total", "Owner errors relayed to workers' "

@@ -21,7 +21,7 @@
  * a pull for a later clock waits in one deferred pull that goes next, any
  * other goes as a plain pull whose reply is relayed (fp16).
  *
- * Pulling ahead (pull_ahead = yes; off by default): once a worker's pull of clock
+ * Pulling ahead (pull_ahead = yes, the default): once a worker's pull of clock
  * k is answered from a slot, the slot's pull for k + 1 goes at once, with
  * no one waiting on it, so that it crosses the slow link while the zone's
  * workers compute step k; their pulls of k + 1 then join it or find it

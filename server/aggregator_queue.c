@@ -329,6 +329,7 @@ static int entry_send(struct agg_owner *o, struct agg_entry *e)
 		cs[i].worker = e->c[i].worker;
 		cs[i].incarnation = e->c[i].incarnation;
 		cs[i].seq = e->c[i].seq;
+		cs[i].clock = e->c[i].clock;
 		cp[i] = &cs[i];
 		weight += e->c[i].weight != 0.0f ? e->c[i].weight : 1.0f;
 	}
@@ -348,6 +349,8 @@ static int entry_send(struct agg_owner *o, struct agg_entry *e)
 	m.contributors = cp;
 	rc = agg_owner_send(o, &m, e->payload, e->payload_len);
 	if (rc == 0) {
+		for (size_t i = 0; i < e->nc; i++)
+			e->c[i].clock_unsent = 0;
 		e->upstream_rid = m.request_id;
 		a->st.pushes_forwarded++;
 		dml_histogram_observe(a->fanin, (double)e->nc);
@@ -358,10 +361,36 @@ out:
 	return rc;
 }
 
+/*
+ * An open head waits for the workers that have not joined it, but one of
+ * them whose earlier push is queued behind it may not push again until
+ * that push is answered (an app keeps one push per table in flight: the
+ * mlp app does), so the two would wait for each other until the window
+ * closed the head, clock after clock. The closed entries behind it that
+ * it may move behind (no push of its workers in between: rule 2 holds)
+ * go first instead.
+ */
+static void head_let_pass(struct agg_owner *o)
+{
+	struct agg_entry *h;
+
+	while ((h = o->head) && !h->closed && !h->upstream_rid) {
+		struct agg_entry *y = h->next;
+
+		while (y && !y->closed)
+			y = y->next;
+		if (!y || !entry_move_after(o, h, y))
+			return;
+		o->agg->st.let_pass++;
+	}
+}
+
 void agg_queue_pump(struct agg_owner *o)
 {
-	struct agg_entry *h = o->head;
+	struct agg_entry *h;
 
+	head_let_pass(o);
+	h = o->head;
 	if (!o->ready || o->retry_wait || !h || h->upstream_rid || !h->closed)
 		return;
 	if (entry_send(o, h) != 0)
@@ -456,6 +485,7 @@ static void head_done(struct agg_owner *o, const Dml__Meta *m)
 	}
 	if (m->type != DML__MSG_TYPE__ACK)
 		o->agg->st.relayed_errors++;
+	agg_clocks_answered(o, h, m->type == DML__MSG_TYPE__ACK);
 	entry_free(o->agg, h);
 	agg_release_held(o->agg);
 }

@@ -75,6 +75,7 @@ static void on_ready(struct dml_conn *c, void *arg)
 	o->logged_err = 0;
 	/* What the last connection left unanswered goes first, in order. */
 	agg_pull_resend(o);
+	agg_clocks_resend(o);
 	agg_queue_pump(o);
 }
 
@@ -205,6 +206,7 @@ void agg_owners_free(struct dml_agg *a)
 		agg_queue_free(o);
 		agg_pull_free(o);
 		agg_residuals_free(o);
+		agg_clocks_free(o);
 		if (o->reconnect)
 			event_free(o->reconnect);
 		free(o->addr);

@@ -20,6 +20,15 @@
  * record for each other one, in the same commit (dml_server_store_pushed),
  * so a restart restores every contributor's sequence.
  *
+ * Clocks: a worker that routes its pushes through an aggregator sends its
+ * CLOCK there too, and the aggregator delivers it with the summed push
+ * holding that worker's last push before it (Contributor.clock), or in a
+ * CLOCK of its own once those pushes are all acknowledged. Either way a
+ * clock reaches this server after the pushes it follows, as a worker's own
+ * CLOCK does on its connection, without waiting for their ACK to cross
+ * back. A clock of a worker not live here, or of another incarnation, is
+ * dropped: the worker's HELLO brings its clock when it joins.
+ *
  * Must never: apply a summed push that holds any push applied before, or
  * change any worker's sequence for a push that was not applied.
  */
@@ -137,4 +146,24 @@ void dml_server_forwarded_applied(struct dml_server *s, const Dml__Meta *m)
 	}
 	s->st.pushes_forwarded++;
 	s->st.forwarded_contributors += m->n_contributors;
+}
+
+void dml_server_forwarded_clocks(struct dml_server *s, const Dml__Meta *m)
+{
+	int moved = 0;
+
+	for (size_t i = 0; i < m->n_contributors; i++) {
+		const Dml__Contributor *c = m->contributors[i];
+		struct dml_ssp_worker *w;
+
+		if (!c->clock)
+			continue;
+		w = dml_ssp_find(&s->ssp, c->worker);
+		if (!w || !w->live || w->incarnation != c->incarnation || c->clock <= w->clock)
+			continue;
+		dml_ssp_set_clock(&s->ssp, w, c->clock);
+		moved = 1;
+	}
+	if (moved)
+		dml_server_release_held(s);
 }

@@ -22,7 +22,8 @@ noinst_HEADERS += server/aggregator_internal.h server/aggregator_conf.h
 bin_PROGRAMS += server/dml-aggregator
 server_dml_aggregator_SOURCES = server/aggregator_main.c server/aggregator.c \
 	server/aggregator_conf.c server/aggregator_codec.c server/aggregator_queue.c server/aggregator_upstream.c \
-	server/aggregator_pull.c server/aggregator_metrics.c server/aggregator_sched.c
+	server/aggregator_pull.c server/aggregator_clocks.c server/aggregator_metrics.c \
+	server/aggregator_sched.c
 server_dml_aggregator_LDADD = proto/libdmlschedlink.la proto/libdmldaemon.la proto/libdmlproto.la
 
 

@@ -158,6 +158,8 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 		/* A resend after a reconnect: already applied once. */
 		ss->srv->st.duplicates++;
 		dml_server_store_duplicate(ss, m->request_id);
+		if (forwarded)
+			dml_server_forwarded_clocks(ss->srv, m);
 		return 0;
 	case DML_SEQ_JUMP:
 		ss->srv->st.seq_jumps++;
@@ -211,6 +213,8 @@ static int handle_push(struct session *ss, const Dml__Meta *m, const uint8_t *pa
 	dml_server_cut_applied(ss->srv, m->clock);
 	dml_server_store_pushed(ss, m, payload, w ? w->id : ss->node_id, w ? w->incarnation : 0,
 				deferred);
+	if (forwarded)
+		dml_server_forwarded_clocks(ss->srv, m);
 	return 0;
 }
 
@@ -424,7 +428,11 @@ int dml_server_on_frame(struct dml_conn *c, const Dml__Meta *m, const uint8_t *p
 		return 0;
 	case DML__MSG_TYPE__CLOCK:
 		s->st.requests[REQ_CLOCK]++;
-		if (!w)
+		if (ss->role == DML__ROLE__AGGREGATOR) {
+			dml_server_forwarded_clocks(s, m);
+			return 0;
+		}
+		if (!w || m->n_contributors)
 			return DML_EROLE;
 		dml_ssp_set_clock(&s->ssp, w, m->clock);
 		dml_server_release_held(s);

@@ -254,6 +254,14 @@ int dml_server_forwarded_check(struct session *ss, const Dml__Meta *m);
  * contributor's last_seq moves to its seq, and it is counted. */
 void dml_server_forwarded_applied(struct dml_server *s, const Dml__Meta *m);
 
+/**
+ * The clocks an aggregator delivers (Contributor.clock) with a summed push
+ * applied or acknowledged as a resend, or in a CLOCK of its own: each live
+ * worker of the incarnation named moves to its clock, and pulls waiting
+ * for them are answered.
+ */
+void dml_server_forwarded_clocks(struct dml_server *s, const Dml__Meta *m);
+
 /* ---- server_budget.c ---- */
 
 /**

@@ -79,6 +79,61 @@ START_TEST(test_two_pushes_one_forward_acked_after_owner)
 }
 END_TEST
 
+/*
+ * A worker's CLOCK through the aggregator rides on its last push still
+ * queued: the owner moves the worker's clock as it applies the summed
+ * push, while the ACKs are still held on their way back. A CLOCK that
+ * comes once that push is on its way goes on its own after the answer;
+ * one with no push queued goes at once.
+ */
+START_TEST(test_clocks_ride_with_the_summed_push)
+{
+	struct fixture f;
+	float a[KEYS], b[KEYS];
+	uint64_t p0, pulls;
+	int w1, w2;
+
+	fixture_start(&f, OWNER_PROXIED, "window_ms = 60000\n");
+	w1 = worker_connect(&f, 1);
+	w2 = worker_connect(&f, 2);
+	owner_stats(&f, &p0, &pulls);
+	ck_assert_uint_eq(owner_clock(&f, 1), 0);
+	fill(a, 1);
+	fill(b, 2);
+	send_push(w1, 11, 1, f.owner_addr, a);
+	send_clock(w1, 1, f.owner_addr);
+	wait_agg_metric(&f, "dml_aggregator_clocks_in_total", 1);
+	/* Its push waits for worker 2's, and the clock with it. */
+	ck_assert_uint_eq(owner_clock(&f, 1), 0);
+	ck_assert_int_eq(dml_test_proxy_hold(f.proxy), 0);
+	send_push(w2, 21, 1, f.owner_addr, b);
+	wait_owner_pushes(&f, p0 + 1);
+	ck_assert_uint_eq(owner_clock(&f, 1), 1);
+	expect_silence(w1);
+	/* Worker 2's clock comes after its push left: it follows the ACK. */
+	send_clock(w2, 1, f.owner_addr);
+	wait_agg_metric(&f, "dml_aggregator_clocks_in_total", 2);
+	ck_assert_uint_eq(owner_clock(&f, 2), 0);
+	ck_assert_int_eq(dml_test_proxy_pass(f.proxy), 0);
+	expect_reply(w1, 11, 0);
+	expect_reply(w2, 21, 0);
+	wait_owner_clock(&f, 2, 1);
+	wait_agg_metric(&f, "dml_aggregator_clocks_alone_total", 1);
+	/* No push queued: at once; a clock for an owner it does not know is refused. */
+	send_clock(w1, 2, f.owner_addr);
+	wait_owner_clock(&f, 1, 2);
+	wait_agg_metric(&f, "dml_aggregator_clocks_alone_total", 2);
+	send_clock(w1, 3, "127.0.0.1:1");
+	expect_reply(w1, 0, DML_ERANGE);
+	expect_alive(w1, 5);
+	ck_assert_uint_eq(owner_clock(&f, 1), 2);
+	expect_owner_sum(&f, 3);
+	close(w1);
+	close(w2);
+	fixture_end(&f);
+}
+END_TEST
+
 START_TEST(test_bad_requests_keep_the_connection)
 {
 	struct fixture f;
@@ -333,6 +388,7 @@ int main(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_two_pushes_one_forward_acked_after_owner);
+	tcase_add_test(tc, test_clocks_ride_with_the_summed_push);
 	tcase_add_test(tc, test_bad_requests_keep_the_connection);
 	tcase_add_test(tc, test_owner_killed_before_ack_gets_the_resend);
 	tcase_add_test(tc, test_window_forwards_a_lone_push);

@@ -54,6 +54,12 @@ void dense_meta(Dml__Meta *m, Dml__MsgType type, uint64_t rid, uint64_t clock,
 		const char *owner);
 /** A PUSH of the whole range at clock 1, KEYS floats. */
 void send_push(int fd, uint64_t rid, uint64_t seq, const char *owner, const float *v);
+/** A CLOCK for the owner (as libdml sends it through an aggregator). */
+void send_clock(int fd, uint64_t clock, const char *owner);
+/** The real owner's clock of worker id (STATS). */
+uint64_t owner_clock(struct fixture *f, uint32_t id);
+/** Wait until the real owner's clock of worker id reads want. */
+void wait_owner_clock(struct fixture *f, uint32_t id, uint64_t want);
 /** The next frame: an ACK of rid (code 0) or an ERROR of rid with code. */
 void expect_reply(int fd, uint64_t rid, int code);
 /** Nothing arrives for SILENCE_MS. */

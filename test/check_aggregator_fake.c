@@ -661,6 +661,43 @@ START_TEST(test_entry_moves_for_a_worker_behind)
 }
 END_TEST
 
+/*
+ * An open head does not hold back a closed entry it may move behind:
+ * worker 2's push of clock 2 waits for worker 1's, and worker 1's push of
+ * clock 1 (closed: worker 2 is past that clock) goes first, since worker 1
+ * may wait for its ACK before it pushes clock 2 (the mlp app keeps one
+ * push per table in flight). Worker 1's clock 2 then joins worker 2's.
+ */
+START_TEST(test_open_head_lets_a_closed_entry_pass)
+{
+	struct fixture f;
+	float v[KEYS];
+	Dml__Meta *u;
+	int w1, w2;
+
+	start_two_workers(&f, "clock_window_ms = 60000\n", &w1, &w2);
+	fill(v, 1);
+	send_push_at(w2, 21, 1, 2, f.owner_addr, v, NULL, DML_PACE_CLOCKED);
+	wait_agg_metric(&f, PUSHES_IN, 1);
+	send_push_at(w1, 11, 1, 1, f.owner_addr, v, NULL, DML_PACE_CLOCKED);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->clock, 1);
+	ck_assert_uint_eq(u->n_contributors, 1);
+	ck_assert_uint_eq(u->contributors[0]->worker, 1);
+	owner_answer(&f, u->request_id, 0);
+	expect_reply(w1, 11, 0);
+	dml_meta_free(u);
+	wait_agg_metric(&f, "dml_aggregator_entries_let_pass_total", 1);
+	send_push_at(w1, 12, 2, 2, f.owner_addr, v, NULL, DML_PACE_CLOCKED);
+	u = owner_read(&f, NULL);
+	ck_assert_uint_eq(u->clock, 2);
+	ck_assert_uint_eq(u->n_contributors, 2);
+	owner_acks_both(&f, u->request_id, w1, 12, w2, 21);
+	dml_meta_free(u);
+	end_two_workers(&f, w1, w2);
+}
+END_TEST
+
 void add_fake_owner_tests(TCase *tc)
 {
 	tcase_add_test(tc, test_forwarded_push_split_retry_relay);
@@ -673,4 +710,5 @@ void add_fake_owner_tests(TCase *tc)
 	tcase_add_test(tc, test_earlier_clock_goes_alone);
 	tcase_add_test(tc, test_entry_nobody_can_join_goes);
 	tcase_add_test(tc, test_entry_moves_for_a_worker_behind);
+	tcase_add_test(tc, test_open_head_lets_a_closed_entry_pass);
 }

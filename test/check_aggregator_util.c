@@ -157,6 +157,16 @@ void send_push(int fd, uint64_t rid, uint64_t seq, const char *owner, const floa
 	raw_frame_send(fd, &m, v, KEYS * sizeof(float));
 }
 
+void send_clock(int fd, uint64_t clock, const char *owner)
+{
+	Dml__Meta m = DML__META__INIT;
+
+	m.type = DML__MSG_TYPE__CLOCK;
+	m.clock = clock;
+	m.owner = (char *)owner;
+	raw_frame_send(fd, &m, NULL, 0);
+}
+
 /* The next frame on fd: an ACK of rid, or an ERROR of rid with code (!= 0). */
 void expect_reply(int fd, uint64_t rid, int code)
 {
@@ -199,7 +209,8 @@ void expect_alive(int fd, uint64_t rid)
 }
 
 /* The owner's push and pull counters, asked directly (not through a proxy). */
-void owner_stats(struct fixture *f, uint64_t *pushes, uint64_t *pulls)
+/* The real owner's STATS_REPLY (the caller frees it). */
+static Dml__Meta *owner_stats_reply(struct fixture *f)
 {
 	int fd = raw_peer(f, dml_test_server_port(f->owner), DML__ROLE__CONTROL, 99);
 	Dml__Meta m = DML__META__INIT, *r;
@@ -210,11 +221,43 @@ void owner_stats(struct fixture *f, uint64_t *pushes, uint64_t *pulls)
 	raw_frame_send(fd, &m, NULL, 0);
 	r = raw_frame_read(fd, &pl);
 	ck_assert_int_eq(r->type, DML__MSG_TYPE__STATS_REPLY);
+	free(pl);
+	close(fd);
+	return r;
+}
+
+void owner_stats(struct fixture *f, uint64_t *pushes, uint64_t *pulls)
+{
+	Dml__Meta *r = owner_stats_reply(f);
+
 	*pushes = r->stats->pushes;
 	*pulls = r->stats->pulls;
 	dml_meta_free(r);
-	free(pl);
-	close(fd);
+}
+
+uint64_t owner_clock(struct fixture *f, uint32_t id)
+{
+	Dml__Meta *r = owner_stats_reply(f);
+	uint64_t clock = UINT64_MAX;
+
+	for (size_t i = 0; i < r->stats->n_workers; i++)
+		if (r->stats->workers[i]->worker == id)
+			clock = r->stats->workers[i]->clock;
+	dml_meta_free(r);
+	ck_assert_msg(clock != UINT64_MAX, "worker %u is not in the owner's clock set", id);
+	return clock;
+}
+
+void wait_owner_clock(struct fixture *f, uint32_t id, uint64_t want)
+{
+	uint64_t clock = 0;
+
+	for (int i = 0; i < WAIT_MS / 20; i++) {
+		if ((clock = owner_clock(f, id)) >= want)
+			break;
+		usleep(20000);
+	}
+	ck_assert_uint_eq(clock, want);
 }
 
 void wait_owner_pushes(struct fixture *f, uint64_t want)

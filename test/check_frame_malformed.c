@@ -576,7 +576,8 @@ START_TEST(test_dtypes)
 END_TEST
 
 /* Meta.contributors, Meta.owner and Meta.forward_codec: where they may
- * appear, how many, how long, which codecs. */
+ * appear, how many, how long, which codecs; an aggregator's CLOCK names
+ * workers and clocks, no sequence numbers. */
 START_TEST(test_forward_fields)
 {
 	static const struct {
@@ -586,30 +587,39 @@ START_TEST(test_forward_fields)
 		size_t owner_len;
 		int want;
 		const char *codec;      /* Meta.forward_codec */
+		uint64_t clock;         /* every contributor's */
 	} cases[] = {
-		{ DML__MSG_TYPE__PUSH, 1, 1, 1, 0, 0, NULL },
-		{ DML__MSG_TYPE__PUSH, 2, 2, 9, 0, 0, NULL },
-		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS, 5, 5, 0, 0, NULL },
-		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS + 1, 5, 5, 0, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PUSH, 2, 0, 9, 0, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PUSH, 2, 2, 0, 0, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PULL, 1, 1, 1, 0, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__MIGRATE, 1, 1, 1, 0, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, NULL },
-		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN, 0, NULL },
-		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 14, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__MIGRATE, 0, 0, 0, 14, DML_EFRAME_DECODE, NULL },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, "topk:0.01" },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, "" },
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, DML_EFRAME_DECODE, "gzip" },
+		{ DML__MSG_TYPE__PUSH, 1, 1, 1, 0, 0, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 9, 0, 0, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS, 5, 5, 0, 0, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, DML_MAX_CONTRIBUTORS + 1, 5, 5, 0, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, 2, 0, 9, 0, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 0, 0, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PULL, 1, 1, 1, 0, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__MIGRATE, 1, 1, 1, 0, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, NULL, 0 },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN, 0, NULL, 0 },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 14, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__MIGRATE, 0, 0, 0, 14, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, "topk:0.01", 0 },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, 0, "", 0 },
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, DML_EFRAME_DECODE, "gzip", 0 },
 		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 14, DML_EFRAME_DECODE,
-		  "topk:0.0100000000000000000000000" },   /* 32 bytes */
-		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16" },
-		{ DML__MSG_TYPE__PULL, 0, 0, 0, 14, 0, "topk:0.05" },
-		{ DML__MSG_TYPE__PULL, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16" },
-		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16" },
+		  "topk:0.0100000000000000000000000", 0 },   /* 32 bytes */
+		{ DML__MSG_TYPE__PUSH, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16", 0 },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, 14, 0, "topk:0.05", 0 },
+		{ DML__MSG_TYPE__PULL, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16", 0 },
+		{ DML__MSG_TYPE__PULL_REPLY, 0, 0, 0, 0, DML_EFRAME_DECODE, "fp16", 0 },
+		{ DML__MSG_TYPE__PUSH, 2, 2, 9, 0, 0, NULL, 7 },
+		{ DML__MSG_TYPE__CLOCK, 2, 2, 0, 0, 0, NULL, 7 },
+		{ DML__MSG_TYPE__CLOCK, 1, 1, 3, 0, DML_EFRAME_DECODE, NULL, 7 },
+		{ DML__MSG_TYPE__CLOCK, 1, 1, 0, 0, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__CLOCK, 1, 0, 0, 0, DML_EFRAME_DECODE, NULL, 7 },
+		{ DML__MSG_TYPE__CLOCK, 0, 0, 0, 14, 0, NULL, 0 },
+		{ DML__MSG_TYPE__CLOCK, 0, 0, 0, DML_MAX_OWNER_LEN + 1, DML_EFRAME_DECODE, NULL, 0 },
+		{ DML__MSG_TYPE__CLOCK, 0, 0, 0, 14, DML_EFRAME_DECODE, "fp16", 0 },
 	};
 	struct dml_frame_limits lim;
 
@@ -630,7 +640,8 @@ START_TEST(test_forward_fields)
 			dml__contributor__init(&c[j]);
 			c[j].worker = (uint32_t)j + 1;
 			c[j].incarnation = 0x9e3779b97f4a7c15ull * (j + 1);
-			c[j].seq = j + 1;
+			c[j].seq = cases[i].type == DML__MSG_TYPE__CLOCK ? 0 : j + 1;
+			c[j].clock = cases[i].clock;
 			cp[j] = &c[j];
 		}
 		if (n) {
@@ -644,7 +655,10 @@ START_TEST(test_forward_fields)
 		m.contributors = cp;
 		m.owner = owner;
 		m.forward_codec = (char *)cases[i].codec;
-		if (cases[i].type == DML__MSG_TYPE__MIGRATE) {
+		if (cases[i].type == DML__MSG_TYPE__CLOCK) {
+			m.clock = 3;
+			b = build_frame(&m, NULL, 0);
+		} else if (cases[i].type == DML__MSG_TYPE__MIGRATE) {
 			m.dense = 1;
 			m.key_end = 1;
 			b = build_frame(&m, payload, 4);

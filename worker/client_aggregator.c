@@ -18,10 +18,16 @@
  * wire id and seq unchanged. The aggregator is dialled again with backoff
  * and used again once ready.
  *
- * Rule 4: a CLOCK goes to the owners only once every push issued through
- * the aggregator before that clock is answered; pushes issued after it do
- * not hold it. d->holds counts such pushes per issue clock; the answer
- * that empties the oldest count sends the CLOCK.
+ * Rule 4: a CLOCK reaches an owner only after every push issued through
+ * the aggregator before it. An aggregator whose WELCOME set relays_clocks
+ * carries it: while it is ready, the CLOCK for an owner with parts on its
+ * link goes there behind them (it rides on the last of them, or follows
+ * their answers), and straight to an owner with none. Otherwise the CLOCK
+ * waits until those pushes are answered; pushes issued after it do not
+ * hold it. d->holds counts such pushes per issue clock; the answer that
+ * empties the oldest count sends the CLOCK. When the aggregator's link
+ * comes back, or is given up, the clock goes again behind the parts
+ * resent (clocks only move forward: an owner takes a repeat as nothing).
  *
  * Must never: let two of one owner's pushes travel by different paths at
  * once (the owner's high-water mark would take the later one first and
@@ -125,24 +131,65 @@ static void clock_release(struct dml *d, struct part *p)
 		(void)dml_client_clock_announce(d);
 }
 
-int dml_client_clock_announce(struct dml *d)
+uint64_t dml_client_clock_straight(const struct link *l)
 {
-	/* Pushes issued at clock c hold back only the clocks after c. */
-	uint64_t c = d->nholds && d->holds[0].clock < d->clock ? d->holds[0].clock : d->clock;
-	int send = c > d->clock_sent, rc = 0;
+	const struct dml *d = l->d;
 
-	if (send)
-		d->clock_sent = c;
+	if (l->via_aggregator && d->nholds && d->holds[0].clock < d->clock_sent)
+		return d->holds[0].clock;
+	return d->clock_sent;
+}
+
+/* The aggregator can carry CLOCKs behind the pushes on its link now. */
+static int agg_relays(const struct dml *d)
+{
+	return d->agg && d->agg->ready && d->agg->relays_clocks;
+}
+
+/* d->clock_sent to every server of the map: behind its parts through the
+ * aggregator where it has some there and relay is set, else straight. */
+static int clock_send_all(struct dml *d, int relay)
+{
+	int rc = 0;
+
 	/* The servers of the current map; one that joins later hears it on ready. */
 	for (uint32_t i = 0; i < d->nroute; i++) {
 		struct link *l = d->route[i];
 
 		if (l->failed)
 			rc = DML_ECONN;
-		else if (l->ready && send)
+		else if (relay && l->via_aggregator)
+			dml_client_send_clock_via(d, l);
+		else if (l->ready)
 			dml_client_send_clock(l);
 	}
 	return rc;
+}
+
+int dml_client_clock_announce(struct dml *d)
+{
+	int relay = agg_relays(d);
+	/* Pushes issued at clock c hold back only the clocks after c. */
+	uint64_t c = !relay && d->nholds && d->holds[0].clock < d->clock ? d->holds[0].clock
+									   : d->clock;
+
+	if (c <= d->clock_sent) {
+		for (uint32_t i = 0; i < d->nroute; i++)
+			if (d->route[i]->failed)
+				return DML_ECONN;
+		return 0;
+	}
+	d->clock_sent = c;
+	return clock_send_all(d, relay);
+}
+
+void dml_client_agg_clock_resend(struct dml *d)
+{
+	if (!agg_relays(d))
+		return;
+	if (d->clock > d->clock_sent)
+		d->clock_sent = d->clock;
+	(void)clock_send_all(d, 1);
 }
 
 void dml_client_path_enter(struct dml *d, struct part *p)
@@ -182,6 +229,7 @@ int dml_client_agg_welcome(struct link *l, const Dml__Handshake *w)
 		l->fatal = DML_EROLE;
 		return DML_EROLE;
 	}
+	l->relays_clocks = w->relays_clocks;
 	if (w->zone && w->zone[0] && d->conf.zone[0] && strcmp(w->zone, d->conf.zone) != 0)
 		dml_warn("aggregator %s:%u is in zone %s, this worker in %s", l->host, l->port,
 			 w->zone, d->conf.zone);
@@ -223,6 +271,8 @@ static void fall_back(struct dml *d, const char *why)
 	}
 	dml_warn("aggregator %s:%u: %s: %u requests in flight go straight to their servers",
 		 a->host, a->port, why, moved);
+	/* A clock it was to carry behind them follows them there. */
+	(void)clock_send_all(d, 0);
 }
 
 void dml_client_agg_housekeeping(struct dml *d, uint64_t now)

@@ -147,6 +147,7 @@ struct link {
 	int cross_zone;                /* its WELCOME named a zone other than ours */
 	uint32_t codecs;               /* bit (1 << dtype): the server takes it */
 	int aggregator;                /* the zone aggregator's link, not a server's */
+	int relays_clocks;             /* aggregator: its WELCOME said it takes CLOCKs */
 	/* an owner's parts in flight per path (ordering rule 1: a part goes
 	 * the way the owner's unanswered ones went) */
 	uint32_t via_aggregator, direct;
@@ -240,6 +241,8 @@ struct part *dml_client_find_part(struct dml *d, uint64_t wire_id);
 void dml_client_part_finish(struct dml *d, struct part *p, int rc);
 int dml_client_part_send(struct dml *d, struct part *p);
 void dml_client_send_clock(struct link *l);
+/* CLOCK (d->clock_sent) for owner link l, through the aggregator's link. */
+void dml_client_send_clock_via(struct dml *d, struct link *l);
 int dml_client_part_submit(struct dml *d, struct part *p, struct link *l);
 const struct dml_shard_table *dml_client_lookup_table(struct dml *d, uint32_t table);
 struct part *dml_client_part_new(struct dml *d, enum part_kind kind,
@@ -301,9 +304,16 @@ void dml_client_path_enter(struct dml *d, struct part *p);
 void dml_client_path_leave(struct dml *d, struct part *p);
 int dml_client_agg_welcome(struct link *l, const Dml__Handshake *w);
 void dml_client_agg_housekeeping(struct dml *d, uint64_t now);
+/* The clock owner link l may hear straight: d->clock_sent, or the clock
+ * before the aggregator pushes still unanswered while l has parts there. */
+uint64_t dml_client_clock_straight(const struct link *l);
 /* Tell the servers of the map the clock they may hear now: d->clock, or
- * earlier while aggregator pushes from before it are unanswered. */
+ * earlier while aggregator pushes from before it are unanswered and the
+ * aggregator cannot carry the CLOCK behind them. */
 int dml_client_clock_announce(struct dml *d);
+/* The aggregator's link is ready again: the clock goes behind the parts
+ * it resent, for the owners they are for. */
+void dml_client_agg_clock_resend(struct dml *d);
 
 /* client_connect.c: connect and close. */
 void dml_client_free_all(struct dml *d);

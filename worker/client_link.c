@@ -100,6 +100,9 @@ static void on_ready(struct dml_conn *c, void *arg)
 			dml_client_part_finish(l->d, p, rc);
 		p = next;
 	}
+	/* Through the aggregator: the clock goes behind those pushes again. */
+	if (l->aggregator)
+		dml_client_agg_clock_resend(l->d);
 }
 
 static void *payload_dest(struct dml_conn *c, const Dml__Meta *m, void *arg)
@@ -239,7 +242,7 @@ void dml_client_link_connect(struct link *l)
 	struct dml *d = l->d;
 
 	/* HELLO carries where we are: a server new to us counts us from there. */
-	d->cc.clock = d->clock_sent;
+	d->cc.clock = dml_client_clock_straight(l);
 	if (dml_conn_connect(d->base, l->host, l->port, &d->cc, &client_ops, l, &l->conn)) {
 		l->conn = NULL;
 		l->retry_at_ns = dml_now_ns() + BACKOFF_MAX_MS * 1000000ull;

@@ -267,8 +267,24 @@ void dml_client_send_clock(struct link *l)
 	m.type = DML__MSG_TYPE__CLOCK;
 	m.sender = l->d->conf.worker_id;
 	m.job = l->d->conf.job;
-	m.clock = l->d->clock_sent;
+	m.clock = dml_client_clock_straight(l);
 	(void)dml_conn_send(l->conn, &m, NULL, 0, DML_SEND_COPY);
+}
+
+void dml_client_send_clock_via(struct dml *d, struct link *l)
+{
+	Dml__Meta m = DML__META__INIT;
+	char owner[300];
+
+	if (d->conf.role != 0 || d->clock_sent == 0 || !d->agg || !d->agg->ready)
+		return;
+	owner_address(l, owner, sizeof(owner));
+	m.type = DML__MSG_TYPE__CLOCK;
+	m.sender = d->conf.worker_id;
+	m.job = d->conf.job;
+	m.clock = d->clock_sent;
+	m.owner = owner;
+	(void)dml_conn_send(d->agg->conn, &m, NULL, 0, DML_SEND_COPY);
 }
 
 /*
