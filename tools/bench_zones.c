@@ -97,7 +97,7 @@ static const struct bench_opt zones_opt_rows[] = {
 		  "int8,topk:0.01; at most " BENCH_STR(ZONES_LOSSY_MAX) ")" },
 	{ .name = "lossy-pull", .arg = "NAME", .parse = bench_opt_string,
 	  .offset = Z_FIELD(lossy_pull),
-	  .help = "(e)'s cross-zone pull codec (default topk:0.05:\n"
+	  .help = "(e)'s cross-zone pull codec (default topk:0.04:\n"
 		  "delta pulls through the aggregators)" },
 	{ .name = "configs", .arg = "LIST", .parse = bench_opt_string,
 	  .offset = Z_FIELD(configs),
@@ -571,7 +571,7 @@ int bench_zones_main(int argc, char **argv)
 {
 	struct zones_opts o = {
 		.zones = "A:2,B:2", .wan = "100mbit", .lossy = "int8,topk:0.01",
-		.lossy_pull = "topk:0.05", .configs = "abcde", .servers = 1, .rounds = 1,
+		.lossy_pull = "topk:0.04", .configs = "abcde", .servers = 1, .rounds = 1,
 		.epochs = ZONES_DEFAULT_EPOCHS, .target = 0.87, .smooth = 0.5,
 		.max_seconds = 900,
 	};
