@@ -73,6 +73,14 @@ struct agg_owner *agg_owner_find(struct dml_agg *a, const char *addr)
 	return NULL;
 }
 
+int agg_owners_take_clocks(const struct dml_agg *a)
+{
+	for (size_t i = 0; i < a->nowners; i++)
+		if (!a->owners[i].ready || !a->owners[i].takes_clocks)
+			return 0;
+	return a->nowners > 0;
+}
+
 void agg_release_held(struct dml_agg *a)
 {
 	if (a->pending_bytes >= a->conf->max_pending)
@@ -101,7 +109,9 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	welcome->zone = s->agg->conf->zone;
 	welcome->n_codecs = DML_ARRAY_LEN(agg_codecs);
 	welcome->codecs = agg_codecs;
-	welcome->relays_clocks = 1;
+	/* A worker may send its clocks here only if every owner takes them:
+	 * an older server would drop them, or refuse the CLOCK. */
+	welcome->relays_clocks = agg_owners_take_clocks(s->agg);
 	dml_info("peer %s: worker %u joined", dml_conn_peer(c), hello->node_id);
 	return 0;
 }

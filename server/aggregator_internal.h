@@ -158,6 +158,7 @@ struct agg_owner {
 	struct agg_clock *clocks; /* clocks sent on their own (aggregator_clocks.c) */
 	size_t nclocks;
 	uint32_t codecs;          /* dtypes its WELCOME offers, bit per dtype */
+	int takes_clocks;         /* its WELCOME set relays_clocks */
 	uint64_t next_rid;
 };
 
@@ -197,6 +198,8 @@ void agg_relay_error(struct agg_session *s, uint64_t rid, const Dml__Meta *err);
 void agg_reply_ack(struct agg_session *s, uint64_t rid);
 /** Sessions held for room in the queues read on once there is room. */
 void agg_release_held(struct dml_agg *a);
+/** Every owner is connected and takes workers' clocks (relays_clocks). */
+int agg_owners_take_clocks(const struct dml_agg *a);
 /** The owner named by Meta.owner, or NULL. */
 struct agg_owner *agg_owner_find(struct dml_agg *a, const char *addr);
 

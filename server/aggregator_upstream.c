@@ -62,6 +62,7 @@ static int on_welcome(struct dml_conn *c, const Dml__Handshake *welcome, void *a
 		return DML_EROLE;
 	}
 	o->codecs = dml_welcome_codecs(welcome);
+	o->takes_clocks = welcome->relays_clocks;
 	return 0;
 }
 

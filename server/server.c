@@ -128,6 +128,8 @@ static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handsh
 	welcome->zone = s->conf->zone;
 	welcome->n_codecs = DML_ARRAY_LEN(server_codecs);
 	welcome->codecs = server_codecs;
+	/* It takes the workers' clocks an aggregator delivers (forwarded.c). */
+	welcome->relays_clocks = hello->role == DML__ROLE__AGGREGATOR;
 	dml_info("peer %s: %s %u joined", dml_conn_peer(c), role_name(hello->role),
 		 hello->node_id);
 	return 0;

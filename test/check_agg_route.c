@@ -526,6 +526,22 @@ START_TEST(test_real_aggregator)
 		  2 * rounds);
 	ck_assert(agg_metric_wait(metrics, "dml_aggregator_pulls_in_total", rounds) == rounds);
 
+	/* Worker 1's push waits in the aggregator for worker 2's: its CLOCK
+	 * goes through the aggregator behind it (the owner's WELCOME said it
+	 * takes such clocks), not once the push is answered. */
+	{
+		dml_handle_t h[2];
+
+		push_ones(w[0], &h[0]);
+		ck_assert_int_eq(dml_clock(w[0]), 0);
+		ck_assert(agg_metric_wait(metrics, "dml_aggregator_clocks_in_total", 1) >= 1);
+		push_ones(w[1], &h[1]);
+		ck_assert_int_eq(dml_clock(w[1]), 0);
+		for (int i = 0; i < 2; i++)
+			wait_ok(w[i], h[i]);
+	}
+	rounds++;
+
 	/* Killed with both pushes of a round in flight on it, or about to be. */
 	{
 		dml_handle_t h[2];
