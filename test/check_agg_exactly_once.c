@@ -112,8 +112,13 @@ static void worker_main(struct cluster *k, uint32_t worker, int fd, uint64_t inc
 		for (uint32_t i = 0; i < WINDOW; i++) {
 			uint32_t p = p0 + i;
 
-			if (dml_wait(d, h[i]) != 0)
+			int rc = dml_wait(d, h[i]);
+
+			if (rc != 0) {
+				fprintf(stderr, "worker %u: push %u: %s (%s)\n", worker, p,
+					dml_strerror(rc), dml_error_detail(d));
 				_exit(5);
+			}
 			if (write(fd, &p, sizeof(p)) != sizeof(p))
 				_exit(6);
 		}
