@@ -7,6 +7,7 @@
  * every count and index before it reads or writes by them.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,10 +23,14 @@
 /* topk's encoding: a count, then (index, value) pairs. */
 #define TOPK_HEAD 4u
 #define TOPK_PAIR 8u
+/* topk16's pairs: a varint gap (5 bytes at most: indices are 32-bit) and a
+ * half. */
+#define TOPK16_GAP_MAX 5u
+#define TOPK16_PAIR_MAX (TOPK16_GAP_MAX + 2u)
 
 static const char *const codec_names[] = {
 	[DML_CODEC_NONE] = "none", [DML_CODEC_FP16] = "fp16", [DML_CODEC_BF16] = "bf16",
-	[DML_CODEC_INT8] = "int8", [DML_CODEC_TOPK] = "topk",
+	[DML_CODEC_INT8] = "int8", [DML_CODEC_TOPK] = "topk", [DML_CODEC_TOPK16] = "topk16",
 };
 
 static int parse_fail(char *err, size_t errlen, const char *fmt, const char *s)
@@ -37,34 +42,38 @@ static int parse_fail(char *err, size_t errlen, const char *fmt, const char *s)
 
 int dml_codec_parse(const char *s, struct dml_codec *c, char *err, size_t errlen)
 {
-	static const char topk[] = "topk:";
+	enum dml_codec_kind kind = DML_CODEC_TOPK;
+	const char *name = s, *colon;
 	double f;
 	char *end;
 
 	if (!s || !c)
 		return parse_fail(err, errlen, "%s", "no codec given");
 	for (size_t k = 0; k < DML_ARRAY_LEN(codec_names); k++)
-		if (k != DML_CODEC_TOPK && strcmp(s, codec_names[k]) == 0) {
+		if (!dml_codec_sparse((enum dml_codec_kind)k) && strcmp(s, codec_names[k]) == 0) {
 			*c = (struct dml_codec){ .kind = (enum dml_codec_kind)k };
 			return 0;
 		}
-	if (strncmp(s, topk, sizeof(topk) - 1) != 0)
-		return parse_fail(err, errlen,
-				  "codec '%s' is none of none, fp16, bf16, int8, topk:FRACTION", s);
-	s += sizeof(topk) - 1;
+	colon = strchr(s, ':');
+	if (colon && (size_t)(colon - s) == strlen("topk16") && strncmp(s, "topk16", 6) == 0)
+		kind = DML_CODEC_TOPK16;
+	else if (!colon || (size_t)(colon - s) != strlen("topk") || strncmp(s, "topk", 4) != 0)
+		return parse_fail(err, errlen, "codec '%s' is none of none, fp16, bf16, int8, "
+				  "topk:FRACTION, topk16:FRACTION", s);
+	s = colon + 1;
 	errno = 0;
 	f = *s ? strtod(s, &end) : 0.0;
 	if (!*s || *end || errno || !(f > 0.0 && f <= 1.0))
 		return parse_fail(err, errlen,
-				  "topk:%s: the fraction sent must be a number in (0, 1]", s);
-	*c = (struct dml_codec){ .kind = DML_CODEC_TOPK, .topk_fraction = (float)f };
+				  "%s: the fraction sent must be a number in (0, 1]", name);
+	*c = (struct dml_codec){ .kind = kind, .topk_fraction = (float)f };
 	return 0;
 }
 
 const char *dml_codec_format(const struct dml_codec *c, char *buf, size_t len)
 {
-	if (c->kind == DML_CODEC_TOPK)
-		snprintf(buf, len, "topk:%g", (double)c->topk_fraction);
+	if (dml_codec_sparse(c->kind))
+		snprintf(buf, len, "%s:%g", codec_names[c->kind], (double)c->topk_fraction);
 	else if ((size_t)c->kind < DML_ARRAY_LEN(codec_names))
 		snprintf(buf, len, "%s", codec_names[c->kind]);
 	else
@@ -108,6 +117,8 @@ size_t dml_codec_bound(const struct dml_codec *c, size_t n)
 		return int8_bytes(n);
 	case DML_CODEC_TOPK:
 		return TOPK_HEAD + topk_count(c, n) * TOPK_PAIR;
+	case DML_CODEC_TOPK16:
+		return TOPK_HEAD + topk_count(c, n) * TOPK16_PAIR_MAX;
 	}
 	return 0;
 }
@@ -120,6 +131,10 @@ int dml_codec_len_ok(enum dml_codec_kind kind, size_t n, size_t len)
 	case DML_CODEC_TOPK:
 		return n <= UINT32_MAX && len >= TOPK_HEAD && (len - TOPK_HEAD) % TOPK_PAIR == 0 &&
 		       (len - TOPK_HEAD) / TOPK_PAIR <= n;
+	case DML_CODEC_TOPK16:
+		/* The count and the pairs' widths are read from the bytes. */
+		return n <= UINT32_MAX && len >= TOPK_HEAD &&
+		       (len - TOPK_HEAD) / TOPK16_PAIR_MAX <= n;
 	case DML_CODEC_NONE:
 	case DML_CODEC_FP16:
 	case DML_CODEC_BF16:
@@ -174,113 +189,227 @@ static float kth_largest(float *m, size_t n, size_t k)
 /* Values sampled to guess a threshold, on tensors of 4x as many or more. */
 #define TOPK_SAMPLE 4096u
 
-/* How many of v[0..n) are at least t in magnitude. */
-static size_t count_at_least(const float *v, size_t n, float t)
+/*
+ * A magnitude a little under the k-th largest of v, guessed from a strided
+ * sample, so that about 1.25 k values are at least it; 0 (every value) on
+ * a tensor too small to sample.
+ */
+static float topk_guess(const float *v, size_t n, size_t k)
 {
-	size_t c = 0;
+	float sample[TOPK_SAMPLE];
+	size_t stride = n / TOPK_SAMPLE;
+	size_t at = (size_t)((double)k * TOPK_SAMPLE / (double)n * 1.25) + 16;
 
-	for (size_t i = 0; i < n; i++)
-		c += fabsf(v[i]) >= t;
-	return c;
+	if (n < 4 * TOPK_SAMPLE)
+		return 0.0f;
+	for (size_t j = 0; j < TOPK_SAMPLE; j++)
+		sample[j] = fabsf(v[j * stride]);
+	return kth_largest(sample, TOPK_SAMPLE, at < TOPK_SAMPLE ? at : TOPK_SAMPLE);
 }
 
 /*
- * The k-th largest magnitude of v (finite values). On a big tensor a
- * strided sample guesses a threshold a little under it, so that only the
- * values above the guess, about 1.25 k, go through the quickselect; a guess
- * that proves too high (fewer than k above it) falls back to every value.
+ * The candidates of v for its k largest magnitudes: the indices, rising,
+ * of every value at least guess in magnitude (at most cap of them), their
+ * magnitudes alongside; the count, or SIZE_MAX when a value is not finite
+ * (a NaN has no rank) or more than cap qualify. One pass over v: the
+ * finite check rides along.
  */
-static int topk_threshold(const float *v, size_t n, size_t k, float *t)
+static size_t topk_candidates(const float *v, size_t n, float guess, size_t cap,
+			      uint32_t *idx, float *mag)
 {
-	float guess = 0.0f, *m;
-	size_t c = n;
+	size_t c = 0;
+	int bad = 0;
 
-	if (n >= 4 * TOPK_SAMPLE) {
-		float sample[TOPK_SAMPLE];
-		size_t stride = n / TOPK_SAMPLE;
-		size_t at = (size_t)((double)k * TOPK_SAMPLE / (double)n * 1.25) + 16;
-
-		for (size_t j = 0; j < TOPK_SAMPLE; j++)
-			sample[j] = fabsf(v[j * stride]);
-		guess = kth_largest(sample, TOPK_SAMPLE, at < TOPK_SAMPLE ? at : TOPK_SAMPLE);
-		c = count_at_least(v, n, guess);
-		if (c < k) {
-			guess = 0.0f;
-			c = n;
-		}
-	}
-	m = malloc(c * sizeof(float));
-	if (!m)
-		return DML_ENOMEM;
-	for (size_t i = 0, j = 0; i < n; i++)
-		if (fabsf(v[i]) >= guess)
-			m[j++] = fabsf(v[i]);
-	*t = kth_largest(m, c, k);
-	free(m);
-	return 0;
-}
-
-static int topk_encode(const struct dml_codec *c, const float *x, size_t n, float *r,
-		       uint8_t *out)
-{
-	size_t k = topk_count(c, n), above = 0, ties, sent = 0;
-	const float *v = r ? r : x;
-	float t;
-	int rc;
-
-	dml_store_le32(out, (uint32_t)k);
-	if (k == 0)
-		return 0;
-	for (size_t i = 0; r && i < n; i++)
-		r[i] += x[i];
-	/* A NaN has no magnitude to rank: such a tensor is refused. */
-	if (!dml_values_finite(v, n))
-		return DML_EINVAL;
-	if ((rc = topk_threshold(v, n, k, &t)) != 0)
-		return rc;
-	/* Every value above the threshold, then the first ones equal to it. */
-	for (size_t i = 0; i < n; i++)
-		above += fabsf(v[i]) > t;
-	ties = k - above;
-	out += TOPK_HEAD;
-	for (size_t i = 0; i < n && sent < k; i++) {
+	/* Written always, kept when it qualifies: no branch to mispredict on
+	 * the values (idx and mag hold cap + 1, for the last write). */
+	for (size_t i = 0; i < n; i++) {
 		float a = fabsf(v[i]);
 
-		if (a > t || (a == t && ties > 0)) {
-			ties -= a == t;
-			dml_store_le32(out, (uint32_t)i);
-			memcpy(out + 4, &v[i], sizeof(float));
-			out += TOPK_PAIR;
-			sent++;
-			if (r)
-				r[i] = 0.0f;   /* sent whole */
-		}
+		bad |= !(a <= FLT_MAX);
+		idx[c] = (uint32_t)i;
+		mag[c] = a;
+		c += a >= guess;
+		if (c > cap)
+			return SIZE_MAX;
 	}
-	return 0;
+	return bad ? SIZE_MAX : c;
 }
 
-static int topk_decode(const uint8_t *in, size_t len, size_t n, float *out)
+/* One pair of topk16 at out: index i's gap past next, then v in fp16; the
+ * bytes written. With r, r[i] keeps what the half does not carry. */
+static size_t topk16_pair(uint8_t *out, size_t i, size_t next, float v, float *r)
 {
-	size_t k;
+	uint32_t gap = (uint32_t)(i - next);
+	uint16_t h = dml_float_to_half(v);
+	size_t w = 0;
+
+	while (gap >= 0x80u) {
+		out[w++] = (uint8_t)(gap | 0x80u);
+		gap >>= 7;
+	}
+	out[w++] = (uint8_t)gap;
+	dml_store_le16(out + w, h);
+	if (r)
+		r[i] = v - dml_half_to_float(h);
+	return w + 2;
+}
+
+/*
+ * The pairs of topk (half = 0) or topk16 (half = 1) for the c candidates
+ * idx of v whose magnitude is above t, then the first ones equal to it,
+ * ties of them; the end of the bytes written.
+ */
+static uint8_t *topk_pairs(uint8_t *out, const float *v, float *r, const uint32_t *idx,
+			   size_t c, float t, size_t ties, int half)
+{
+	size_t next = 0;
+
+	for (size_t j = 0; j < c; j++) {
+		size_t i = idx[j];
+		float a = fabsf(v[i]);
+
+		if (!(a > t || (a == t && ties > 0)))
+			continue;
+		ties -= a == t;
+		if (half) {
+			out += topk16_pair(out, i, next, v[i], r);
+			next = i + 1;
+			continue;
+		}
+		dml_store_le32(out, (uint32_t)i);
+		memcpy(out + 4, &v[i], sizeof(float));
+		out += TOPK_PAIR;
+		if (r)
+			r[i] = 0.0f;   /* sent whole */
+	}
+	return out;
+}
+
+/*
+ * topk (half = 0) or topk16 (half = 1) of x (+ r) into out; the bytes
+ * written go to *len. The sampled guess leaves about 1.25 k candidates; a
+ * guess that proves too high (fewer than k at least it) or too low (more
+ * than the room kept for them) falls back to every value.
+ */
+static int topk_encode(const struct dml_codec *c, const float *x, size_t n, float *r,
+		       uint8_t *out, int half, size_t *len)
+{
+	size_t k = topk_count(c, n), cap = n, nc = 0, above = 0;
+	const float *v = r ? r : x;
+	uint32_t *idx = NULL;
+	float guess, t, *mag = NULL;
+	int rc = 0;
+
+	dml_store_le32(out, (uint32_t)k);
+	*len = TOPK_HEAD;
+	if (k == 0)
+		return 0;
+	if (r)
+		codec_add(r, x, n);
+	guess = topk_guess(v, n, k);
+	if (guess > 0.0f)
+		cap = 4 * k + 1024 < n ? 4 * k + 1024 : n;
+	idx = malloc((cap + 1) * sizeof(*idx));
+	mag = malloc((cap + 1) * sizeof(*mag));
+	if (!idx || !mag) {
+		rc = DML_ENOMEM;
+		goto done;
+	}
+	nc = topk_candidates(v, n, guess, cap, idx, mag);
+	if (guess > 0.0f && (nc == SIZE_MAX || nc < k) && dml_values_finite(v, n)) {
+		free(idx);
+		free(mag);
+		idx = malloc((n + 1) * sizeof(*idx));
+		mag = malloc((n + 1) * sizeof(*mag));
+		if (!idx || !mag) {
+			rc = DML_ENOMEM;
+			goto done;
+		}
+		nc = topk_candidates(v, n, 0.0f, n, idx, mag);
+	}
+	/* A NaN has no magnitude to rank: such a tensor is refused. */
+	if (nc == SIZE_MAX) {
+		rc = DML_EINVAL;
+		goto done;
+	}
+	/* mag is reordered by the select; idx keeps the candidates in order. */
+	t = kth_largest(mag, nc, k);
+	for (size_t j = 0; j < nc; j++)
+		above += fabsf(v[idx[j]]) > t;
+	*len = (size_t)(topk_pairs(out + TOPK_HEAD, v, r, idx, nc, t, k - above, half) - out);
+done:
+	free(idx);
+	free(mag);
+	return rc;
+}
+
+/* A varint gap of topk16 at in[*at..len): 0, or -1 past len or 32 bits. */
+static int topk16_gap(const uint8_t *in, size_t len, size_t *at, uint64_t *gap)
+{
+	uint64_t g = 0;
+
+	for (unsigned shift = 0; shift < 7 * TOPK16_GAP_MAX; shift += 7) {
+		uint8_t b;
+
+		if (*at >= len)
+			return -1;
+		b = in[(*at)++];
+		g |= (uint64_t)(b & 0x7fu) << shift;
+		if (!(b & 0x80u)) {
+			*gap = g;
+			return g <= UINT32_MAX ? 0 : -1;
+		}
+	}
+	return -1;
+}
+
+/*
+ * Walk a topk (half = 0) or topk16 (half = 1) encoding of n values,
+ * checking every count, index and value: with out NULL only that, else
+ * each value sent goes to (add: is added to) out at its index as it is
+ * read. 0, or DML_ESHAPE.
+ */
+static int topk_walk(const uint8_t *in, size_t len, size_t n, int half, float *out, int add)
+{
+	size_t k, at = TOPK_HEAD;
+	uint64_t next = 0;
 
 	if (len < TOPK_HEAD)
 		return DML_ESHAPE;
 	k = dml_load_le32(in);
-	if (k > n || len != TOPK_HEAD + k * TOPK_PAIR)
+	/* topk: 8 bytes a pair; topk16: 3 bytes at least */
+	if (k > n || (!half && len != TOPK_HEAD + k * TOPK_PAIR) ||
+	    (half && k > (len - TOPK_HEAD) / 3))
 		return DML_ESHAPE;
-	memset(out, 0, n * sizeof(float));
-	in += TOPK_HEAD;
-	for (size_t j = 0, next = 0; j < k; j++, in += TOPK_PAIR) {
-		size_t i = dml_load_le32(in);
+	for (size_t j = 0; j < k; j++) {
+		uint64_t i, gap;
 		float v;
 
-		memcpy(&v, in + 4, sizeof(v));
-		if (i < next || i >= n || !dml_values_finite(&v, 1))
-			return DML_ESHAPE;   /* out of order, repeated, out of range */
-		out[i] = v;
+		if (half) {
+			uint16_t h;
+
+			if (topk16_gap(in, len, &at, &gap) != 0 || gap >= n - next || len - at < 2)
+				return DML_ESHAPE;   /* out of range, or short */
+			h = dml_load_le16(in + at);
+			at += 2;
+			if ((h & 0x7c00u) == 0x7c00u)
+				return DML_ESHAPE;   /* an infinity or a NaN */
+			i = next + gap;
+			v = dml_half_to_float(h);
+		} else {
+			i = dml_load_le32(in + at);
+			memcpy(&v, in + at + 4, sizeof(v));
+			at += TOPK_PAIR;
+			if (i < next || i >= n || !dml_values_finite(&v, 1))
+				return DML_ESHAPE;   /* out of order, repeated, out of range */
+		}
 		next = i + 1;
+		if (out && add)
+			out[i] += v;
+		else if (out)
+			out[i] = v;
 	}
-	return 0;
+	return at == len ? 0 : DML_ESHAPE;
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -289,7 +418,6 @@ int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
 		     float *residual, void *out, size_t cap, size_t *len)
 {
 	size_t need = c ? dml_codec_bound(c, n) : 0;
-	int rc = 0;
 
 	if (!c || !len || (n > 0 && (!x || !out || need == 0)) || cap < need ||
 	    (need > 0 && !out) || (residual && residual == x))
@@ -297,8 +425,7 @@ int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
 	switch (c->kind) {
 	case DML_CODEC_NONE:
 		if (residual) {
-			for (size_t i = 0; i < n; i++)
-				residual[i] += x[i];
+			codec_add(residual, x, n);
 			memcpy(out, residual, n * sizeof(float));
 			memset(residual, 0, n * sizeof(float));   /* all sent */
 		} else if (n > 0) {
@@ -315,14 +442,13 @@ int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
 		codec_int8_encode(x, n, residual, out);
 		break;
 	case DML_CODEC_TOPK:
-		rc = topk_encode(c, x, n, residual, out);
-		break;
+	case DML_CODEC_TOPK16:
+		return topk_encode(c, x, n, residual, out, c->kind == DML_CODEC_TOPK16, len);
 	default:
 		return DML_EINVAL;
 	}
-	if (rc == 0)
-		*len = need;
-	return rc;
+	*len = need;
+	return 0;
 }
 
 int dml_codec_decode(const struct dml_codec *c, const void *in, size_t len, size_t n,
@@ -332,8 +458,11 @@ int dml_codec_decode(const struct dml_codec *c, const void *in, size_t len, size
 
 	if (!c || (n > 0 && !out) || (len > 0 && !in) || n > UINT32_MAX)
 		return DML_EINVAL;
-	if (c->kind == DML_CODEC_TOPK)
-		return topk_decode(in, len, n, out);
+	if (dml_codec_sparse(c->kind)) {
+		if (n > 0)
+			memset(out, 0, n * sizeof(float));
+		return topk_walk(in, len, n, c->kind == DML_CODEC_TOPK16, out, 0);
+	}
 	need = dml_codec_bound(c, n);
 	if (len != need)
 		return DML_ESHAPE;
@@ -350,4 +479,29 @@ int dml_codec_decode(const struct dml_codec *c, const void *in, size_t len, size
 	default:
 		return DML_EINVAL;
 	}
+}
+
+int dml_codec_decode_add(const struct dml_codec *c, const void *in, size_t len, size_t n,
+			 float *out)
+{
+	float *d;
+	int rc;
+
+	if (!c || (n > 0 && !out) || (len > 0 && !in) || n > UINT32_MAX)
+		return DML_EINVAL;
+	if (dml_codec_sparse(c->kind)) {
+		int half = c->kind == DML_CODEC_TOPK16;
+
+		/* checked whole before out changes */
+		rc = topk_walk(in, len, n, half, NULL, 1);
+		return rc ? rc : topk_walk(in, len, n, half, out, 1);
+	}
+	d = malloc(n ? n * sizeof(float) : 1);
+	if (!d)
+		return DML_ENOMEM;
+	rc = dml_codec_decode(c, in, len, n, d);
+	if (rc == 0)
+		codec_add(out, d, n);
+	free(d);
+	return rc;
 }

@@ -104,9 +104,9 @@ int dml_conf_check_pull_codec(const void *field, char *err, size_t errlen)
 
 	if (dml_codec_parse(*(const char *const *)field, &c, err, errlen))
 		return DML_ECONF;
-	if (c.kind == DML_CODEC_TOPK) {
-		snprintf(err, errlen, "topk drops values, a pull reply carries them all "
-			 "(none, fp16, bf16 or int8)");
+	if (dml_codec_sparse(c.kind)) {
+		snprintf(err, errlen, "%s drops values, a pull reply carries them all "
+			 "(none, fp16, bf16 or int8)", c.kind == DML_CODEC_TOPK ? "topk" : "topk16");
 		return DML_ECONF;
 	}
 	return 0;

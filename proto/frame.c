@@ -217,7 +217,7 @@ static int data_payload_expected(const Dml__Meta *m, const struct dml_frame_head
 static const enum dml_codec_kind dtype_kinds[] = {
 	[DML__DTYPE__F32] = DML_CODEC_NONE, [DML__DTYPE__F16] = DML_CODEC_FP16,
 	[DML__DTYPE__INT8] = DML_CODEC_INT8, [DML__DTYPE__BF16] = DML_CODEC_BF16,
-	[DML__DTYPE__TOPK] = DML_CODEC_TOPK,
+	[DML__DTYPE__TOPK] = DML_CODEC_TOPK, [DML__DTYPE__TOPK16] = DML_CODEC_TOPK16,
 };
 
 uint32_t dml_welcome_codecs(const Dml__Handshake *welcome)
@@ -264,9 +264,9 @@ static bool dtype_allowed(const Dml__Meta *m)
 	case DML__MSG_TYPE__PUSH:
 		return true;
 	case DML__MSG_TYPE__PULL:
-		return c.kind != DML_CODEC_TOPK;
+		return !dml_codec_sparse(c.kind);
 	case DML__MSG_TYPE__PULL_REPLY:
-		return c.kind != DML_CODEC_TOPK || m->delta;
+		return !dml_codec_sparse(c.kind) || m->delta;
 	default:
 		return false;
 	}
@@ -306,10 +306,11 @@ static bool codec_name_ok(const char *name, int lossy)
  * delivers) only on a PUSH, each naming a worker and a sequence number, or
  * a CLOCK, each naming a worker and a clock, no sequence number; at most
  * DML_MAX_CONTRIBUTORS; Meta.owner (a part or a clock routed through an
- * aggregator) only on PUSH, PULL and CLOCK, at most DML_MAX_OWNER_LEN bytes; Meta.forward_codec only with Meta.owner,
- * a codec dml_codec_parse reads; Meta.delta_codec (lossy) and Meta.held_version only
- * on a dense PULL asking F32 (held_version also on a PULL_REPLY), Meta.delta only on
- * a PULL_REPLY; Meta.pace only on a PUSH, one of DML_PACE_*.
+ * aggregator) only on PUSH, PULL and CLOCK, at most DML_MAX_OWNER_LEN bytes;
+ * Meta.forward_codec only with Meta.owner, a codec dml_codec_parse reads;
+ * Meta.delta_codec (lossy) and Meta.held_version only on a dense PULL asking
+ * F32 (held_version also on a PULL_REPLY), Meta.delta only on a PULL_REPLY;
+ * Meta.pace only on a PUSH, one of DML_PACE_*.
  */
 static bool forward_fields_ok(const Dml__Meta *m)
 {

@@ -243,8 +243,8 @@ static const struct dml_conf_option job_options[] = {
 	  "adagrad/adam denominator guard (> 0 for those)" },
 	{ "table", "codec", DML_CONF_STRING, T(codec), "none", 0, 0, NULL,
 	  dml_conf_check_codec, "how pushes travel from a worker to a server of its own "
-	  "zone: none, fp16, bf16, int8 or topk:FRACTION (the lossy ones with error "
-	  "feedback)" },
+	  "zone: none, fp16, bf16, int8, topk:FRACTION or topk16:FRACTION (the lossy ones "
+	  "with error feedback)" },
 	{ "table", "codec_cross_zone", DML_CONF_STRING, T(codec_cross_zone), "fp16", 0, 0, NULL,
 	  dml_conf_check_codec, "how pushes travel to a server of another zone (as codec)" },
 	{ "table", "pull_codec", DML_CONF_STRING, T(pull_codec), "none", 0, 0, NULL,
@@ -252,8 +252,8 @@ static const struct dml_conf_option job_options[] = {
 	  "own zone: none, fp16, bf16 or int8" },
 	{ "table", "pull_codec_cross_zone", DML_CONF_STRING, T(pull_codec_cross_zone), "fp16",
 	  0, 0, NULL, dml_conf_check_codec, "how pull replies travel from a server of "
-	  "another zone (as pull_codec; or topk:FRACTION: a zone aggregator's delta pulls, "
-	  "fp16 for a worker pulling straight)" },
+	  "another zone (as pull_codec; or topk:FRACTION, topk16:FRACTION: a zone "
+	  "aggregator's delta pulls, fp16 for a worker pulling straight)" },
 };
 
 /* ---- file to spec ------------------------------------------------------ */

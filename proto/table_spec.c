@@ -122,7 +122,7 @@ enum codec_use { CODEC_PUSH, CODEC_PULL, CODEC_PULL_CROSS };
 
 /*
  * One codec key: empty takes dflt. A pull reply carries every value, so a
- * pull codec may not be topk, but across zones: there topk:F asks a zone
+ * pull codec may not be topk (or topk16), but across zones: there topk:F asks a zone
  * aggregator's delta pulls (dml.proto, Meta.delta_codec).
  */
 static int spec_codec(const Dml__TableSpec *ts, const char *key, const char *value,
@@ -137,10 +137,11 @@ static int spec_codec(const Dml__TableSpec *ts, const char *key, const char *val
 		snprintf(err, errlen, "table %u: %s: %s", ts->id, key, why);
 		return DML_EINVAL;
 	}
-	if (use == CODEC_PULL && out->kind == DML_CODEC_TOPK) {
-		snprintf(err, errlen, "table %u: %s: topk drops values, a pull reply "
-			 "carries them all (none, fp16, bf16 or int8; topk only across "
-			 "zones, as delta pulls)", ts->id, key);
+	if (use == CODEC_PULL && dml_codec_sparse(out->kind)) {
+		snprintf(err, errlen, "table %u: %s: %s drops values, a pull reply "
+			 "carries them all (none, fp16, bf16 or int8; topk and topk16 only "
+			 "across zones, as delta pulls)", ts->id, key,
+			 out->kind == DML_CODEC_TOPK ? "topk" : "topk16");
 		return DML_EINVAL;
 	}
 	return 0;

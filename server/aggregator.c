@@ -27,7 +27,8 @@
 
 /* What WELCOME offers: every codec in pushes, every full one in replies. */
 static Dml__DType agg_codecs[] = { DML__DTYPE__F32, DML__DTYPE__F16, DML__DTYPE__INT8,
-				   DML__DTYPE__BF16, DML__DTYPE__TOPK };
+				   DML__DTYPE__BF16, DML__DTYPE__TOPK,
+				   DML__DTYPE__TOPK16 };
 
 void agg_reply_error(struct agg_session *s, uint64_t rid, int code, const char *fmt, ...)
 {

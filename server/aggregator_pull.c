@@ -13,7 +13,7 @@
  * the dtype they ask. Sparse pulls, and dense ones past the slot limit, go
  * upstream one by one.
  *
- * topk:F upstream makes the slot's pulls delta pulls (dml.proto): the slot
+ * topk:F (or topk16:F) upstream makes the slot's pulls delta pulls (dml.proto): the slot
  * holds exactly the owner's copy of what this aggregator holds, at the
  * version the owner named, and each reply is the change since then (or the
  * values again, when the versions part). One delta pull per slot is in
@@ -93,7 +93,7 @@ static struct agg_cache *cache_slot(struct agg_owner *o, const Dml__Meta *m,
 	c->key_begin = m->key_begin;
 	c->key_end = m->key_end;
 	c->up = *up;
-	c->delta = up->kind == DML_CODEC_TOPK;
+	c->delta = dml_codec_sparse(up->kind);
 	c->next = o->caches;
 	o->caches = c;
 	return c;
@@ -199,7 +199,7 @@ static struct agg_pull *pull_new(struct agg_owner *o, struct agg_session *s,
 		dml_codec_format(up, p->delta_codec, sizeof(p->delta_codec));
 		u->delta_codec = p->delta_codec;
 		values.kind = DML_CODEC_NONE;          /* a full reply: floats */
-	} else if (values.kind == DML_CODEC_TOPK) {
+	} else if (dml_codec_sparse(values.kind)) {
 		values.kind = DML_CODEC_FP16;          /* a plain reply holds every value */
 	}
 	u->dtype = dml_codec_dtype(values.kind);
@@ -368,9 +368,11 @@ static int delta_fits(const struct agg_pull *p, const Dml__Meta *m, size_t n)
 }
 
 /*
- * The owner's values for slot c as floats (a delta added to what the slot
- * holds), or NULL after telling every waiter why not: a reply of another
- * shape, a bad encoding, or a delta to a version not held.
+ * The owner's values for slot c as floats, or NULL after telling every
+ * waiter why not: a reply of another shape, a bad encoding, or a delta to a
+ * version not held. A delta is added to the slot's values in place, as the
+ * owner added it to its copy (the same floats result), and those are
+ * returned; else new floats, the caller's.
  */
 static float *reply_decode(const struct agg_owner *o, struct agg_pull *p, const Dml__Meta *m,
 			   const uint8_t *payload, size_t len, size_t *n)
@@ -382,14 +384,13 @@ static float *reply_decode(const struct agg_owner *o, struct agg_pull *p, const 
 
 	if (m->dense && m->value_width == c->width && m->key_begin == c->key_begin &&
 	    m->key_end == c->key_end && dml_meta_value_count(m, &count) == 0 &&
-	    dml_dtype_codec(m->dtype, &codec) == 0 && delta_fits(p, m, (size_t)count) &&
-	    (v = malloc(count ? count * sizeof(float) : 1)) &&
-	    dml_codec_decode(&codec, payload, len, (size_t)count, v) == 0) {
-		/* As the owner added it to its copy: the same floats result. */
-		for (size_t i = 0; m->delta && i < count; i++)
-			v[i] = c->values[i] + v[i];
+	    dml_dtype_codec(m->dtype, &codec) == 0 && delta_fits(p, m, (size_t)count)) {
 		*n = (size_t)count;
-		return v;
+		if (m->delta && dml_codec_decode_add(&codec, payload, len, *n, c->values) == 0)
+			return c->values;
+		if (!m->delta && (v = malloc(count ? count * sizeof(float) : 1)) &&
+		    dml_codec_decode(&codec, payload, len, *n, v) == 0)
+			return v;
 	}
 	free(v);
 	dml_warn("owner %s: a pull reply of table %u is not the range asked for, not a "
@@ -418,8 +419,10 @@ static void reply_cached(struct agg_owner *o, struct agg_pull *p, const Dml__Met
 	if (!c->delta && c->valid && c->clock > p->meta->clock) {
 		free(v);     /* a newer reply is there already */
 	} else {
-		free(c->values);
-		c->values = v;
+		if (v != c->values) {
+			free(c->values);
+			c->values = v;
+		}
 		c->nvalues = n;
 		c->valid = 1;
 		c->clock = p->meta->clock;

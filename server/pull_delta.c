@@ -8,7 +8,7 @@
  * of exactly what that puller holds and its version. A pull naming that
  * version gets the difference between the table and the copy, encoded; the
  * copy then takes what the reply carries (decoded here as the puller will
- * decode it, added in the same order: both hold the same floats, bit for
+ * decode it, added in the same way: both hold the same floats, bit for
  * bit). What a reply left out stays in the difference and goes with a later
  * one (error feedback for pulls). Any other version (0, a lost reply, a
  * restart on either side, an evicted copy) gets the values themselves as
@@ -105,8 +105,12 @@ static uint64_t next_version(struct dml_server *s)
 	return s->delta.next;
 }
 
-/* The change since c, in h's delta codec, into s->coded; the copy takes it.
- * 0, or an error (no memory, a value that is not finite): a full reply. */
+/*
+ * The change since c, in h's delta codec, into s->coded; the copy takes it
+ * as the puller will (dml_codec_decode_add: a topk reply touches only the
+ * values it carries). 0, or an error (no memory, a value that is not
+ * finite, which topk's encoder refuses itself): a full reply.
+ */
 static int delta_encode(struct dml_server *s, const struct held_pull *h, struct pull_copy *c,
 			const float *values, uint64_t floats, size_t *len)
 {
@@ -117,15 +121,13 @@ static int delta_encode(struct dml_server *s, const struct held_pull *h, struct 
 		return DML_ENOMEM;
 	for (uint64_t i = 0; i < floats; i++)
 		d[i] = values[i] - c->values[i];
-	if (!dml_values_finite(d, floats))
+	if (!dml_codec_sparse(h->delta.kind) && !dml_values_finite(d, floats))
 		return DML_EINVAL;
 	if (!dml_server_coded(s, need))
 		return DML_ENOMEM;
 	if (dml_codec_encode(&h->delta, d, floats, NULL, s->coded, s->coded_cap, len) != 0 ||
-	    dml_codec_decode(&h->delta, s->coded, *len, floats, d) != 0)
+	    dml_codec_decode_add(&h->delta, s->coded, *len, floats, c->values) != 0)
 		return DML_EINVAL;
-	for (uint64_t i = 0; i < floats; i++)
-		c->values[i] += d[i];
 	return 0;
 }
 

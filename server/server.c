@@ -90,7 +90,8 @@ void dml_server_clock_reset(struct dml_server *s, int64_t staleness, uint32_t wo
 
 /* What WELCOME offers: every codec, in pushes and in pull replies. */
 static Dml__DType server_codecs[] = { DML__DTYPE__F32, DML__DTYPE__F16, DML__DTYPE__INT8,
-				      DML__DTYPE__BF16, DML__DTYPE__TOPK };
+				      DML__DTYPE__BF16, DML__DTYPE__TOPK,
+				      DML__DTYPE__TOPK16 };
 
 static int on_hello(struct dml_conn *c, const Dml__Handshake *hello, Dml__Handshake *welcome,
 		    void *arg)

@@ -22,7 +22,8 @@
 #include "proto/dml_error.h"
 
 const char *const codec_names[] = { "none", "fp16", "bf16", "int8", "topk:0.01",
-				    "topk:0.25", "topk:1" };
+				    "topk:0.25", "topk:1", "topk16:0.01", "topk16:0.25",
+				    "topk16:1" };
 const size_t codec_nnames = sizeof(codec_names) / sizeof(codec_names[0]);
 
 const size_t codec_sizes[] = { 0, 1, 255, 256, 257, 1000, 4099 };

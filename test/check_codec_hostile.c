@@ -68,7 +68,7 @@ START_TEST(test_hostile_length)
 		ck_assert_msg(decode_exact(&c, longer, len + 1, n) == DML_ESHAPE,
 			      "%s n %zu: one byte long accepted", codec_names[_i], n);
 		/* the whole values read as one value more or less */
-		if (c.kind != DML_CODEC_TOPK) {
+		if (!dml_codec_sparse(c.kind)) {
 			ck_assert_int_eq(decode_exact(&c, enc, len, n + 1), DML_ESHAPE);
 			ck_assert_int_eq(decode_exact(&c, enc, len, n - 1), DML_ESHAPE);
 		}
@@ -397,6 +397,67 @@ START_TEST(test_hostile_mutations)
 }
 END_TEST
 
+/*
+ * topk16, built byte by byte (codec.h: a 4-byte count, then per pair a
+ * LEB128 gap and an fp16 value) for 1000 values: a valid encoding decodes
+ * to what it says; gaps that reach n, varints too long or past 32 bits,
+ * non-finite halves, counts the bytes cannot hold, and bytes left over are
+ * refused.
+ */
+static int topk16_bytes(const uint8_t *b, size_t len, float *first)
+{
+	struct dml_codec c = codec_of("topk16:0.01");
+	float *out = codec_poisoned(1000);
+	uint8_t *in = codec_copy(b, len);
+	int rc = dml_codec_decode(&c, in, len, 1000, out);
+
+	if (rc == 0 && first)
+		for (size_t i = 0; i < 1000; i++)
+			if (out[i] != 0) {
+				*first = out[i];
+				ck_assert_uint_eq(i, 998);
+				ck_assert_float_eq(out[999], -2.0f);
+				break;
+			}
+	free(in);
+	free(out);
+	return rc;
+}
+
+START_TEST(test_hostile_topk16)
+{
+	/* count 2; gap 998 (0xe6 0x07), 1.0; gap 0 (index 999), -2.0 */
+	static const uint8_t ok[] = { 2, 0, 0, 0, 0xe6, 0x07, 0x00, 0x3c, 0x00, 0x00, 0xc0 };
+	static const struct { uint8_t b[16]; size_t len; const char *what; } bad[] = {
+		{ { 2, 0, 0, 0, 0xe6, 0x07, 0x00, 0x3c, 0x01, 0x00, 0xc0 }, 11, "an index of n" },
+		{ { 1, 0, 0, 0, 0xe8, 0x07, 0x00, 0x3c }, 8, "a first index of n" },
+		{ { 1, 0, 0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00, 0x3c }, 12,
+		  "a gap of six bytes" },
+		{ { 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x1f, 0x00, 0x3c }, 11,
+		  "a gap past 32 bits" },
+		{ { 1, 0, 0, 0, 0x05, 0x00, 0x7c }, 7, "an infinite value" },
+		{ { 1, 0, 0, 0, 0x05, 0x00, 0x7e }, 7, "a NaN value" },
+		{ { 1, 0, 0, 0, 0x05, 0x01, 0xfc }, 7, "a negative infinity" },
+		{ { 3, 0, 0, 0, 0xe6, 0x07, 0x00, 0x3c, 0x00, 0x00, 0xc0 }, 11, "a count of 3" },
+		{ { 0xe9, 0x03, 0, 0, 0x05, 0x00, 0x3c }, 7, "a count of n + 1" },
+		{ { 0xff, 0xff, 0xff, 0xff, 0x05, 0x00, 0x3c }, 7, "a count of 2^32 - 1" },
+		{ { 1, 0, 0, 0, 0x05, 0x00, 0x3c, 0x00 }, 8, "a byte left over" },
+		{ { 1, 0, 0, 0, 0x85 }, 5, "a gap cut short" },
+		{ { 1, 0, 0, 0, 0x05, 0x00 }, 6, "a value cut short" },
+		{ { 1, 0, 0 }, 3, "a count cut short" },
+	};
+	float first = 0;
+
+	ck_assert_int_eq(topk16_bytes(ok, sizeof(ok), &first), 0);
+	ck_assert_float_eq(first, 1.0f);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(topk16_bytes(bad[i].b, bad[i].len, NULL) == DML_ESHAPE,
+			      "topk16: %s accepted", bad[i].what);
+	/* none sent: the count alone */
+	ck_assert_int_eq(topk16_bytes((const uint8_t[]){ 0, 0, 0, 0 }, 4, NULL), 0);
+}
+END_TEST
+
 TCase *codec_hostile_tcase(void)
 {
 	TCase *t = tcase_create("hostile");
@@ -411,6 +472,7 @@ TCase *codec_hostile_tcase(void)
 	tcase_add_test(t, test_hostile_topk);
 	tcase_add_test(t, test_hostile_topk_count_over_n);
 	tcase_add_test(t, test_topk_count_zero);
+	tcase_add_test(t, test_hostile_topk16);
 	tcase_add_loop_test(t, test_hostile_mutations, 0, (int)codec_nnames);
 	return t;
 }

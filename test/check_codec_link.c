@@ -113,7 +113,7 @@ START_TEST(test_welcome_offers)
 		seen |= 1u << w->handshake->codecs[i];
 	ck_assert_uint_eq(seen, (1u << DML__DTYPE__F32) | (1u << DML__DTYPE__F16) |
 				(1u << DML__DTYPE__BF16) | (1u << DML__DTYPE__INT8) |
-				(1u << DML__DTYPE__TOPK));
+				(1u << DML__DTYPE__TOPK) | (1u << DML__DTYPE__TOPK16));
 	dml_meta_free(w);
 	close(fd);
 	rig_down(&r);
@@ -162,14 +162,14 @@ END_TEST
 /*
  * Column j of every row pushes (1 + j)(1 + 2^-12), which none of the lossy
  * codecs holds exactly: fp16 and bf16 round it to 1 + j, int8 to a step of
- * 3/127 of the block's largest value, topk:0.25 sends a quarter of the
- * values each time. Without error feedback the sums would be short by at
+ * 3/127 of the block's largest value, topk:0.25 (and topk16:0.25, in fp16)
+ * sends a quarter of the values each time. Without error feedback the sums would be short by at
  * least PUSHES/4096 (1/16) a unit of value; with it, by what is left in the
  * residual (below one step of the codec; topk: about 1/F pushes) plus
  * float rounding of the sums.
  */
-static const char *const lossy[] = { "fp16", "bf16", "int8", "topk:0.25" };
-static const double tolerance[] = { 0.03, 0.03, 0.03, 15 };
+static const char *const lossy[] = { "fp16", "bf16", "int8", "topk:0.25", "topk16:0.25" };
+static const double tolerance[] = { 0.03, 0.03, 0.03, 15, 15 };
 
 START_TEST(test_error_feedback_sums)
 {

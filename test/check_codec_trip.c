@@ -85,7 +85,7 @@ static void check_int8(const float *x, const float *d, size_t n, size_t len)
 
 static void check_topk(const struct dml_codec *c, const float *x, const float *d, size_t n)
 {
-	float min_sent = INFINITY, max_unsent = 0;
+	float min_sent = INFINITY, max_unsent = 0, want;
 	size_t sent = 0, nnz = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -94,7 +94,11 @@ static void check_topk(const struct dml_codec *c, const float *x, const float *d
 			max_unsent = fmaxf(max_unsent, fabsf(x[i]));
 			continue;
 		}
-		ck_assert_msg(d[i] == x[i], "topk sends %a as %a", (double)x[i], (double)d[i]);
+		/* topk16 sends the value in fp16, as the fp16 codec would */
+		want = c->kind == DML_CODEC_TOPK16 ? dml_half_to_float(dml_float_to_half(x[i]))
+						   : x[i];
+		ck_assert_msg(d[i] == want, "%s sends %a as %a", c->kind == DML_CODEC_TOPK16 ?
+			      "topk16" : "topk", (double)x[i], (double)d[i]);
 		min_sent = fminf(min_sent, fabsf(x[i]));
 		sent++;
 	}
@@ -113,7 +117,8 @@ static void check_decoded(const struct dml_codec *c, const float *x, const float
 	case DML_CODEC_FP16: check_half(x, d, n, len); break;
 	case DML_CODEC_BF16: check_bf16(x, d, n, len); break;
 	case DML_CODEC_INT8: check_int8(x, d, n, len); break;
-	case DML_CODEC_TOPK: check_topk(c, x, d, n); break;
+	case DML_CODEC_TOPK:
+	case DML_CODEC_TOPK16: check_topk(c, x, d, n); break;
 	}
 }
 
@@ -154,6 +159,7 @@ START_TEST(test_topk_large)
 	static const struct { const char *codec; size_t n; int shape; } cases[] = {
 		{ "topk:0.01", 100000, 0 }, { "topk:0.001", 1 << 20, 0 },
 		{ "topk:0.5", 100000, 1 }, { "topk:0.1", 65536, 2 },
+		{ "topk16:0.04", 201000, 0 }, { "topk16:0.5", 100000, 1 },
 	};
 	uint64_t rng = 4242;
 
@@ -287,6 +293,45 @@ START_TEST(test_cap_too_small)
 }
 END_TEST
 
+/*
+ * dml_codec_decode_add: the decoding added to what out holds (dense codecs:
+ * every value; topk and topk16: only those sent, a -0 not sent stays -0),
+ * and bytes one short leave out as it was.
+ */
+START_TEST(test_decode_add)
+{
+	enum { N = 1000 };
+	struct dml_codec c = codec_of(codec_names[_i]);
+	float *x = codec_poisoned(N), *base = codec_poisoned(N), *out = codec_poisoned(N), *d;
+	uint64_t rng = 17 + (uint64_t)_i;
+	size_t len;
+	uint8_t *enc;
+
+	codec_fill_normal(x, N, 1.0, &rng);
+	codec_fill_normal(base, N, 3.0, &rng);
+	for (size_t i = 0; i < N; i += 10)
+		base[i] = -0.0f;
+	enc = codec_encode_exact(&c, x, N, NULL, &len);
+	d = codec_decode_ok(&c, enc, len, N);
+	memcpy(out, base, N * sizeof(float));
+	ck_assert_int_eq(dml_codec_decode_add(&c, enc, len, N, out), 0);
+	for (size_t i = 0; i < N; i++) {
+		float want = dml_codec_sparse(c.kind) && d[i] == 0 ? base[i] : base[i] + d[i];
+
+		ck_assert_msg(memcmp(&out[i], &want, sizeof(float)) == 0, "%s value %zu: %a, "
+			      "want %a", codec_names[_i], i, (double)out[i], (double)want);
+	}
+	memcpy(out, base, N * sizeof(float));
+	ck_assert_int_eq(dml_codec_decode_add(&c, enc, len - 1, N, out), DML_ESHAPE);
+	ck_assert(memcmp(out, base, N * sizeof(float)) == 0);
+	free(enc);
+	free(d);
+	free(out);
+	free(base);
+	free(x);
+}
+END_TEST
+
 TCase *codec_trip_tcase(void)
 {
 	TCase *t = tcase_create("trip");
@@ -297,6 +342,7 @@ TCase *codec_trip_tcase(void)
 	tcase_add_loop_test(t, test_extreme_values, 0, (int)codec_nnames);
 	tcase_add_loop_test(t, test_cap_too_small, 0, (int)codec_nnames);
 	tcase_add_test(t, test_topk_large);
+	tcase_add_loop_test(t, test_decode_add, 0, (int)codec_nnames);
 	tcase_set_timeout(t, 60); /* slow under the sanitizers */
 	return t;
 }
@@ -304,7 +350,8 @@ TCase *codec_trip_tcase(void)
 /* ------------------------------------------------------------------ */
 /* Error feedback. */
 
-static const char *const lossy_names[] = { "fp16", "bf16", "int8", "topk:0.01", "topk:0.25" };
+static const char *const lossy_names[] = { "fp16", "bf16", "int8", "topk:0.01", "topk:0.25",
+					   "topk16:0.01", "topk16:0.25" };
 
 /* Over T encodings with a residual, the decoded sum plus the residual left
  * is the input's sum; after each, the residual is what was not carried. */

@@ -19,7 +19,8 @@
  *     sequence-only record is a duplicate;
  *   - under BSP (bsp_step = clock) a forwarded push waits for its clock's
  *     step, and an aggregator's pull waits for the staleness bound;
- *   - delta pulls (Meta.delta_codec topk:0.25, two of eight values): held
+ *   - delta pulls (Meta.delta_codec topk:0.25 and topk16:0.25, two of eight
+ *     values, the same floats in both: small integers are exact halves): held
  *     version 0 gets the values (F32) and a version; that version the
  *     change since, its largest two values, and a new one; what a reply
  *     left out comes with the next; a version not the latest (a lost
@@ -361,10 +362,17 @@ START_TEST(test_forwarded_bsp)
 }
 END_TEST
 
+/* The delta codecs test_delta_pulls runs with, and their dtypes. */
+static const struct {
+	const char *name;
+	Dml__DType dtype;
+} delta_codecs[] = { { "topk:0.25", DML__DTYPE__TOPK }, { "topk16:0.25", DML__DTYPE__TOPK16 } };
+static size_t delta_at;
+
 /*
- * A delta pull of the whole table in topk:0.25 on fd naming held; the
- * reply's values decoded into out, whether it is a delta into *delta; the
- * version it brings back.
+ * A delta pull of the whole table in delta_codecs[delta_at] on fd naming
+ * held; the reply's values decoded into out, whether it is a delta into
+ * *delta; the version it brings back.
  */
 static uint64_t pull(struct rig *r, int fd, uint64_t held, float *out, int *delta)
 {
@@ -378,14 +386,14 @@ static uint64_t pull(struct rig *r, int fd, uint64_t held, float *out, int *delt
 	m.value_width = WIDTH;
 	m.dense = 1;
 	m.key_end = KEYS;
-	m.delta_codec = (char *)"topk:0.25";
+	m.delta_codec = (char *)delta_codecs[delta_at].name;
 	m.held_version = held;
 	raw_frame_send(fd, &m, NULL, 0);
 	rep = raw_frame_read(fd, &pl);
 	ck_assert_msg(rep->type == DML__MSG_TYPE__PULL_REPLY, "%s",
 		      rep->error ? rep->error->message : "not a reply");
 	ck_assert_uint_eq(rep->request_id, m.request_id);
-	ck_assert_int_eq(rep->dtype, rep->delta ? DML__DTYPE__TOPK : DML__DTYPE__F32);
+	ck_assert_int_eq(rep->dtype, rep->delta ? delta_codecs[delta_at].dtype : DML__DTYPE__F32);
 	ck_assert_int_eq(dml_dtype_codec(rep->dtype, &c), 0);
 	ck_assert_int_eq(dml_codec_decode(&c, pl, rep->payload_bytes, N, out), 0);
 	*delta = rep->delta;
@@ -425,6 +433,7 @@ START_TEST(test_delta_pulls)
 	int delta, ones = 0, b;
 	struct rig r;
 
+	delta_at = (size_t)_i;
 	rig_up(&r, -1);
 	ck_assert_int_eq(dml_test_raw_connect(dml_test_server_port(r.srv), &b), 0);
 	dml_meta_free(raw_frame_handshake(r.env, b, DML__ROLE__AGGREGATOR, AGG_ID + 1, 9, 0, 0));
@@ -486,7 +495,8 @@ static Suite *forwarded_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_forwarded_pushes);
 	tcase_add_test(tc, test_forwarded_bsp);
-	tcase_add_test(tc, test_delta_pulls);
+	tcase_add_loop_test(tc, test_delta_pulls, 0,
+			    (int)(sizeof(delta_codecs) / sizeof(delta_codecs[0])));
 	suite_add_tcase(s, tc);
 	return s;
 }

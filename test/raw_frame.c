@@ -133,7 +133,8 @@ Dml__Meta *raw_frame_handshake_prelude(struct dml_test_env *env, int fd, uint32_
 }
 
 static Dml__DType every_dtype[] = { DML__DTYPE__F32, DML__DTYPE__F16, DML__DTYPE__INT8,
-				    DML__DTYPE__BF16, DML__DTYPE__TOPK };
+				    DML__DTYPE__BF16, DML__DTYPE__TOPK,
+				    DML__DTYPE__TOPK16 };
 
 Dml__Meta *raw_frame_accept(struct dml_test_env *env, int fd, uint32_t role,
 			    uint32_t node_id)

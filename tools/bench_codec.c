@@ -39,7 +39,7 @@
 #define CODEC_TARGET_X 0.5
 
 static const char *const codec_bench_names[] = { "none", "fp16", "bf16", "int8",
-						 CODEC_SELECT };
+						 CODEC_SELECT, "topk16:0.01" };
 #define CODEC_N DML_ARRAY_LEN(codec_bench_names)
 
 struct codec_opts {
@@ -71,9 +71,9 @@ void bench_codec_usage(FILE *out)
 {
 	fprintf(out,
 		"dml-bench codec [options]: each codec's encode and decode (none, fp16,\n"
-		"bf16, int8, " CODEC_SELECT ") in GB/s of float input on tensors of\n"
-		"random normal floats, against memcpy of the same tensors in the same\n"
-		"run; the lossy codecs encode with a residual (error feedback). Each\n"
+		"bf16, int8, " CODEC_SELECT ", topk16:0.01) in GB/s of float input on\n"
+		"tensors of random normal floats, against memcpy of the same tensors in\n"
+		"the same run; the lossy codecs encode with a residual (error feedback). Each\n"
 		"measurement times calls in %d turns, the median call counts. Then the\n"
 		"top-k selection (an encode with " CODEC_SELECT ") on %d values in ms.\n"
 		"\n", CODEC_ROUNDS, CODEC_SELECT_N);
@@ -243,10 +243,10 @@ static void codec_print_size(const struct codec_opts *o, const struct codec_size
 		}
 		return;
 	}
-	printf("%-8s %-10s %8.2f GB/s (%zu calls)\n", label, "memcpy",
+	printf("%-8s %-11s %8.2f GB/s (%zu calls)\n", label, "memcpy",
 	       codec_gbps(s->bytes, s->memcpy_row.us), s->memcpy_row.lat.n);
 	for (size_t i = 0; i < CODEC_N; i++) {
-		printf("%-8s %-10s %6.3f", label, codec_bench_names[i],
+		printf("%-8s %-11s %6.3f", label, codec_bench_names[i],
 		       (double)s->encoded[i] / (double)s->bytes);
 		codec_print_op(o, s, codec_bench_names[i], "encode", &s->encode[i], 0);
 		codec_print_op(o, s, codec_bench_names[i], "decode", &s->decode[i], 0);
@@ -369,7 +369,7 @@ static int codec_run(const struct codec_opts *o)
 	if (o->csv)
 		printf("bytes,codec,op,median_us,gbps,x_memcpy,encoded_bytes\n");
 	else
-		printf("%-8s %-10s %6s  %19s  %19s\n", "size", "codec", "ratio", "encode",
+		printf("%-8s %-11s %6s  %19s  %19s\n", "size", "codec", "ratio", "encode",
 		       "decode");
 	for (size_t i = 0; i < o->sizes.n && rc == 0; i++) {
 		sizes[i].bytes = (size_t)o->sizes.v[i];

@@ -122,7 +122,7 @@ static const struct bench_opt hetero_opt_rows[] = {
 		  "(default 0.5; 0: when one copy does)" },
 	{ .name = "codec", .arg = "NAME", .parse = bench_opt_string, .offset = H_FIELD(codec),
 	  .help = "how every table's values travel on every link: none\n"
-		  "(default), fp16, bf16, int8 or topk:F (pull replies\n"
+		  "(default), fp16, bf16, int8, topk:F or topk16:F (pull replies\n"
 		  "then in fp16); the job keys codec and pull_codec" },
 	{ .name = "picture", .arg = "FILE", .parse = bench_opt_string, .offset = H_FIELD(picture),
 	  .help = "the slowdown's picture (default hetero-slowdown.svg)" },
@@ -192,7 +192,7 @@ static int hetero_opts_parse(int argc, char **argv, struct hetero_opts *o, int *
 	o->codec = "none";
 	rc = bench_opts_parse(&hetero_table, argc, argv, o, help);
 	if (rc == 0 && !*help && dml_codec_parse(o->codec, &c, NULL, 0) != 0)
-		rc = hetero_usage_error("--codec", o->codec, "none, fp16, bf16, int8 or topk:F");
+		rc = hetero_usage_error("--codec", o->codec, "none, fp16, bf16, int8, topk:F or topk16:F");
 	return rc;
 }
 
@@ -575,7 +575,7 @@ static size_t hetero_keys(const struct hetero_opts *o, const char *name, long st
 	/* A pull reply carries every value: topk's pulls go in fp16. */
 	bench_job_key_set(kv, &n, "table", "codec", "%s", o->codec);
 	bench_job_key_set(kv, &n, "table", "pull_codec", "%s",
-			  strncmp(o->codec, "topk:", 5) == 0 ? "fp16" : o->codec);
+			  strncmp(o->codec, "topk", 4) == 0 ? "fp16" : o->codec);
 	return n;
 }
 

@@ -157,7 +157,7 @@ static struct dml_codec part_codec(struct dml *d, const struct part *p, const st
 	*tcp = tc;
 	if (cc)
 		c = *cc;
-	if (p->kind == PART_PULL && c.kind == DML_CODEC_TOPK)
+	if (p->kind == PART_PULL && dml_codec_sparse(c.kind))
 		c.kind = DML_CODEC_FP16;
 	if (!(l->codecs & (1u << dml_codec_dtype(c.kind))))
 		c.kind = DML_CODEC_NONE;

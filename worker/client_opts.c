@@ -87,8 +87,8 @@ static const struct dml_conf_option options[] = {
 	  "table's cross-zone codecs" },
 	{ "client", "codec", DML_CONF_STRING, O(codec[0]), "none", 0, 0, NULL,
 	  dml_conf_check_codec, "without a scheduler: how pushes travel to a server of this "
-	  "zone (none, fp16, bf16, int8, topk:FRACTION); with one, the job file's table keys "
-	  "decide" },
+	  "zone (none, fp16, bf16, int8, topk:FRACTION, topk16:FRACTION); with one, the job "
+	  "file's table keys decide" },
 	{ "client", "codec_cross_zone", DML_CONF_STRING, O(codec[1]), "fp16", 0, 0, NULL,
 	  dml_conf_check_codec, "without a scheduler: how pushes travel to a server of "
 	  "another zone" },
@@ -97,8 +97,8 @@ static const struct dml_conf_option options[] = {
 	  "server of this zone (none, fp16, bf16, int8)" },
 	{ "client", "pull_codec_cross_zone", DML_CONF_STRING, O(pull_codec[1]), "fp16", 0, 0,
 	  NULL, dml_conf_check_codec, "without a scheduler: how pull replies travel "
-	  "from a server of another zone (topk:FRACTION: delta pulls through the "
-	  "aggregator, fp16 straight)" },
+	  "from a server of another zone (topk:FRACTION or topk16:FRACTION: delta pulls "
+	  "through the aggregator, fp16 straight)" },
 	{ "client", "aggregator", DML_CONF_STRING, O(aggregator), "", 0, 0, NULL, check_peer,
 	  "host:port of this zone's dml-aggregator: pushes and pulls go through it while "
 	  "it is up, control frames (HELLO, CLOCK, BYE) straight to the servers (empty: "
