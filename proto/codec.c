@@ -305,7 +305,7 @@ static int topk_encode(const struct dml_codec *c, const float *x, size_t n, floa
 	if (k == 0)
 		return 0;
 	if (r)
-		codec_add(r, x, n);
+		dml_values_add(r, x, n);
 	guess = topk_guess(v, n, k);
 	if (guess > 0.0f)
 		cap = 4 * k + 1024 < n ? 4 * k + 1024 : n;
@@ -425,7 +425,7 @@ int dml_codec_encode(const struct dml_codec *c, const float *x, size_t n,
 	switch (c->kind) {
 	case DML_CODEC_NONE:
 		if (residual) {
-			codec_add(residual, x, n);
+			dml_values_add(residual, x, n);
 			memcpy(out, residual, n * sizeof(float));
 			memset(residual, 0, n * sizeof(float));   /* all sent */
 		} else if (n > 0) {
@@ -501,7 +501,7 @@ int dml_codec_decode_add(const struct dml_codec *c, const void *in, size_t len, 
 		return DML_ENOMEM;
 	rc = dml_codec_decode(c, in, len, n, d);
 	if (rc == 0)
-		codec_add(out, d, n);
+		dml_values_add(out, d, n);
 	free(d);
 	return rc;
 }

@@ -28,8 +28,6 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "dml frames are little
  * r[i] = v[i] - decoded[i]. Decoders return 0, or -1 when a value or scale
  * is not acceptable (not finite, out of range); lengths were checked.
  */
-/* r[i] += x[i]: a residual taking the next tensor (r and x apart). */
-void codec_add(float *restrict r, const float *restrict x, size_t n);
 void codec_fp16_encode(const float *x, size_t n, float *r, uint8_t *out);
 int codec_fp16_decode(const uint8_t *in, size_t n, float *out);
 void codec_bf16_encode(const float *x, size_t n, float *r, uint8_t *out);

@@ -192,13 +192,6 @@ static inline float bf16_float(uint16_t b)
 	return bits_float((uint32_t)b << 16);
 }
 
-DML_VECTOR_CLONES
-void codec_add(float *restrict r, const float *restrict x, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		r[i] += x[i];
-}
-
 /* Two loops, with a residual and without: a test of r inside one would
  * keep it from vectorising. */
 DML_VECTOR_CLONES

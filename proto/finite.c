@@ -50,3 +50,10 @@ int dml_values_finite(const float *v, size_t n)
 		bad += (p[i] & EXP_MASK) == EXP_MASK;
 	return bad == 0;
 }
+
+DML_VECTOR_CLONES
+void dml_values_add(float *restrict dst, const float *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}

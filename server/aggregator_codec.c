@@ -71,7 +71,8 @@ static size_t entry_keys(const struct agg_entry *e)
 	return e->dense ? (size_t)(e->key_end - e->key_begin) : e->num_keys;
 }
 
-/* The codec e goes in: its workers', where the owner takes it. */
+/* The codec e goes in: its workers', where the owner takes it. topk's
+ * encoder refuses values that are not finite itself (floats then go). */
 static struct dml_codec entry_codec(const struct agg_owner *o, const struct agg_entry *e,
 				    const float *sum)
 {
@@ -79,7 +80,7 @@ static struct dml_codec entry_codec(const struct agg_owner *o, const struct agg_
 
 	if (e->codec.kind == DML_CODEC_NONE ||
 	    !(o->codecs & (1u << dml_codec_dtype(e->codec.kind))) ||
-	    !dml_values_finite(sum, e->nvalues))
+	    (!dml_codec_sparse(e->codec.kind) && !dml_values_finite(sum, e->nvalues)))
 		return none;
 	return e->codec;
 }
@@ -131,8 +132,7 @@ int agg_entry_encode(struct agg_owner *o, struct agg_entry *e)
 		return DML_ENOMEM;
 	memcpy(sum, e->c[0].values, floats);
 	for (size_t i = 1; i < e->nc; i++)
-		for (size_t k = 0; k < e->nvalues; k++)
-			sum[k] += e->c[i].values[k];
+		dml_values_add(sum, e->c[i].values, e->nvalues);
 	c = entry_codec(o, e, sum);
 	if (c.kind != DML_CODEC_NONE && key_bytes + dml_codec_bound(&c, e->nvalues) > cap)
 		cap = key_bytes + dml_codec_bound(&c, e->nvalues);
