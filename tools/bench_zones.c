@@ -94,7 +94,7 @@ static const struct bench_opt zones_opt_rows[] = {
 	  .min = 1, .max = 64, .help = "servers, all in the first zone (default 1)" },
 	{ .name = "lossy", .arg = "LIST", .parse = bench_opt_string, .offset = Z_FIELD(lossy),
 	  .help = "(e)'s cross-zone push codecs, one run each (default\n"
-		  "int8,topk16:0.01; at most " BENCH_STR(ZONES_LOSSY_MAX) ")" },
+		  "int8,topk:0.01; at most " BENCH_STR(ZONES_LOSSY_MAX) ")" },
 	{ .name = "lossy-pull", .arg = "NAME", .parse = bench_opt_string,
 	  .offset = Z_FIELD(lossy_pull),
 	  .help = "(e)'s cross-zone pull codec (default topk16:0.04:\n"
@@ -570,7 +570,7 @@ static void zones_print(const struct zones_opts *o, const struct zones_run *runs
 int bench_zones_main(int argc, char **argv)
 {
 	struct zones_opts o = {
-		.zones = "A:2,B:2", .wan = "100mbit", .lossy = "int8,topk16:0.01",
+		.zones = "A:2,B:2", .wan = "100mbit", .lossy = "int8,topk:0.01",
 		.lossy_pull = "topk16:0.04", .configs = "abcde", .servers = 1, .rounds = 1,
 		.epochs = ZONES_DEFAULT_EPOCHS, .target = 0.87, .smooth = 0.5,
 		.max_seconds = 900,
