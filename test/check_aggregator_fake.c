@@ -348,13 +348,24 @@ START_TEST(test_forward_codec_keeps_the_residual)
 }
 END_TEST
 
-/* A worker's dense pull at clock, asking F32, naming topk:0.25 upstream. */
+/* The delta codecs of the delta pull tests, and the one a test runs with
+ * (both send the values of these tests exactly: small integers). */
+static const struct {
+	const char *name;
+	enum dml_codec_kind kind;
+	Dml__DType dtype;
+} delta_codecs[] = { { "topk:0.25", DML_CODEC_TOPK, DML__DTYPE__TOPK },
+		     { "topk16:0.25", DML_CODEC_TOPK16, DML__DTYPE__TOPK16 } };
+static size_t delta_at;
+
+/* A worker's dense pull at clock, asking F32, naming the delta codec
+ * (topk:0.25 unless a test picked another) upstream. */
 static void send_delta_pull(int fd, uint64_t rid, uint64_t clock, const char *owner)
 {
 	Dml__Meta m;
 
 	dense_meta(&m, DML__MSG_TYPE__PULL, rid, clock, owner);
-	m.forward_codec = (char *)"topk:0.25";
+	m.forward_codec = (char *)delta_codecs[delta_at].name;
 	raw_frame_send(fd, &m, NULL, 0);
 }
 
@@ -365,7 +376,7 @@ static uint64_t expect_delta_pull(struct fixture *f, uint64_t clock, uint64_t he
 	uint64_t rid = u->request_id;
 
 	ck_assert_int_eq(u->type, DML__MSG_TYPE__PULL);
-	ck_assert_str_eq(u->delta_codec, "topk:0.25");
+	ck_assert_str_eq(u->delta_codec, delta_codecs[delta_at].name);
 	ck_assert_int_eq(u->dtype, DML__DTYPE__F32);
 	ck_assert_uint_eq(u->clock, clock);
 	ck_assert_uint_eq(u->held_version, held);
@@ -373,11 +384,12 @@ static uint64_t expect_delta_pull(struct fixture *f, uint64_t clock, uint64_t he
 	return rid;
 }
 
-/* The owner answers rid: v as floats, or (delta) in topk:0.25; version. */
+/* The owner answers rid: v as floats, or (delta) in the delta codec;
+ * version. */
 static void owner_pull_reply(struct fixture *f, uint64_t rid, const float *v, int delta,
 			     uint64_t version)
 {
-	struct dml_codec topk = { .kind = DML_CODEC_TOPK, .topk_fraction = 0.25f };
+	struct dml_codec topk = { .kind = delta_codecs[delta_at].kind, .topk_fraction = 0.25f };
 	uint8_t buf[64];
 	size_t len = KEYS * sizeof(float);
 	Dml__Meta m;
@@ -387,7 +399,7 @@ static void owner_pull_reply(struct fixture *f, uint64_t rid, const float *v, in
 	m.delta = delta;
 	if (delta) {
 		ck_assert_int_eq(dml_codec_encode(&topk, v, KEYS, NULL, buf, sizeof(buf), &len), 0);
-		m.dtype = DML__DTYPE__TOPK;
+		m.dtype = delta_codecs[delta_at].dtype;
 	}
 	raw_frame_send(f->fake, &m, delta ? (const void *)buf : (const void *)v, (uint32_t)len);
 }
@@ -415,10 +427,11 @@ static const float change[KEYS] = { 10, 0, 0, 0, 0, 0, 0, -20 };
 static const float after[KEYS] = { 11, 2, 3, 4, 5, 6, 7, -12 };
 
 /*
- * A worker naming topk:0.25 upstream: the aggregator's pulls of that slot
- * are delta pulls, one at a time, each naming the version the last reply
- * brought; a delta is added to what the slot holds, a full reply replaces
- * it; the worker gets plain values in the dtype it asked.
+ * A worker naming topk:0.25 (or topk16:0.25) upstream: the aggregator's
+ * pulls of that slot are delta pulls, one at a time, each naming the
+ * version the last reply brought; a delta is added to what the slot holds,
+ * a full reply replaces it; the worker gets plain values in the dtype it
+ * asked.
  */
 START_TEST(test_delta_pulls_one_at_a_time)
 {
@@ -427,6 +440,7 @@ START_TEST(test_delta_pulls_one_at_a_time)
 	uint64_t rid;
 	int w1;
 
+	delta_at = (size_t)_i;
 	fixture_start(&f, OWNER_FAKE, PULLS_ON_DEMAND);
 	w1 = worker_connect(&f, 1);
 	fill(v, 1);
@@ -449,6 +463,7 @@ START_TEST(test_delta_pulls_one_at_a_time)
 	expect_pulled(w1, 43, v2);
 	close(w1);
 	fixture_end(&f);
+	delta_at = 0;
 }
 END_TEST
 
@@ -704,7 +719,8 @@ void add_fake_owner_tests(TCase *tc)
 	tcase_add_test(tc, test_rule2_and_resend_on_reconnect);
 	tcase_add_test(tc, test_pull_upstream_codec_and_bad_reply);
 	tcase_add_test(tc, test_forward_codec_keeps_the_residual);
-	tcase_add_test(tc, test_delta_pulls_one_at_a_time);
+	tcase_add_loop_test(tc, test_delta_pulls_one_at_a_time, 0,
+			    (int)(sizeof(delta_codecs) / sizeof(delta_codecs[0])));
 	tcase_add_test(tc, test_delta_pull_ahead);
 	tcase_add_test(tc, test_clocked_entries_wait_for_the_zone);
 	tcase_add_test(tc, test_earlier_clock_goes_alone);
