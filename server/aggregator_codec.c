@@ -85,32 +85,38 @@ static struct dml_codec entry_codec(const struct agg_owner *o, const struct agg_
 	return e->codec;
 }
 
-/* Encode sum into e's payload after key_bytes, with the residual if lossy. */
+/* e's contributions summed into sum. */
+static void entry_sum(const struct agg_entry *e, float *sum)
+{
+	memcpy(sum, e->c[0].values, e->nvalues * sizeof(float));
+	for (size_t i = 1; i < e->nc; i++)
+		dml_values_add(sum, e->c[i].values, e->nvalues);
+}
+
+/*
+ * Encode sum into e's payload after key_bytes, with the residual (c is
+ * lossy). The sum itself serves as the encoder's residual (the residual's
+ * rows are its input: the same floats, added the other way round), so it
+ * ends up holding the leftover, and on an error it is no longer the sum.
+ */
 static int encode_sum(struct agg_owner *o, struct agg_entry *e, const struct dml_codec *c,
-		      const float *sum, size_t key_bytes, size_t cap)
+		      float *sum, size_t key_bytes, size_t cap)
 {
 	size_t nkeys = entry_keys(e), len = 0;
-	struct dml_residual *r = NULL;
-	float *res = NULL;
+	struct dml_residual *r = residual_of(o, e);
 	int rc;
 
-	if (dml_codec_lossy(c)) {
-		r = residual_of(o, e);
-		e->at = dml_xmalloc((nkeys ? nkeys : 1) * sizeof(*e->at));
-		e->undo = dml_residual_take(r, e->keys, e->key_begin, nkeys, e->at);
-		res = dml_xmalloc((e->nvalues ? e->nvalues : 1) * sizeof(float));
-		memcpy(res, e->undo, e->nvalues * sizeof(float));
-	}
-	rc = dml_codec_encode(c, sum, e->nvalues, res, e->payload + key_bytes,
+	e->at = dml_xmalloc((nkeys ? nkeys : 1) * sizeof(*e->at));
+	e->undo = dml_residual_take(r, e->keys, e->key_begin, nkeys, e->at);
+	rc = dml_codec_encode(c, e->undo, e->nvalues, sum, e->payload + key_bytes,
 			      cap - key_bytes, &len);
-	if (r && rc == 0) {
-		dml_residual_give(r, e->at, nkeys, res);
+	if (rc == 0) {
+		dml_residual_give(r, e->at, nkeys, sum);
 		e->residual = r;
-	} else if (r) {
+	} else {
 		dml_residual_give(r, e->at, nkeys, e->undo);   /* as it was */
 		forget_undo(e);
 	}
-	free(res);
 	if (rc == 0) {
 		e->payload_len = key_bytes + len;
 		e->dtype = dml_codec_dtype(c->kind);
@@ -130,9 +136,7 @@ int agg_entry_encode(struct agg_owner *o, struct agg_entry *e)
 	sum = malloc(floats ? floats : 1);
 	if (!sum)
 		return DML_ENOMEM;
-	memcpy(sum, e->c[0].values, floats);
-	for (size_t i = 1; i < e->nc; i++)
-		dml_values_add(sum, e->c[i].values, e->nvalues);
+	entry_sum(e, sum);
 	c = entry_codec(o, e, sum);
 	if (c.kind != DML_CODEC_NONE && key_bytes + dml_codec_bound(&c, e->nvalues) > cap)
 		cap = key_bytes + dml_codec_bound(&c, e->nvalues);
@@ -145,6 +149,8 @@ int agg_entry_encode(struct agg_owner *o, struct agg_entry *e)
 	if (key_bytes)
 		memcpy(e->payload, e->keys, key_bytes);
 	if (c.kind == DML_CODEC_NONE || encode_sum(o, e, &c, sum, key_bytes, cap) != 0) {
+		if (c.kind != DML_CODEC_NONE)
+			entry_sum(e, sum);      /* the encoder used it */
 		memcpy(e->payload + key_bytes, sum, floats);
 		e->payload_len = key_bytes + floats;
 		e->dtype = DML__DTYPE__F32;
