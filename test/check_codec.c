@@ -128,6 +128,7 @@ START_TEST(test_parse_valid)
 		{ "bf16", DML_CODEC_BF16, 0 }, { "int8", DML_CODEC_INT8, 0 },
 		{ "topk:0.01", DML_CODEC_TOPK, 0.01f }, { "topk:1", DML_CODEC_TOPK, 1.0f },
 		{ "topk:0.5", DML_CODEC_TOPK, 0.5f }, { "topk:1e-6", DML_CODEC_TOPK, 1e-6f },
+		{ "topk16:0.04", DML_CODEC_TOPK16, 0.04f }, { "topk16:1", DML_CODEC_TOPK16, 1.0f },
 	};
 
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
@@ -135,7 +136,8 @@ START_TEST(test_parse_valid)
 		char name[32], err[128] = "";
 
 		ck_assert_int_eq(c.kind, ok[i].kind);
-		if (c.kind == DML_CODEC_TOPK)
+		ck_assert_int_eq(dml_codec_sparse(c.kind), ok[i].fraction > 0);
+		if (dml_codec_sparse(c.kind))
 			ck_assert_float_eq(c.topk_fraction, ok[i].fraction);
 		ck_assert_int_eq(dml_codec_lossy(&c), c.kind != DML_CODEC_NONE);
 		/* the name reads back as the same codec */
@@ -143,7 +145,7 @@ START_TEST(test_parse_valid)
 		ck_assert_msg(dml_codec_parse(name, &back, err, sizeof(err)) == 0,
 			      "%s formats as '%s', which does not parse: %s", ok[i].s, name, err);
 		ck_assert_int_eq(back.kind, c.kind);
-		if (c.kind == DML_CODEC_TOPK)
+		if (dml_codec_sparse(c.kind))
 			ck_assert_float_eq(back.topk_fraction, c.topk_fraction);
 		else
 			ck_assert_str_eq(name, ok[i].s);
@@ -156,6 +158,8 @@ START_TEST(test_parse_refused)
 	static const char *const bad[] = {
 		"", "fp32", "topk", "topk:", "topk:0", "topk:1.5", "topk:-0.1", "topk:nan",
 		"topk:0.1x", "topk:inf", "none:0.1", "int8x", "topk:1.0000001",
+		"topk16", "topk16:", "topk16:0", "topk16:2", "topk17:0.1", "topk1:0.1",
+		"fp16:0.5", ":0.5",
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
